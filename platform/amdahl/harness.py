@@ -1,0 +1,464 @@
+"""Worker side: the timed training loop, run inside a Ray Train worker for each trial of a launch.
+
+One launch = one worker group running its trials one after another; each trial is isolated (fresh
+seed, model, optimizer and compiled graph, its own warmup, memory peak reset). Rank 0 gathers the
+per-rank measurements and reports one results row per trial repeat through `ray.train.report`.
+
+Timing rules (seeds' lesson: asynchronous execution needs synchronised timers):
+- on CUDA, phase boundaries are CUDA events read after one synchronize at the end of the trial,
+  and the measured window closes with `torch.cuda.synchronize()`; on CPU, work is synchronous and
+  `perf_counter` is exact;
+- warmup steps run first and are excluded; the first step is recorded apart (compilation).
+Workers never talk to MLflow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import platform as _stdlib_platform
+import statistics
+import time
+import traceback
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from amdahl.sync import make_strategy, unwrap
+from amdahl.workload import Workload, make_workload
+
+_AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def train_launch(config: dict[str, Any]) -> None:
+    """`train_loop_per_worker` of the launch's TorchTrainer: run every trial, report each row."""
+    import ray.train
+    import ray.train.torch
+
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    device = ray.train.torch.get_device()
+    threads = config["torch_threads"]
+    torch.set_num_threads(threads)
+    shard = ray.train.get_dataset_shard("train")
+    workload = make_workload(config["workload"], config["trials"][0]["settings"]["params"])
+    val = workload.generate("val", workload.rows("val"), config["seed"])
+
+    for trial in config["trials"]:
+        for repeat in range(config["repeats"]):
+            if [trial["trial_id"], repeat] in config["skip"]:
+                continue
+            started = time.perf_counter()
+            stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            stats, error = _run_guarded(
+                workload, trial["settings"], config, shard, val, device, rank, world
+            )
+            gathered = _gather(stats, error, world)
+            row = _results_row(config, trial, repeat, gathered, started, stamp, device, threads)
+            ray.train.report(row if rank == 0 else {})
+
+
+def _run_guarded(
+    workload: Workload,
+    settings: dict,
+    config: dict,
+    shard: Any,
+    val: dict[str, np.ndarray],
+    device: torch.device,
+    rank: int,
+    world: int,
+) -> tuple[dict[str, Any], str | None]:
+    """Run one trial; any exception becomes a recorded failure, never a crashed launch."""
+    try:
+        return run_trial(workload, settings, config, shard, val, device, rank, world), None
+    except torch.OutOfMemoryError as e:
+        return {}, f"oom: {_first_line(e)}"
+    except Exception as e:  # noqa: BLE001 - every failure is a result, with its reason
+        tb = traceback.format_exc(limit=-3)
+        return {}, f"failed: {type(e).__name__}: {_first_line(e)}\n{tb}"
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+
+
+# --------------------------------------------------------------------------- one trial
+
+
+def run_trial(
+    workload: Workload,
+    settings: dict[str, Any],
+    config: dict[str, Any],
+    shard: Any,
+    val: dict[str, np.ndarray],
+    device: torch.device,
+    rank: int,
+    world: int,
+) -> dict[str, Any]:
+    """Train one configuration and return this rank's measurements."""
+    precision, cuda = settings["precision"], device.type == "cuda"
+    per_device_batch = settings["per_device_batch"]
+    device_sync = torch.cuda.synchronize if cuda else _nothing
+    mem_baseline = _memory_reset(device)
+    setup_start = time.perf_counter()
+
+    torch.manual_seed(config["seed"])
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = precision == "tf32"
+    model = workload.build_model().to(device)
+    weights_dtype = torch.bfloat16 if precision == "bf16_weights" else None
+    if weights_dtype is not None:
+        model = model.to(weights_dtype)
+
+    compile_start = time.perf_counter()
+    if settings["compile"] == "torchscript":
+        model = torch.jit.script(model)
+    strategy = make_strategy(settings["sync"], settings["options"], device)
+    lr = config["lr"]
+    model, optimizer = strategy.prepare(model, lambda p: torch.optim.SGD(p, lr=lr))
+    if settings["compile"] == "inductor":
+        model = torch.compile(model, mode=settings["options"]["compile_mode"])
+    wrap_s = time.perf_counter() - compile_start if settings["compile"] != "eager" else 0.0
+
+    autocast_dtype = _AUTOCAST.get(precision)
+    scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
+    batches = _batches(shard, per_device_batch, settings["options"]["prefetch_batches"], device)
+    clock = _Clock(cuda)
+    total = config["warmup_steps"] + config["steps"]
+    steps: list[tuple[float, list[Any]]] = []  # per step: data wait, phase marks
+    losses: list[torch.Tensor] = []
+    setup_s = time.perf_counter() - setup_start
+    window_start = 0.0
+
+    for step in range(total):
+        if step == config["warmup_steps"]:
+            device_sync()
+            window_start = time.perf_counter()
+        t_data = time.perf_counter()
+        micro = [next(batches) for _ in range(strategy.micro_steps)]
+        data_wait = time.perf_counter() - t_data
+        marks = [clock.mark()]
+        for i, batch in enumerate(micro):
+            x, y = workload.split_batch(batch)
+            if weights_dtype is not None and x.is_floating_point():
+                x = x.to(weights_dtype)
+            with strategy.micro_context(model, i):
+                with torch.autocast(
+                    device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None
+                ):
+                    loss = workload.loss(model(x), y) / strategy.micro_steps
+                marks.append(clock.mark())
+                (scaler.scale(loss) if scaler else loss).backward()
+                marks.append(clock.mark())
+        strategy.step(optimizer, scaler)
+        optimizer.zero_grad(set_to_none=True)
+        strategy.after_step(model, step)
+        marks.append(clock.mark())
+        steps.append((data_wait, marks))
+        losses.append(loss.detach() * strategy.micro_steps)
+    device_sync()
+    window = time.perf_counter() - window_start
+
+    phases = clock.resolve([marks for _, marks in steps])
+    waits = [wait for wait, _ in steps]
+    warm = config["warmup_steps"]
+    first_step = phases[0]["total"] + waits[0]
+    measured = phases[warm:]
+    steady = statistics.median(p["total"] for p in measured)
+    final_loss = float(torch.stack(losses[-min(5, len(losses)) :]).float().mean())
+    val_loss, val_acc = _evaluate(
+        workload,
+        unwrap(model),
+        val,
+        device,
+        rank,
+        world,
+        autocast_dtype,
+        weights_dtype,
+        per_device_batch,
+    )
+    strategy.close()
+    return {
+        "window_s": window,
+        "step_time_s": steady,
+        "step_time_max_s": max(p["total"] for p in measured),
+        "data_wait_s": statistics.fmean(waits[warm:]),
+        "forward_s": statistics.fmean(p["forward"] for p in measured),
+        "backward_s": statistics.fmean(p["backward"] for p in measured),
+        "optimizer_s": statistics.fmean(p["optimizer"] for p in measured),
+        "warmup_s": sum(p["total"] for p in phases[:warm]) + sum(waits[:warm]),
+        "first_step_s": first_step,
+        "compile_s": wrap_s + max(0.0, first_step - steady)
+        if settings["compile"] != "eager"
+        else 0.0,
+        "setup_s": setup_s,
+        "final_loss": final_loss,
+        "val_loss": val_loss,
+        "val_accuracy": val_acc,
+        "micro_steps": strategy.micro_steps,
+        **_memory_peak(device, mem_baseline),
+    }
+
+
+def _batches(
+    shard: Any, batch_size: int, prefetch: int, device: torch.device
+) -> Iterator[dict[str, torch.Tensor]]:
+    """Endless stream of per-rank batches: epochs of the Ray Data shard, one after another.
+
+    On GPU, `iter_torch_batches(device=...)` overlaps the host-to-device copy with compute.
+    """
+    while True:
+        yielded = False
+        for batch in shard.iter_torch_batches(
+            batch_size=batch_size, prefetch_batches=prefetch, drop_last=True, device=device
+        ):
+            yielded = True
+            yield batch
+        if not yielded:
+            raise RuntimeError(
+                f"the data shard holds fewer than batch_size={batch_size} rows; "
+                "raise params.train_rows or lower the batch size"
+            )
+
+
+@torch.no_grad()
+def _evaluate(
+    workload: Workload,
+    model: torch.nn.Module,
+    val: dict[str, np.ndarray],
+    device: torch.device,
+    rank: int,
+    world: int,
+    autocast_dtype: torch.dtype | None,
+    weights_dtype: torch.dtype | None,
+    batch_size: int,
+) -> tuple[float, float | None]:
+    """Validation loss/accuracy over the held-out split; each rank takes every world-th row.
+
+    Every rank takes part (sharded models need all ranks for a forward), and the sums are
+    all-reduced, so the figure covers the whole split.
+    """
+    was_training = model.training
+    model.eval()
+    n = len(next(iter(val.values())))
+    idx = np.arange(rank, n, world)
+    loss_sum = torch.zeros((), dtype=torch.float64)
+    correct_sum = torch.zeros((), dtype=torch.float64)
+    has_accuracy = True
+    for start in range(0, len(idx), batch_size):
+        sel = idx[start : start + batch_size]
+        batch = {k: torch.from_numpy(v[sel]).to(device) for k, v in val.items()}
+        x, y = workload.split_batch(batch)
+        if weights_dtype is not None and x.is_floating_point():
+            x = x.to(weights_dtype)
+        with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+            out = model(x)
+            loss = workload.loss(out, y)
+        loss_sum += float(loss) * len(sel)
+        correct = workload.correct(out, y)
+        has_accuracy = correct is not None
+        if has_accuracy:
+            correct_sum += float(correct)
+    totals = torch.stack(
+        [loss_sum, correct_sum, torch.tensor(float(len(idx)), dtype=torch.float64)]
+    )
+    if dist.is_initialized() and world > 1:
+        dist.all_reduce(totals)  # gloo: CPU tensor; sums are cheap, done once per trial
+    model.train(was_training)
+    count = max(float(totals[2]), 1.0)
+    return float(totals[0]) / count, (float(totals[1]) / count if has_accuracy else None)
+
+
+# --------------------------------------------------------------------------- clocks and memory
+
+
+class _Clock:
+    """Phase marks: CUDA events on GPU (read once at the end), perf_counter on CPU."""
+
+    def __init__(self, cuda: bool):
+        self.cuda = cuda
+
+    def mark(self) -> Any:
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def span(self, a: Any, b: Any) -> float:
+        return a.elapsed_time(b) / 1e3 if self.cuda else b - a
+
+    def resolve(self, steps: list[list[Any]]) -> list[dict[str, float]]:
+        """Marks per step are [start, (after forward, after backward) per micro-step, end]."""
+        if self.cuda:
+            torch.cuda.synchronize()
+        out = []
+        for m in steps:
+            spans = [self.span(a, b) for a, b in zip(m[:-1], m[1:], strict=True)]
+            out.append(
+                {
+                    "forward": sum(spans[0:-1:2]),
+                    "backward": sum(spans[1:-1:2]),
+                    "optimizer": spans[-1],
+                    "total": self.span(m[0], m[-1]),
+                }
+            )
+        return out
+
+
+def _memory_reset(device: torch.device) -> int:
+    """Reset the peak counters; return the baseline to subtract (CPU: resident bytes now)."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+        return 0
+    with contextlib.suppress(OSError):
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM (peak RSS) for this process, Linux >= 4.0
+    return _proc_status_bytes("VmRSS")
+
+
+def _memory_peak(device: torch.device, baseline: int) -> dict[str, float]:
+    if device.type == "cuda":
+        return {
+            "peak_mem_bytes": float(torch.cuda.max_memory_allocated(device)),
+            "peak_mem_reserved_bytes": float(torch.cuda.max_memory_reserved(device)),
+        }
+    return {
+        "peak_mem_bytes": float(max(0, _proc_status_bytes("VmHWM") - baseline)),
+        "peak_mem_reserved_bytes": None,
+    }
+
+
+def _proc_status_bytes(field: str) -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _nothing() -> None:
+    return None
+
+
+# --------------------------------------------------------------------------- results row
+
+
+def _gather(stats: dict[str, Any], error: str | None, world: int) -> list[dict[str, Any]]:
+    """Every rank's (stats, error), in rank order (a collective: all ranks must call it)."""
+    mine = {"stats": stats, "error": error}
+    if not dist.is_initialized() or world == 1:
+        return [mine]
+    out: list[Any] = [None] * world
+    dist.all_gather_object(out, mine)
+    return out
+
+
+def _results_row(
+    config: dict,
+    trial: dict,
+    repeat: int,
+    ranks: list[dict],
+    started: float,
+    stamp: str,
+    device: torch.device,
+    threads: int,
+) -> dict[str, Any]:
+    s = trial["settings"]
+    errors = [r["error"] for r in ranks if r["error"]]
+    row: dict[str, Any] = {
+        "sweep": config["sweep"],
+        "trial_id": trial["trial_id"],
+        "repeat": repeat,
+        "launch_id": config["launch_id"],
+        "workload": config["workload"],
+        "params": json.dumps(s["params"], sort_keys=True),
+        **{k: s[k] for k in ("devices", "precision", "compile", "data_workers", "sync")},
+        "batch_size": s["per_device_batch"],
+        "scaling": config["scaling"],
+        "steps": config["steps"],
+        "warmup_steps": config["warmup_steps"],
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "backend": dist.get_backend() if dist.is_initialized() else "none",
+        "torch_threads": threads,
+        "host": _stdlib_platform.node(),
+        "versions": json.dumps(_versions()),
+        "started_at": stamp,
+    }
+    if errors:
+        first = errors[0]
+        row["status"] = "oom" if first.startswith("oom") else "failed"
+        row["error"] = first
+    else:
+        row.update(_aggregate([r["stats"] for r in ranks], s, config))
+    row["wall_s"] = time.perf_counter() - started
+    return row
+
+
+def _aggregate(stats: list[dict[str, Any]], settings: dict, config: dict) -> dict[str, Any]:
+    """Per-rank measurements -> one row: throughput over all ranks, median and max per phase."""
+    med = lambda k: statistics.median(r[k] for r in stats)  # noqa: E731
+    top = lambda k: max(r[k] for r in stats)  # noqa: E731
+    micro = stats[0]["micro_steps"]
+    global_batch = settings["per_device_batch"] * len(stats) * micro
+    window = top("window_s")
+    throughput = global_batch * config["steps"] / window
+    flops = config.get("flops_per_sample")
+    losses = [r["final_loss"] for r in stats]
+    diverged = not all(math.isfinite(v) for v in losses)
+    reserved = [r["peak_mem_reserved_bytes"] for r in stats if r["peak_mem_reserved_bytes"]]
+    return {
+        "status": "diverged" if diverged else "ok",
+        "error": "non-finite training loss" if diverged else None,
+        "global_batch": global_batch,
+        "micro_steps": micro,
+        "throughput": throughput,
+        "measured_s": window,
+        "step_time_s": top("step_time_s"),
+        "step_time_max_s": top("step_time_max_s"),
+        "data_wait_s": med("data_wait_s"),
+        "data_wait_max_s": top("data_wait_s"),
+        "forward_s": med("forward_s"),
+        "backward_s": med("backward_s"),
+        "optimizer_s": med("optimizer_s"),
+        "warmup_s": top("warmup_s"),
+        "first_step_s": top("first_step_s"),
+        "compile_s": top("compile_s"),
+        "setup_s": top("setup_s"),
+        "final_loss": statistics.fmean(losses),
+        "val_loss": stats[0]["val_loss"],
+        "val_accuracy": stats[0]["val_accuracy"],
+        "peak_mem_bytes": top("peak_mem_bytes"),
+        "peak_mem_reserved_bytes": max(reserved) if reserved else None,
+        "flops_per_sample": flops,
+        "achieved_flops": throughput * flops if flops else None,
+    }
+
+
+def _versions() -> dict[str, str]:
+    import ray
+
+    return {
+        "torch": torch.__version__,
+        "ray": ray.__version__,
+        "python": _stdlib_platform.python_version(),
+        "cuda": torch.version.cuda or "",
+        "omp_threads": os.environ.get("OMP_NUM_THREADS", ""),
+    }
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

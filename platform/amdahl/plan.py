@@ -1,0 +1,269 @@
+"""From a validated spec to what will run: trials, their resources, and the launches that run them.
+
+Expansion is a cartesian product minus exclusions; each trial gets a stable id (a hash of its
+settings, not of its position) so resume and MLflow can recognise it. Every trial that cannot run
+gets a reason *here*, before anything launches: a value this build lacks, a value the device cannot
+do, or resources the cluster does not have (including GUIDE's two hang cases: Ray Data left with
+no CPU beside the train workers, and the Tune trial's own default CPU).
+
+Pure: imports neither ray nor torch. The cluster is described by `Node`s that run/ passes in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from amdahl.spec import AXES, SweepSpec
+
+#: CPUs the Tune function trainable holds while it drives one launch. Ray rejects 0; a tiny
+#: fraction keeps the trial from holding a whole CPU (GUIDE pitfall b).
+DRIVER_CPUS = 0.01
+
+#: Axis values this build runs. Values in the schema but not here are refused as "not supported
+#: yet" rather than silently ignored.
+SUPPORTED: dict[str, frozenset[str]] = {
+    "precision": frozenset({"fp32", "tf32", "bf16", "fp16", "bf16_weights"}),
+    "compile": frozenset({"eager", "inductor", "torchscript"}),
+    "sync": frozenset({"ddp", "none"}),
+}
+
+#: Values that need a CUDA device (and, for ddp_bf16, NCCL): refused on CPU with this reason.
+NEEDS_CUDA: dict[tuple[str, str], str] = {
+    ("precision", "tf32"): "tf32 is a CUDA tensor-core math mode; set resources.use_gpu: true",
+    ("sync", "ddp_bf16"): "bf16_compress_hook needs CUDA and NCCL (it raises TypeError on gloo); "
+    "use ddp_fp16 on CPU",
+}
+
+
+@dataclass(frozen=True)
+class Node:
+    """One Ray node's total resources, as the planner sees them."""
+
+    cpus: float
+    gpus: float = 0.0
+    name: str = "node"
+
+
+@dataclass(frozen=True)
+class ResourcePlan:
+    """What one trial asks Ray for."""
+
+    driver_cpus: float
+    workers: int
+    cpus_per_worker: float
+    gpus_per_worker: float
+    data_cpus: float
+
+    @property
+    def total_cpus(self) -> float:
+        return self.driver_cpus + self.workers * self.cpus_per_worker + self.data_cpus
+
+    @property
+    def total_gpus(self) -> float:
+        return self.workers * self.gpus_per_worker
+
+    def describe(self) -> str:
+        gpu = f" + {self.gpus_per_worker:g} GPU" if self.gpus_per_worker else ""
+        return (
+            f"driver {self.driver_cpus:g} CPU, {self.workers} x ({self.cpus_per_worker:g} CPU"
+            f"{gpu}), data {self.data_cpus:g} CPU = {self.total_cpus:g} CPU"
+            + (f", {self.total_gpus:g} GPU" if self.total_gpus else "")
+        )
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One point of the grid."""
+
+    trial_id: str
+    settings: dict[str, Any]  # the six axes plus "params" (the workload's full parameters)
+    resources: ResourcePlan
+    refused: str | None = None  # why it will not run, or None
+
+    @property
+    def launch_key(self) -> str:
+        """Trials with equal keys share one worker group (same shape, same dataset)."""
+        s = self.settings
+        r = self.resources
+        key = [s["devices"], r.cpus_per_worker, r.gpus_per_worker, s["data_workers"], s["params"]]
+        return _hash(key)
+
+    def label(self) -> str:
+        s = self.settings
+        extra = "".join(f" {k}={v}" for k, v in s["axis_params"].items())
+        return (
+            f"d{s['devices']} b{s['batch_size']} {s['precision']} {s['compile']} "
+            f"w{s['data_workers']} {s['sync']}{extra}"
+        )
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One Ray Train worker group running several trials one after another."""
+
+    launch_id: str
+    trials: tuple[Trial, ...]
+
+    @property
+    def resources(self) -> ResourcePlan:
+        return self.trials[0].resources
+
+
+@dataclass
+class SweepPlan:
+    spec: SweepSpec
+    trials: list[Trial]
+    nodes: list[Node] = field(default_factory=list)
+
+    @property
+    def runnable(self) -> list[Trial]:
+        return [t for t in self.trials if t.refused is None]
+
+    @property
+    def refused(self) -> list[Trial]:
+        return [t for t in self.trials if t.refused is not None]
+
+    def launches(self, skip: set[str] | frozenset[str] = frozenset()) -> list[Launch]:
+        """Runnable trials not in `skip`, grouped by worker-group shape, smallest groups first."""
+        groups: dict[str, list[Trial]] = {}
+        for t in self.runnable:
+            if t.trial_id not in skip:
+                groups.setdefault(t.launch_key, []).append(t)
+        ordered = sorted(groups.items(), key=lambda kv: kv[1][0].settings["devices"])
+        return [Launch(key, tuple(ts)) for key, ts in ordered]
+
+
+def plan_sweep(spec: SweepSpec, nodes: list[Node], workload_defaults: dict[str, Any]) -> SweepPlan:
+    """Expand the grid, give every trial its resources and, where it cannot run, the reason."""
+    trials = [
+        _make_trial(spec, settings, nodes) for settings in expand_grid(spec, workload_defaults)
+    ]
+    return SweepPlan(spec=spec, trials=trials, nodes=nodes)
+
+
+def expand_grid(spec: SweepSpec, workload_defaults: dict[str, Any]) -> list[dict[str, Any]]:
+    """Cartesian product of all axes, in file order, minus entries matching an `exclude`."""
+    axes: dict[str, list[Any]] = {a: list(getattr(spec.grid, a)) for a in AXES}
+    param_axes = spec.grid.param_axes()
+    names = [*axes, *(f"params.{k}" for k in param_axes)]
+    values = [*axes.values(), *param_axes.values()]
+    out = []
+    for combo in itertools.product(*values):
+        point = dict(zip(names, combo, strict=True))
+        if any(all(point.get(k) == v for k, v in ex.items()) for ex in spec.exclude):
+            continue
+        axis_params = {k.removeprefix("params."): v for k, v in point.items() if "." in k}
+        settings = {a: point[a] for a in AXES}
+        settings["axis_params"] = axis_params
+        settings["params"] = {**workload_defaults, **spec.params, **axis_params}
+        settings["options"] = _relevant_options(spec, settings)
+        out.append(settings)
+    return out
+
+
+#: Which `options` fields each axis value reads; only those enter a trial's settings and id.
+_OPTIONS_USED_BY: dict[str, tuple[str, ...]] = {
+    "inductor": ("compile_mode",),
+    "ddp": ("bucket_cap_mb",),
+    "ddp_fp16": ("bucket_cap_mb",),
+    "ddp_bf16": ("bucket_cap_mb",),
+    "powersgd": ("bucket_cap_mb", "powersgd_rank"),
+    "accumulate": ("bucket_cap_mb", "accumulate_steps"),
+    "local_sgd": ("local_sgd_every",),
+    "param_server": ("ps_shards",),
+}
+
+
+def _relevant_options(spec: SweepSpec, settings: dict[str, Any]) -> dict[str, Any]:
+    names = ["prefetch_batches"]
+    for value in (settings["compile"], settings["sync"]):
+        names.extend(_OPTIONS_USED_BY.get(value, ()))
+    return {n: getattr(spec.options, n) for n in names}
+
+
+def trial_id(spec: SweepSpec, settings: dict[str, Any]) -> str:
+    """Stable id: everything that changes what is measured, nothing about order or repeats."""
+    t = spec.train
+    return _hash(
+        {
+            "workload": spec.workload,
+            "settings": {k: v for k, v in settings.items() if k != "axis_params"},
+            "train": [t.steps, t.warmup_steps, t.seed, t.lr, t.scaling],
+            "resources": spec.resources.model_dump(),
+        }
+    )
+
+
+def _make_trial(spec: SweepSpec, settings: dict[str, Any], nodes: list[Node]) -> Trial:
+    r = spec.resources
+    resources = ResourcePlan(
+        driver_cpus=DRIVER_CPUS,
+        workers=settings["devices"],
+        cpus_per_worker=r.cpus_per_device,
+        gpus_per_worker=r.gpus_per_device if r.use_gpu else 0.0,
+        data_cpus=settings["data_workers"] * r.cpus_per_data_worker,
+    )
+    tid = trial_id(spec, settings)
+    reason = _capability_problem(spec, settings) or _resource_problem(resources, nodes)
+    return Trial(trial_id=tid, settings=settings, resources=resources, refused=reason)
+
+
+def _capability_problem(spec: SweepSpec, settings: dict[str, Any]) -> str | None:
+    for axis, supported in SUPPORTED.items():
+        value = settings[axis]
+        if not spec.resources.use_gpu and (axis, value) in NEEDS_CUDA:
+            return f"{axis}={value}: {NEEDS_CUDA[(axis, value)]}"
+        if value not in supported:
+            return (
+                f"{axis}={value}: not supported yet in this build "
+                f"(supported: {', '.join(sorted(supported))})"
+            )
+    return None
+
+
+def _resource_problem(res: ResourcePlan, nodes: list[Node]) -> str | None:
+    """Why this trial could never be scheduled on these nodes, or None if it can."""
+    if not nodes:
+        return None
+    cpus = sum(n.cpus for n in nodes)
+    gpus = sum(n.gpus for n in nodes)
+    if res.total_gpus > gpus:
+        return (
+            f"needs {res.total_gpus:g} GPUs ({res.workers} x {res.gpus_per_worker:g}), the "
+            f"cluster has {gpus:g}; lower grid.devices or add GPU nodes"
+        )
+    if res.total_cpus > cpus + 1e-9:
+        fit = (cpus - res.driver_cpus - res.data_cpus) / res.workers
+        hint = (
+            f"set resources.cpus_per_device <= {fit:.2g}"
+            if fit > 0
+            else "lower data_workers or resources.cpus_per_data_worker"
+        )
+        return (
+            f"needs {res.describe()}, the cluster has {cpus:g} CPUs; Ray Data must keep "
+            f"{res.data_cpus:g} CPU beside the train workers or the input pipeline hangs; "
+            f"{hint}"
+        )
+    # Each worker is one placement-group bundle and must fit on a single node.
+    free = sorted(([n.cpus, n.gpus] for n in nodes), key=lambda f: -f[0])
+    for _ in range(res.workers):
+        for f in free:
+            if f[0] + 1e-9 >= res.cpus_per_worker and f[1] + 1e-9 >= res.gpus_per_worker:
+                f[0] -= res.cpus_per_worker
+                f[1] -= res.gpus_per_worker
+                break
+        else:
+            return (
+                f"no node combination holds {res.workers} workers of "
+                f"{res.cpus_per_worker:g} CPU + {res.gpus_per_worker:g} GPU each"
+            )
+    return None
+
+
+def _hash(obj: Any) -> str:
+    blob = json.dumps(obj, sort_keys=True, default=str).encode()
+    return hashlib.sha1(blob).hexdigest()[:10]

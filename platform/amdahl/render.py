@@ -1,0 +1,118 @@
+"""Terminal rendering for the CLI: the plan table, live sweep progress, the closing summary."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from amdahl.plan import SweepPlan
+
+console = Console()
+
+
+def print_plan(plan: SweepPlan) -> None:
+    table = Table(
+        title=f"{plan.spec.name}: {len(plan.runnable)} of {len(plan.trials)} trials "
+        f"will run in {len(plan.launches())} launches"
+    )
+    for col in ("trial", "settings", "resources", "status"):
+        table.add_column(col)
+    for t in plan.trials:
+        table.add_row(
+            t.trial_id,
+            t.label(),
+            t.resources.describe(),
+            "[green]will run[/]" if t.refused is None else f"[red]refused:[/] {t.refused}",
+        )
+    console.print(table)
+    nodes = ", ".join(f"{n.name} {n.cpus:g} CPU {n.gpus:g} GPU" for n in plan.nodes)
+    console.print(f"cluster: {nodes}")
+
+
+class LiveProgress:
+    """A live table of trials (status, throughput) with elapsed time and an ETA."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, dict[str, Any]] = {}
+        self.order: list[str] = []
+        self.started = time.perf_counter()
+        self.sweep_dir = ""
+        self.live = Live(self._table(), console=console, refresh_per_second=2, transient=False)
+
+    def __enter__(self) -> LiveProgress:
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.live.__exit__(*exc)
+
+    def event(self, kind: str, payload: dict[str, Any]) -> None:
+        if kind == "planned":
+            plan: SweepPlan = payload["plan"]
+            self.sweep_dir = str(payload["sweep_dir"])
+            for t in plan.trials:
+                for r in range(plan.spec.train.repeats):
+                    key = f"{t.trial_id}:{r}"
+                    self.order.append(key)
+                    self.rows[key] = {
+                        "label": t.label() + (f" r{r}" if r else ""),
+                        "status": "pending" if t.refused is None else "refused",
+                        "throughput": "",
+                        "note": t.refused or "",
+                    }
+        elif kind == "launch_started":
+            for t in payload["launch"].trials:
+                for key, row in self.rows.items():
+                    if key.startswith(t.trial_id) and row["status"] == "pending":
+                        row["status"] = "running"
+        elif kind == "trial_done":
+            row = payload["row"]
+            entry = self.rows.get(f"{row['trial_id']}:{row['repeat']}")
+            if entry is not None:
+                entry["status"] = row["status"]
+                entry["throughput"] = f"{row['throughput']:,.0f}" if row.get("throughput") else ""
+                entry["note"] = (
+                    (row.get("error") or "").splitlines()[0][:80] if row.get("error") else ""
+                )
+        self.live.update(self._table())
+
+    def _table(self) -> Table:
+        done = [
+            r for r in self.rows.values() if r["status"] not in ("pending", "running", "refused")
+        ]
+        todo = [r for r in self.rows.values() if r["status"] in ("pending", "running")]
+        elapsed = time.perf_counter() - self.started
+        eta = f", ETA {elapsed / len(done) * len(todo):.0f} s" if done and todo else ""
+        table = Table(
+            title=f"{self.sweep_dir} - {len(done)} done, {len(todo)} to go, {elapsed:.0f} s{eta}"
+        )
+        for col in ("trial", "status", "samples/s", "note"):
+            table.add_column(col)
+        colours = {"ok": "green", "running": "yellow", "pending": "dim"}
+        for key in self.order:
+            r = self.rows[key]
+            c = colours.get(r["status"], "red")
+            table.add_row(r["label"], f"[{c}]{r['status']}[/]", r["throughput"], r["note"])
+        return table
+
+
+def print_outcome(outcome: Any) -> None:
+    rows = outcome.rows
+    ok = [r for r in rows if r["status"] == "ok"]
+    measured = sum(r.get("measured_s") or 0.0 for r in ok)
+    console.print(
+        f"\n{len(ok)} of {len(rows)} trial runs ok in {outcome.wall_s:.1f} s "
+        f"({measured:.1f} s inside measured steps, "
+        f"{(outcome.wall_s - measured) / max(len(rows), 1):.1f} s per trial outside them)."
+    )
+    console.print(f"results: {outcome.sweep_dir}/results.parquet")
+    console.print(f"report:  platform report {outcome.sweep_dir}")
+    if outcome.failed:
+        console.print(
+            f"[red]{len(outcome.failed)} trial runs did not succeed[/]; reasons are in "
+            f"the results table and `platform report`."
+        )

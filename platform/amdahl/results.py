@@ -1,0 +1,139 @@
+"""The results table: one row per trial repeat in `<sweep dir>/results.parquet`.
+
+It is the source of truth (MLflow is a mirror, the report a view). The driver is its only writer
+and replaces the file atomically after every row, so a crash never damages earlier rows.
+Pure: imports neither ray nor torch.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from amdahl.errors import UserError
+
+RESULTS_FILE = "results.parquet"
+#: Written into the parquet metadata; a file without it is not ours.
+SCHEMA_TAG = b"amdahl.results.v1"
+
+#: Column -> (arrow type, meaning). The public contract of the results table.
+COLUMNS: dict[str, tuple[pa.DataType, str]] = {
+    "sweep": (pa.string(), "sweep name"),
+    "trial_id": (pa.string(), "stable hash of the trial's settings"),
+    "repeat": (pa.int64(), "repeat index, 0-based"),
+    "launch_id": (pa.string(), "worker-group launch that ran the trial"),
+    "workload": (pa.string(), "workload name"),
+    "params": (pa.string(), "workload parameters as JSON"),
+    "devices": (pa.int64(), "train workers"),
+    "batch_size": (pa.int64(), "per-device batch size"),
+    "global_batch": (pa.int64(), "samples per optimizer step over all devices (x micro-steps)"),
+    "micro_steps": (pa.int64(), "forward/backward passes per optimizer step"),
+    "precision": (pa.string(), "precision axis value"),
+    "compile": (pa.string(), "compile axis value"),
+    "data_workers": (pa.int64(), "input-pipeline concurrency"),
+    "sync": (pa.string(), "gradient synchronisation strategy"),
+    "scaling": (pa.string(), "weak or strong"),
+    "status": (pa.string(), "ok, failed, oom, diverged"),
+    "error": (pa.string(), "reason when status is not ok"),
+    "throughput": (pa.float64(), "samples/s over all ranks, measured steps only"),
+    "step_time_s": (pa.float64(), "median seconds per measured step (slowest rank)"),
+    "step_time_max_s": (pa.float64(), "slowest measured step on any rank"),
+    "data_wait_s": (pa.float64(), "mean seconds per step waiting for input, median over ranks"),
+    "data_wait_max_s": (pa.float64(), "same, slowest rank"),
+    "forward_s": (pa.float64(), "mean seconds per step in forward + loss, median over ranks"),
+    "backward_s": (
+        pa.float64(),
+        "mean seconds per step in backward (includes DDP's exposed all-reduce), median over ranks",
+    ),
+    "optimizer_s": (
+        pa.float64(),
+        "mean seconds per step in the optimizer step and sync "
+        "strategy's step hooks, median over ranks",
+    ),
+    "measured_s": (pa.float64(), "seconds inside measured steps (slowest rank)"),
+    "warmup_s": (pa.float64(), "seconds spent in warmup steps (includes first-step compile)"),
+    "first_step_s": (
+        pa.float64(),
+        "seconds of the first warmup step (lazy compilation lands here)",
+    ),
+    "compile_s": (
+        pa.float64(),
+        "seconds in torch.jit.script / torch.compile wrapping plus the "
+        "first step's excess over a steady step",
+    ),
+    "setup_s": (pa.float64(), "seconds from trial start on the workers to its first step"),
+    "wall_s": (pa.float64(), "seconds from trial start to its results row"),
+    "steps": (pa.int64(), "measured steps"),
+    "warmup_steps": (pa.int64(), "warmup steps"),
+    "final_loss": (pa.float64(), "training loss of the last step, mean over ranks"),
+    "val_loss": (pa.float64(), "validation loss at the end (rank 0's model)"),
+    "val_accuracy": (pa.float64(), "validation accuracy at the end, when the workload has one"),
+    "peak_mem_bytes": (
+        pa.float64(),
+        "peak memory during the trial: CUDA max allocated, or on "
+        "CPU peak resident memory above the pre-trial baseline; max over ranks",
+    ),
+    "peak_mem_reserved_bytes": (pa.float64(), "CUDA max reserved (GPU only), max over ranks"),
+    "flops_per_sample": (pa.float64(), "training FLOPs per sample stated by the workload"),
+    "achieved_flops": (pa.float64(), "FLOP/s over all ranks"),
+    "device_name": (pa.string(), "cpu or the GPU's name"),
+    "backend": (pa.string(), "torch.distributed backend"),
+    "torch_threads": (pa.int64(), "intra-op threads per worker"),
+    "host": (pa.string(), "hostname of rank 0"),
+    "versions": (pa.string(), "library versions as JSON"),
+    "started_at": (pa.string(), "UTC ISO time the trial started"),
+}
+
+SCHEMA = pa.schema([pa.field(k, t) for k, (t, _) in COLUMNS.items()]).with_metadata(
+    {b"amdahl": SCHEMA_TAG}
+)
+
+
+def read_results(sweep_dir: str | Path) -> pa.Table:
+    """The sweep's rows; a missing file is an empty table, a foreign or broken one a UserError."""
+    path = Path(sweep_dir) / RESULTS_FILE
+    if not Path(sweep_dir).is_dir():
+        raise UserError(
+            f"{sweep_dir}: not a sweep directory (expected a folder holding "
+            f"{RESULTS_FILE}, as written by `platform sweep`)"
+        )
+    if not path.exists():
+        return SCHEMA.empty_table()
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as e:
+        raise UserError(
+            f"{path}: not a readable parquet file ({e}); restore it or start a new sweep directory"
+        ) from None
+    if (table.schema.metadata or {}).get(b"amdahl") != SCHEMA_TAG:
+        raise UserError(f"{path}: not an amdahl results table (no {SCHEMA_TAG.decode()} tag)")
+    return _conform(table)
+
+
+def append_rows(sweep_dir: str | Path, rows: list[dict[str, Any]]) -> pa.Table:
+    """Append rows and atomically replace results.parquet; returns the whole new table."""
+    path = Path(sweep_dir) / RESULTS_FILE
+    old = read_results(sweep_dir)
+    new = pa.Table.from_pylist([{k: r.get(k) for k in COLUMNS} for r in rows], schema=SCHEMA)
+    table = pa.concat_tables([old, new]).replace_schema_metadata(SCHEMA.metadata)
+    tmp = path.with_suffix(".parquet.tmp")
+    pq.write_table(table, tmp)
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return table
+
+
+def _conform(table: pa.Table) -> pa.Table:
+    """Old sweeps stay readable: add columns they lack as nulls, keep the known order."""
+    arrays = []
+    for name, (typ, _) in COLUMNS.items():
+        if name in table.column_names:
+            arrays.append(table[name].cast(typ))
+        else:
+            arrays.append(pa.nulls(len(table), typ))
+    return pa.Table.from_arrays(arrays, schema=SCHEMA)

@@ -1,0 +1,398 @@
+"""Driver side: plan, then let Ray Tune schedule launches, each fitting one Ray Train TorchTrainer.
+
+A launch is one worker group that runs several trials one after another (see plan.Launch), which
+is what keeps orchestration cheap. Results stream back through Tune: the harness reports one row
+per trial repeat, `TuneReportCallback` forwards it to the launch's Tune trial, and `_ResultSink`
+(a Tune callback running here, in the driver) appends it to results.parquet and mirrors it to
+MLflow. The driver is the only writer of both.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import yaml
+from ray import tune
+
+from amdahl.errors import UserError
+from amdahl.plan import DRIVER_CPUS, Launch, Node, SweepPlan, Trial, plan_sweep
+from amdahl.results import append_rows, read_results
+from amdahl.spec import SweepSpec
+from amdahl.workload import make_workload
+
+#: Events the runner emits for whoever renders progress: (kind, payload).
+EventHandler = Callable[[str, dict[str, Any]], None]
+
+SPEC_FILE = "spec.yaml"
+PLAN_FILE = "plan.json"
+
+
+@dataclass
+class SweepOutcome:
+    sweep_dir: Path
+    plan: SweepPlan
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    @property
+    def failed(self) -> list[dict[str, Any]]:
+        return [r for r in self.rows if r.get("status") != "ok"]
+
+
+# --------------------------------------------------------------------------- planning
+
+
+def make_plan(spec: SweepSpec, nodes: list[Node] | None = None) -> SweepPlan:
+    """Validate the workload and its parameters, then plan against `nodes` (default: this host)."""
+    workload = make_workload(spec.workload, spec.params)
+    for name, values in spec.grid.param_axes().items():
+        for v in values:
+            make_workload(spec.workload, {**spec.params, name: v})
+    return plan_sweep(spec, nodes if nodes is not None else local_nodes(), workload.defaults)
+
+
+def local_nodes() -> list[Node]:
+    """This machine as Ray would see it if started here with defaults."""
+    gpus = 0
+    try:
+        import torch
+
+        gpus = torch.cuda.device_count()
+    except ImportError:
+        pass
+    return [Node(cpus=float(os.cpu_count() or 1), gpus=float(gpus), name="local")]
+
+
+def ray_nodes() -> list[Node]:
+    """The alive nodes of the connected Ray cluster."""
+    import ray
+
+    return [
+        Node(
+            cpus=n["Resources"].get("CPU", 0.0),
+            gpus=n["Resources"].get("GPU", 0.0),
+            name=n.get("NodeManagerAddress", "node"),
+        )
+        for n in ray.nodes()
+        if n.get("Alive")
+    ]
+
+
+# --------------------------------------------------------------------------- running
+
+
+def run_sweep(
+    spec: SweepSpec,
+    *,
+    address: str | None = None,
+    runs_dir: str | Path = "runs",
+    on_event: EventHandler | None = None,
+    verbose: bool = False,
+    tracking: bool | None = None,
+) -> SweepOutcome:
+    """Plan, launch and record a whole sweep; returns what was run and where it was written.
+
+    Uses the Ray already initialised in this process if any, else connects to `address`, else
+    starts a local Ray sized to this machine.
+    """
+    emit = on_event or (lambda kind, payload: None)
+    started = time.perf_counter()
+    sweep_dir = _new_sweep_dir(Path(runs_dir), spec.name)
+    log_path = sweep_dir / "ray.log"
+    _init_ray(address, log_path, verbose)
+    plan = make_plan(spec, ray_nodes())
+    if not plan.runnable:
+        raise UserError(_nothing_runs(plan))
+    _write_sweep_files(sweep_dir, spec, plan)
+    emit("planned", {"plan": plan, "sweep_dir": sweep_dir})
+
+    from amdahl.track import Tracker
+
+    tracker = Tracker(
+        spec, sweep_dir, enabled=spec.tracking.enabled if tracking is None else tracking
+    )
+    outcome = SweepOutcome(sweep_dir=sweep_dir, plan=plan)
+    try:
+        _run_launches(spec, plan, plan.launches(), sweep_dir, outcome, tracker, emit)
+    finally:
+        outcome.wall_s = time.perf_counter() - started
+        tracker.finish(outcome)
+    emit("finished", {"outcome": outcome})
+    return outcome
+
+
+def _run_launches(
+    spec: SweepSpec,
+    plan: SweepPlan,
+    launches: list[Launch],
+    sweep_dir: Path,
+    outcome: SweepOutcome,
+    tracker: Any,
+    emit: EventHandler,
+) -> None:
+    configs = [_launch_config(spec, launch, sweep_dir) for launch in launches]
+    by_launch = {launch.launch_id: launch for launch in launches}
+    sink = _ResultSink(sweep_dir, by_launch, outcome, tracker, emit)
+    concurrency = 1 if spec.isolation == "exclusive" else len(configs)
+    tuner = tune.Tuner(
+        tune.with_resources(_launch_trainable, {"CPU": DRIVER_CPUS}),
+        param_space={"launch": tune.grid_search(configs)},
+        tune_config=tune.TuneConfig(max_concurrent_trials=concurrency),
+        run_config=tune.RunConfig(
+            name="tune",
+            storage_path=str((sweep_dir / "ray").resolve()),
+            callbacks=[sink],
+            verbose=0,
+        ),
+    )
+    tuner.fit()
+
+
+def _launch_trainable(config: dict[str, Any]) -> None:
+    """Tune function trainable: fit one TorchTrainer that runs every trial of one launch."""
+    import ray.train
+    from ray.train.torch import TorchConfig, TorchTrainer
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    from amdahl.data import ray_dataset, stored_dataset
+    from amdahl.harness import train_launch
+
+    launch = config["launch"]
+    workload = make_workload(launch["workload"], launch["trials"][0]["settings"]["params"])
+    path = stored_dataset(workload, launch["workload"], "train", launch["seed"])
+    res = launch["resources"]
+    dataset = ray_dataset(path, launch["data_workers"], res["cpus_per_data_worker"])
+    worker = {"CPU": res["cpus_per_worker"]}
+    if res["gpus_per_worker"]:
+        worker["GPU"] = res["gpus_per_worker"]
+    trainer = TorchTrainer(
+        train_launch,
+        train_loop_config=launch,
+        torch_config=TorchConfig(timeout_s=600),
+        scaling_config=ray.train.ScalingConfig(
+            num_workers=res["workers"],
+            use_gpu=bool(res["gpus_per_worker"]),
+            resources_per_worker=worker,
+        ),
+        run_config=ray.train.RunConfig(
+            name=f"launch-{launch['launch_id']}",
+            storage_path=launch["storage_path"],
+            callbacks=[TuneReportCallback()],
+            failure_config=ray.train.FailureConfig(max_failures=launch["max_failures"]),
+        ),
+        datasets={"train": dataset},
+    )
+    trainer.fit()
+
+
+def _launch_config(spec: SweepSpec, launch: Launch, sweep_dir: Path) -> dict[str, Any]:
+    """Everything the workers need, as plain data (it crosses process boundaries)."""
+    r = launch.resources
+    t = spec.train
+    trials = []
+    for trial in launch.trials:
+        settings = dict(trial.settings)
+        devices, batch = settings["devices"], settings["batch_size"]
+        settings["per_device_batch"] = batch // devices if t.scaling == "strong" else batch
+        trials.append({"trial_id": trial.trial_id, "settings": settings})
+    workload = make_workload(spec.workload, launch.trials[0].settings["params"])
+    return {
+        "launch_id": launch.launch_id,
+        "sweep": spec.name,
+        "workload": spec.workload,
+        "trials": trials,
+        "skip": [],
+        "repeats": t.repeats,
+        "steps": t.steps,
+        "warmup_steps": t.warmup_steps,
+        "seed": t.seed,
+        "lr": t.lr,
+        "scaling": t.scaling,
+        "max_failures": t.max_failures,
+        "data_workers": launch.trials[0].settings["data_workers"],
+        "torch_threads": max(1, int(r.cpus_per_worker)),
+        "flops_per_sample": workload.flops_per_sample(),
+        "resources": {
+            "workers": r.workers,
+            "cpus_per_worker": r.cpus_per_worker,
+            "gpus_per_worker": r.gpus_per_worker,
+            "cpus_per_data_worker": spec.resources.cpus_per_data_worker,
+        },
+        "storage_path": str((sweep_dir / "ray" / "train").resolve()),
+    }
+
+
+class _ResultSink(tune.Callback):
+    """Tune callback in the driver: every reported row goes to results.parquet, then MLflow."""
+
+    def __init__(
+        self,
+        sweep_dir: Path,
+        launches: dict[str, Launch],
+        outcome: SweepOutcome,
+        tracker: Any,
+        emit: EventHandler,
+    ):
+        self.sweep_dir, self.launches, self.outcome = sweep_dir, launches, outcome
+        self.tracker, self.emit = tracker, emit
+        self.reported: dict[str, set[tuple[str, int]]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Tune pickles its callbacks into its experiment state; this one lives only in the
+        # driver (resume goes through results.parquet, not Tune's restore), so ship nothing.
+        return {}
+
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        launch_id = trial.config["launch"]["launch_id"]
+        self.emit("launch_started", {"launch": self.launches[launch_id]})
+
+    def on_trial_result(
+        self, iteration: int, trials: list, trial: Any, result: dict, **info: Any
+    ) -> None:
+        if "trial_id" not in result or "status" not in result:
+            return
+        row = {k: v for k, v in result.items() if not k.startswith(("config", "time_"))}
+        launch_id = trial.config["launch"]["launch_id"]
+        self.reported.setdefault(launch_id, set()).add((row["trial_id"], row["repeat"]))
+        self._record(row)
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        """The launch died: every trial repeat it had not reported is recorded as failed."""
+        config = trial.config["launch"]
+        error = _launch_error(trial)
+        done = self.reported.get(config["launch_id"], set())
+        for t in config["trials"]:
+            for repeat in range(config["repeats"]):
+                if (t["trial_id"], repeat) not in done:
+                    self._record(_failed_row(config, t, repeat, error))
+
+    def _record(self, row: dict[str, Any]) -> None:
+        append_rows(self.sweep_dir, [row])
+        self.outcome.rows.append(row)
+        self.tracker.log_trial(row)
+        self.emit("trial_done", {"row": row})
+
+
+def _failed_row(
+    config: dict[str, Any], trial: dict[str, Any], repeat: int, error: str
+) -> dict[str, Any]:
+    s = trial["settings"]
+    return {
+        "sweep": config["sweep"],
+        "trial_id": trial["trial_id"],
+        "repeat": repeat,
+        "launch_id": config["launch_id"],
+        "workload": config["workload"],
+        "params": json.dumps(s["params"], sort_keys=True),
+        **{k: s[k] for k in ("devices", "precision", "compile", "data_workers", "sync")},
+        "batch_size": s["per_device_batch"],
+        "scaling": config["scaling"],
+        "status": "failed",
+        "error": error,
+        "steps": config["steps"],
+        "warmup_steps": config["warmup_steps"],
+        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def _launch_error(trial: Any) -> str:
+    error = trial.get_error() if hasattr(trial, "get_error") else None
+    text = str(error) if error else "the launch's worker group failed"
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return "launch failed: " + (lines[-1] if lines else text)[:2000]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _init_ray(address: str | None, log_path: Path, verbose: bool) -> None:
+    """Connect (or start local Ray) with Ray's chatter kept out of the terminal unless -v."""
+    import ray
+
+    os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
+    if not verbose:
+        os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+        os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")
+        os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+        _route_ray_logs(log_path)
+    if ray.is_initialized():
+        return
+    kwargs: dict[str, Any] = {
+        "log_to_driver": verbose,
+        "include_dashboard": False,
+        "logging_level": logging.INFO if verbose else logging.WARNING,
+    }
+    if address:
+        ray.init(address=address, **kwargs)
+    else:
+        ray.init(num_cpus=os.cpu_count(), **kwargs)
+
+
+def _route_ray_logs(log_path: Path) -> None:
+    handler = logging.FileHandler(log_path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    for name in ("ray", "ray.tune", "ray.train", "ray.data"):
+        logger = logging.getLogger(name)
+        logger.handlers = [handler]
+        logger.propagate = False
+
+
+def _new_sweep_dir(runs_dir: Path, name: str) -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path = runs_dir / f"{name}-{stamp}"
+    suffix = 1
+    while path.exists():
+        suffix += 1
+        path = runs_dir / f"{name}-{stamp}-{suffix}"
+    path.mkdir(parents=True)
+    return path
+
+
+def _write_sweep_files(sweep_dir: Path, spec: SweepSpec, plan: SweepPlan) -> None:
+    (sweep_dir / SPEC_FILE).write_text(yaml.safe_dump(spec.model_dump(), sort_keys=False))
+    (sweep_dir / PLAN_FILE).write_text(json.dumps(plan_summary(plan), indent=1))
+
+
+def plan_summary(plan: SweepPlan) -> dict[str, Any]:
+    """The plan as plain data (written to plan.json, shown by `platform plan --json`)."""
+
+    def trial(t: Trial) -> dict[str, Any]:
+        return {
+            "trial_id": t.trial_id,
+            "label": t.label(),
+            "settings": t.settings,
+            "resources": t.resources.describe(),
+            "refused": t.refused,
+        }
+
+    return {
+        "nodes": [vars(n) for n in plan.nodes],
+        "trials": [trial(t) for t in plan.trials],
+        "launches": [
+            {"launch_id": launch.launch_id, "trials": [t.trial_id for t in launch.trials]}
+            for launch in plan.launches()
+        ],
+    }
+
+
+def _nothing_runs(plan: SweepPlan) -> str:
+    lines = ["no trial of this sweep can run here:"]
+    lines += [f"  {t.label()}: {t.refused}" for t in plan.refused[:10]]
+    if len(plan.refused) > 10:
+        lines.append(f"  ... and {len(plan.refused) - 10} more")
+    return "\n".join(lines)
+
+
+def completed_trials(sweep_dir: Path) -> set[tuple[str, int]]:
+    """(trial_id, repeat) pairs already recorded as ok in a sweep directory."""
+    table = read_results(sweep_dir)
+    ids, repeats, status = (table[c].to_pylist() for c in ("trial_id", "repeat", "status"))
+    return {(i, r) for i, r, s in zip(ids, repeats, status, strict=True) if s == "ok"}

@@ -1,0 +1,367 @@
+"""Sweep files: load, override, validate.
+
+One typed model per YAML section (torchtitan style), extra keys forbidden, and every error turned
+into one message that names the file, the line, the dotted path, the bad value and what is allowed.
+Pure: imports neither ray nor torch.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from amdahl.errors import UserError
+
+Precision = Literal["fp32", "tf32", "bf16", "fp16", "bf16_weights"]
+Compile = Literal["eager", "inductor", "torchscript"]
+Sync = Literal[
+    "ddp",
+    "ddp_fp16",
+    "ddp_bf16",
+    "powersgd",
+    "accumulate",
+    "local_sgd",
+    "zero1",
+    "fsdp",
+    "param_server",
+    "none",
+]
+Isolation = Literal["exclusive", "shared"]
+Scaling = Literal["weak", "strong"]
+_Positive = Annotated[int, Field(ge=1)]
+
+#: The six axes every sweep can vary; `params.<name>` axes come on top.
+AXES = ("devices", "batch_size", "precision", "compile", "data_workers", "sync")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class TrainSpec(_Section):
+    """How each trial trains and what is timed."""
+
+    steps: int = Field(50, ge=1, description="Measured optimizer steps per trial (after warmup).")
+    warmup_steps: int = Field(
+        10, ge=0, description="Steps run first and excluded from timing (allocator, caches)."
+    )
+    repeats: int = Field(
+        1, ge=1, description="Times each trial is measured; each repeat is its own results row."
+    )
+    seed: int = Field(0, description="Seed for model initialisation and synthetic data.")
+    lr: float = Field(0.05, gt=0, description="SGD learning rate (per global batch).")
+    scaling: Scaling = Field(
+        "weak",
+        description="weak: batch_size is per device (global batch grows with devices); "
+        "strong: batch_size is the global batch, split across devices.",
+    )
+    max_failures: int = Field(
+        0,
+        ge=0,
+        description="Times a launch is restarted after a worker dies before its "
+        "unfinished trials are recorded as failed.",
+    )
+
+
+class GridSpec(_Section):
+    """Lists of values; the sweep runs their cartesian product (minus `exclude`)."""
+
+    model_config = ConfigDict(extra="allow", validate_default=True)
+
+    devices: list[_Positive] = Field(
+        [1], min_length=1, description="Train workers (GPUs or CPU slots)."
+    )
+    batch_size: list[_Positive] = Field(
+        [256], min_length=1, description="Batch size (see train.scaling)."
+    )
+    precision: list[Precision] = Field(["fp32"], min_length=1, description="Numeric precision.")
+    compile: list[Compile] = Field(["eager"], min_length=1, description="Graph compilation.")
+    data_workers: list[_Positive] = Field(
+        [1], min_length=1, description="Concurrency of the input pipeline's preprocessing."
+    )
+    sync: list[Sync] = Field(["ddp"], min_length=1, description="Gradient synchronisation.")
+
+    def param_axes(self) -> dict[str, list[Any]]:
+        """The `params.<name>` axes, keyed by parameter name."""
+        return {k.removeprefix("params."): v for k, v in (self.model_extra or {}).items()}
+
+
+class OptionsSpec(_Section):
+    """Settings of individual axis values (each applies only where its axis value is used)."""
+
+    compile_mode: Literal["default", "reduce-overhead", "max-autotune"] = Field(
+        "default", description="torch.compile mode for compile=inductor."
+    )
+    bucket_cap_mb: float = Field(25.0, gt=0, description="DDP gradient bucket size (ddp*).")
+    powersgd_rank: int = Field(1, ge=1, description="PowerSGD matrix rank (sync=powersgd).")
+    accumulate_steps: int = Field(
+        4, ge=1, description="Micro-batches per optimizer step (sync=accumulate)."
+    )
+    local_sgd_every: int = Field(
+        4, ge=1, description="Steps between parameter averages (sync=local_sgd)."
+    )
+    ps_shards: int = Field(2, ge=1, description="Parameter-server actors (sync=param_server).")
+    prefetch_batches: int = Field(4, ge=0, description="Batches Ray Data prefetches per worker.")
+
+
+class ResourcesSpec(_Section):
+    """What each trial asks Ray for."""
+
+    use_gpu: bool = Field(False, description="Train on GPUs (NCCL) instead of CPUs (gloo).")
+    cpus_per_device: float = Field(
+        1.0, gt=0, description="Ray CPUs per train worker; torch threads = max(1, floor(this))."
+    )
+    gpus_per_device: float = Field(1.0, gt=0, description="Ray GPUs per train worker (use_gpu).")
+    cpus_per_data_worker: float = Field(
+        1.0, gt=0, description="Ray CPUs kept free for each input-pipeline worker."
+    )
+
+
+class TrackingSpec(_Section):
+    """Where results are mirrored in MLflow."""
+
+    experiment: str | None = Field(None, description="MLflow experiment; defaults to `name`.")
+    uri: str | None = Field(
+        None, description="Tracking URI; MLFLOW_TRACKING_URI wins, else MLflow's default."
+    )
+    enabled: bool = Field(True, description="Mirror results to MLflow at all.")
+
+
+class ReportSpec(_Section):
+    """Inputs the report needs that no measurement gives."""
+
+    cost_per_device_hour: float = Field(
+        0.0, ge=0, description="Price of one device for one hour, for cost per million samples."
+    )
+
+
+class SweepSpec(_Section):
+    """A whole sweep file."""
+
+    name: str = Field("sweep", pattern=r"^[A-Za-z0-9_.-]+$", description="Sweep name.")
+    workload: str = Field(description="Registered workload (`mlp`) or `package.module:Class`.")
+    params: dict[str, Any] = Field({}, description="Keyword arguments for the workload.")
+    train: TrainSpec = TrainSpec()
+    grid: GridSpec = GridSpec()
+    options: OptionsSpec = OptionsSpec()
+    exclude: list[dict[str, Any]] = Field(
+        [], description="Partial settings; a trial matching every key of one entry is skipped."
+    )
+    resources: ResourcesSpec = ResourcesSpec()
+    isolation: Isolation = Field(
+        "exclusive",
+        description="exclusive: one launch at a time (honest timing); shared: "
+        "launches run side by side when resources allow.",
+    )
+    tracking: TrackingSpec = TrackingSpec()
+    report: ReportSpec = ReportSpec()
+
+    @property
+    def experiment(self) -> str:
+        return self.tracking.experiment or self.name
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> SweepSpec:
+    """Read a sweep file, apply `--set key.path=value` overrides, validate.
+
+    Raises UserError with one message naming file, line and dotted path on any problem.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise UserError(f"{path}: cannot read sweep file ({e.strerror or e})") from None
+    try:
+        raw = yaml.safe_load(text)
+        lines = _line_numbers(yaml.compose(text, Loader=yaml.SafeLoader))
+    except yaml.YAMLError as e:
+        raise UserError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(raw, dict):
+        raise UserError(f"{path}: a sweep file is a mapping with at least `workload:`")
+    overridden: set[tuple[str | int, ...]] = set()
+    for item in overrides:
+        overridden.add(_apply_override(raw, item))
+    return validate_spec(raw, source=str(path), lines=lines, overridden=overridden)
+
+
+def validate_spec(
+    raw: dict[str, Any],
+    source: str = "<spec>",
+    lines: dict[tuple[str | int, ...], int] | None = None,
+    overridden: set[tuple[str | int, ...]] | None = None,
+) -> SweepSpec:
+    """Validate an already-parsed sweep mapping (the Python API's entry point)."""
+    lines = lines or {}
+    overridden = overridden or set()
+    try:
+        spec = SweepSpec.model_validate(raw)
+        _check_grid_keys(spec)
+        _check_cross_fields(spec)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = tuple(err["loc"])
+        raise UserError(_where(source, loc, lines, overridden) + _explain(err, loc)) from None
+    except _SpecProblem as p:
+        raise UserError(_where(source, p.loc, lines, overridden) + p.message) from None
+    return spec
+
+
+class _SpecProblem(Exception):
+    def __init__(self, loc: tuple[str | int, ...], message: str):
+        self.loc, self.message = loc, message
+
+
+def _check_grid_keys(spec: SweepSpec) -> None:
+    for key in spec.grid.model_extra or {}:
+        if not key.startswith("params."):
+            known = [*AXES, *(f"params.{p}" for p in spec.params)]
+            raise _SpecProblem(
+                ("grid", key),
+                f"unknown axis {key!r}{_did_you_mean(key, known)}; "
+                f"axes are {', '.join(AXES)} and params.<name>",
+            )
+        values = spec.grid.model_extra[key]
+        if not isinstance(values, list) or not values:
+            raise _SpecProblem(("grid", key), f"must be a non-empty list, got {values!r}")
+
+
+def _check_cross_fields(spec: SweepSpec) -> None:
+    """Rules that span sections, each naming the dotted path and the bad value."""
+    axes = {
+        **{a: getattr(spec.grid, a) for a in AXES},
+        **{f"params.{k}": v for k, v in spec.grid.param_axes().items()},
+    }
+    for i, entry in enumerate(spec.exclude):
+        for key, value in entry.items():
+            if key not in axes:
+                raise _SpecProblem(
+                    ("exclude", i, key), f"unknown axis {key!r}{_did_you_mean(key, list(axes))}"
+                )
+            if value not in axes[key]:
+                raise _SpecProblem(
+                    ("exclude", i, key),
+                    f"{value!r} is not in grid.{key} "
+                    f"{axes[key]}, so this exclusion would never match",
+                )
+    if spec.train.scaling == "strong":
+        for b in spec.grid.batch_size:
+            for d in spec.grid.devices:
+                if b % d:
+                    raise _SpecProblem(
+                        ("grid", "batch_size"),
+                        f"strong scaling splits the "
+                        f"global batch {b} over {d} devices, which does not "
+                        f"divide; use multiples of {d}",
+                    )
+
+
+# --------------------------------------------------------------------------- messages
+
+
+def _where(source: str, loc: tuple[str | int, ...], lines: dict, overridden: set) -> str:
+    dotted = _dotted(loc)
+    for n in range(len(loc), 0, -1):
+        if loc[:n] in overridden:
+            return f"--set {_dotted(loc[:n])}: "
+    for n in range(len(loc), 0, -1):
+        if loc[:n] in lines:
+            return f"{source}:{lines[loc[:n]]}: {dotted}: "
+    return f"{source}: {dotted}: " if dotted else f"{source}: "
+
+
+def _dotted(loc: tuple[str | int, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _explain(err: dict[str, Any], loc: tuple[str | int, ...]) -> str:
+    kind, ctx, value = err["type"], err.get("ctx", {}), err.get("input")
+    if kind == "extra_forbidden":
+        key = str(loc[-1])
+        model = _model_at(loc[:-1])
+        known = list(model.model_fields) if model else []
+        return f"unknown key {key!r}{_did_you_mean(key, known)}; allowed keys: {', '.join(known)}"
+    if kind == "missing":
+        return "is required"
+    if kind == "literal_error":
+        return f"got {value!r}; allowed values: {ctx.get('expected')}"
+    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+        op = {
+            "greater_than_equal": ">=",
+            "greater_than": ">",
+            "less_than_equal": "<=",
+            "less_than": "<",
+        }[kind]
+        bound = next(iter(ctx.values()))
+        return f"must be {op} {bound}, got {value!r}"
+    if kind == "value_error":
+        return str(ctx.get("error", err["msg"]))
+    return f"{err['msg'][0].lower()}{err['msg'][1:]}, got {value!r}"
+
+
+def _model_at(loc: tuple[str | int, ...]) -> type[BaseModel] | None:
+    model: type[BaseModel] = SweepSpec
+    for part in loc:
+        field = model.model_fields.get(str(part))
+        sub = field.annotation if field else None
+        if not (isinstance(sub, type) and issubclass(sub, BaseModel)):
+            return None
+        model = sub
+    return model
+
+
+def _did_you_mean(word: str, candidates: list[str]) -> str:
+    close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _line_numbers(node: yaml.Node | None) -> dict[tuple[str | int, ...], int]:
+    """Map each dotted path in the YAML document to its 1-based line number."""
+    out: dict[tuple[str | int, ...], int] = {}
+
+    def walk(n: yaml.Node, path: tuple[str | int, ...]) -> None:
+        out[path] = n.start_mark.line + 1
+        if isinstance(n, yaml.MappingNode):
+            for k, v in n.value:
+                walk(v, (*path, k.value))
+                out[(*path, k.value)] = k.start_mark.line + 1  # the key's line, not the value's
+        elif isinstance(n, yaml.SequenceNode):
+            for i, v in enumerate(n.value):
+                walk(v, (*path, i))
+
+    if node is not None:
+        walk(node, ())
+    return out
+
+
+def _apply_override(raw: dict[str, Any], item: str) -> tuple[str, ...]:
+    """`train.steps=20` or `grid.devices=[1,2]`: the value is parsed as YAML."""
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise UserError(f"--set {item!r}: expected KEY.PATH=VALUE, e.g. --set train.steps=20")
+    try:
+        parsed = yaml.safe_load(value)
+    except yaml.YAMLError as e:
+        raise UserError(f"--set {item!r}: value is not valid YAML ({e})") from None
+    parts = key.split(".")
+    if parts[0] == "grid" and len(parts) == 3 and parts[1] == "params":
+        parts = ["grid", f"params.{parts[2]}"]
+    node = raw
+    for part in parts[:-1]:
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise UserError(f"--set {item!r}: {part!r} is not a section")
+        node = child
+    node[parts[-1]] = parsed
+    return tuple(parts)

@@ -1,0 +1,211 @@
+"""Mirror the results table to MLflow: a parent run per sweep, a child run per trial repeat.
+
+The driver is the single writer (many processes on one SQLite file contend). Every row is keyed by
+`trial_id:repeat` in a tag and in `tracking.json` in the sweep directory, so logging is idempotent:
+a resumed sweep or `platform sync` pushes only what MLflow does not have yet. An unreachable
+tracking server never stops a sweep: the rows stay in results.parquet and are pushed later.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from amdahl.spec import SweepSpec
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "tracking.json"
+_PARAM_COLUMNS = (
+    "workload",
+    "devices",
+    "batch_size",
+    "global_batch",
+    "precision",
+    "compile",
+    "data_workers",
+    "sync",
+    "scaling",
+    "steps",
+    "warmup_steps",
+    "repeat",
+    "trial_id",
+    "launch_id",
+    "micro_steps",
+    "torch_threads",
+)
+_TAG_COLUMNS = ("status", "host", "device_name", "backend")
+
+
+def tracking_uri(spec: SweepSpec) -> str | None:
+    """MLFLOW_TRACKING_URI, else the sweep file's tracking.uri, else MLflow's own default."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or spec.tracking.uri
+
+
+class Tracker:
+    """One sweep's MLflow mirror. All methods swallow tracking failures (and say so once)."""
+
+    def __init__(self, spec: SweepSpec, sweep_dir: Path, enabled: bool = True):
+        self.spec, self.sweep_dir, self.enabled = spec, Path(sweep_dir), enabled
+        self.state_path = self.sweep_dir / STATE_FILE
+        self.state: dict[str, Any] = (
+            json.loads(self.state_path.read_text())
+            if self.state_path.exists()
+            else {"parent_run_id": None, "logged": []}
+        )
+        self._logged = set(self.state["logged"])
+        self._client: Any = None
+        self.offline_reason: str | None = None
+
+    # ---- public ----------------------------------------------------------------------
+
+    def log_trial(self, row: dict[str, Any]) -> bool:
+        """Log one results row as a child run; False when tracking is off or unreachable."""
+        key = f"{row['trial_id']}:{row['repeat']}"
+        if not self.enabled or key in self._logged:
+            return key in self._logged
+        try:
+            self._log_child(key, row)
+        except Exception as e:  # noqa: BLE001 - a tracking outage must not stop the sweep
+            self._offline(e)
+            return False
+        self._logged.add(key)
+        self._save_state()
+        return True
+
+    def sync(self, rows: list[dict[str, Any]]) -> int:
+        """Push every row MLflow lacks; returns how many were pushed."""
+        return sum(
+            1
+            for r in rows
+            if f"{r['trial_id']}:{r['repeat']}" not in self._logged and self.log_trial(r)
+        )
+
+    def finish(self, outcome: Any) -> None:
+        """Close the parent run with the sweep's summary and artifacts."""
+        if not self.enabled or self.offline_reason:
+            return
+        try:
+            client, parent = self._ensure_parent()
+            client.log_metric(parent, "sweep_wall_s", outcome.wall_s)
+            client.log_metric(parent, "trials_failed", len(outcome.failed))
+            for name in ("spec.yaml", "plan.json", "results.parquet", "report.md", "report.html"):
+                path = self.sweep_dir / name
+                if path.exists():
+                    client.log_artifact(parent, str(path))
+            client.set_terminated(parent, "FAILED" if outcome.failed else "FINISHED")
+        except Exception as e:  # noqa: BLE001
+            self._offline(e)
+
+    @property
+    def parent_run_id(self) -> str | None:
+        return self.state["parent_run_id"]
+
+    # ---- internals ---------------------------------------------------------------------
+
+    def _client_or_raise(self) -> Any:
+        if self._client is None:
+            from mlflow.tracking import MlflowClient
+
+            self._client = MlflowClient(tracking_uri=tracking_uri(self.spec))
+        return self._client
+
+    def _ensure_parent(self) -> tuple[Any, str]:
+        client = self._client_or_raise()
+        if self.state["parent_run_id"] is None:
+            experiment = client.get_experiment_by_name(self.spec.experiment)
+            experiment_id = (
+                experiment.experiment_id
+                if experiment
+                else client.create_experiment(self.spec.experiment)
+            )
+            run = client.create_run(
+                experiment_id,
+                run_name=self.sweep_dir.name,
+                tags={"amdahl.sweep_dir": str(self.sweep_dir.resolve()), "amdahl.kind": "sweep"},
+            )
+            self.state["parent_run_id"] = run.info.run_id
+            self.state["experiment_id"] = experiment_id
+            self._save_state()
+            for name, value in _flatten(self.spec.model_dump()).items():
+                client.log_param(run.info.run_id, name, str(value)[:6000])
+            spec_file = self.sweep_dir / "spec.yaml"
+            if spec_file.exists():
+                client.log_artifact(run.info.run_id, str(spec_file))
+        return client, self.state["parent_run_id"]
+
+    def _log_child(self, key: str, row: dict[str, Any]) -> None:
+        from mlflow.entities import Metric, Param, RunTag
+
+        client, parent = self._ensure_parent()
+        existing = client.search_runs(
+            [self.state["experiment_id"]],
+            filter_string=f"tags.`amdahl.row` = '{key}' and tags.`mlflow.parentRunId` = '{parent}'",
+            max_results=1,
+        )
+        if existing:  # logged before a crash wiped our state file's last write
+            return
+        name = (
+            f"d{row['devices']}-b{row['batch_size']}-{row['precision']}-{row['compile']}-"
+            f"{row['sync']}-r{row['repeat']}"
+        )
+        tags = {
+            "mlflow.parentRunId": parent,
+            "amdahl.row": key,
+            "mlflow.runName": name,
+            **{f"amdahl.{c}": str(row.get(c)) for c in _TAG_COLUMNS},
+            "amdahl.versions": str(row.get("versions") or ""),
+        }
+        if row.get("error"):
+            tags["amdahl.error"] = str(row["error"])[:4000]
+        run = client.create_run(self.state["experiment_id"], run_name=name, tags=tags)
+        params = [Param(c, str(row.get(c))) for c in _PARAM_COLUMNS if row.get(c) is not None]
+        params += [
+            Param(f"params.{k}", str(v)[:6000])
+            for k, v in json.loads(row.get("params") or "{}").items()
+        ]
+        metrics = [
+            Metric(k, float(v), 0, 0)
+            for k, v in row.items()
+            if isinstance(v, int | float)
+            and not isinstance(v, bool)
+            and k not in _PARAM_COLUMNS
+            and math.isfinite(v)
+        ]
+        client.log_batch(
+            run.info.run_id,
+            metrics=metrics,
+            params=params,
+            tags=[RunTag(k, v) for k, v in tags.items() if k.startswith("amdahl")],
+        )
+        client.set_terminated(run.info.run_id, "FINISHED" if row["status"] == "ok" else "FAILED")
+
+    def _offline(self, error: Exception) -> None:
+        if self.offline_reason is None:
+            self.offline_reason = f"{type(error).__name__}: {error}"
+            log.warning(
+                "MLflow unreachable, results stay in %s until `platform sync`: %s",
+                self.sweep_dir,
+                self.offline_reason,
+            )
+        self._client = None
+
+    def _save_state(self) -> None:
+        self.state["logged"] = sorted(self._logged)
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.state, indent=1))
+        os.replace(tmp, self.state_path)
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out

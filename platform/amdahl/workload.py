@@ -1,0 +1,107 @@
+"""The Workload API: what a user subclasses to put their own model under the platform.
+
+A workload states its model, its data (synthetic rows the platform stores once as parquet), its
+loss, and optionally its accuracy and FLOPs per sample. It never touches Ray, MLflow or timing:
+the harness owns those, so every workload is measured the same way.
+
+This module imports no torch at module level so the CLI and planner stay fast.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from amdahl.errors import UserError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+#: Short names usable as `workload:` in a sweep file.
+REGISTERED: dict[str, str] = {
+    "mlp": "workloads.mlp:MLP",
+}
+
+
+class Workload:
+    """Base class. Subclass it, set `defaults`, and implement the four abstract methods.
+
+    `params` from the sweep file (and `params.<name>` grid axes) arrive as keyword arguments;
+    keys absent from `defaults` are rejected before anything launches.
+    """
+
+    #: Every parameter the workload accepts, with its default value.
+    defaults: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, **params: Any):
+        unknown = sorted(set(params) - set(self.defaults))
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], list(self.defaults), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise UserError(
+                f"params.{unknown[0]}: {type(self).__name__} has no parameter {unknown[0]!r}"
+                f"{hint}; it accepts: {', '.join(sorted(self.defaults)) or 'none'}"
+            )
+        self.params = {**self.defaults, **params}
+
+    # ---- to implement -------------------------------------------------------------------
+
+    def build_model(self) -> torch.nn.Module:
+        """A freshly initialised model (the harness seeds torch before calling this)."""
+        raise NotImplementedError
+
+    def generate(self, split: str, num_rows: int, seed: int) -> dict[str, np.ndarray]:
+        """Synthetic rows for `split` ("train" or "val") as equal-length numpy columns."""
+        raise NotImplementedError
+
+    def split_batch(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(inputs, targets) from one batch of columns."""
+        raise NotImplementedError
+
+    def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """Mean loss over the batch."""
+        raise NotImplementedError
+
+    # ---- optional -----------------------------------------------------------------------
+
+    def correct(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor | None:
+        """Number of correct predictions (for accuracy), or None when accuracy has no meaning."""
+        return (output.argmax(dim=-1) == target).sum()
+
+    def flops_per_sample(self) -> float | None:
+        """Training FLOPs per sample (forward + backward), for achieved FLOP/s and MFU."""
+        return None
+
+    def rows(self, split: str) -> int:
+        """How many rows of `split` to store; the harness cycles through them."""
+        return int(self.params.get(f"{split}_rows", 8192 if split == "train" else 2048))
+
+
+def resolve_workload(name: str) -> type[Workload]:
+    """`mlp` or `package.module:Class` -> the Workload subclass, with one clear error."""
+    target = REGISTERED.get(name, name)
+    module_name, sep, class_name = target.partition(":")
+    if not sep:
+        close = difflib.get_close_matches(name, list(REGISTERED), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise UserError(
+            f"workload: unknown workload {name!r}{hint}; use one of "
+            f"{', '.join(REGISTERED)} or 'package.module:Class'"
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise UserError(f"workload: cannot import {module_name!r} ({e})") from None
+    cls = getattr(module, class_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, Workload)):
+        raise UserError(
+            f"workload: {target!r} is not a subclass of amdahl.Workload in {module_name!r}"
+        )
+    return cls
+
+
+def make_workload(name: str, params: dict[str, Any]) -> Workload:
+    """Resolve and instantiate: parameter errors surface here, before any launch."""
+    return resolve_workload(name)(**params)
