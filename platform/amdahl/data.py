@@ -62,7 +62,7 @@ def ray_dataset(path: str | Path, data_workers: int, cpus_per_data_worker: float
 
 
 def _arrow_column(values: np.ndarray) -> pa.Array:
-    """1-D columns as plain arrays, 2-D ones as fixed-size lists (Ray Data reads them as tensors)."""
+    """1-D columns as plain arrays, 2-D as fixed-size lists (Ray Data reads them as tensors)."""
     if values.ndim == 1:
         return pa.array(values)
     flat = pa.array(np.ascontiguousarray(values).reshape(-1))

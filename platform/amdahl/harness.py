@@ -122,8 +122,7 @@ def run_trial(
     if settings["compile"] == "torchscript":
         model = torch.jit.script(model)
     strategy = make_strategy(settings["sync"], settings["options"], device)
-    lr = config["lr"]
-    model, optimizer = strategy.prepare(model, lambda p: torch.optim.SGD(p, lr=lr))
+    model, optimizer = strategy.prepare(model, make_optimizer_factory(config))
     if settings["compile"] == "inductor":
         model = torch.compile(model, mode=settings["options"]["compile_mode"])
     wrap_s = time.perf_counter() - compile_start if settings["compile"] != "eager" else 0.0
@@ -206,6 +205,14 @@ def run_trial(
         "micro_steps": strategy.micro_steps,
         **_memory_peak(device, mem_baseline),
     }
+
+
+def make_optimizer_factory(config: dict[str, Any]):
+    """params -> optimizer, as the sweep's train section asks (strategies may wrap or shard it)."""
+    lr = config["lr"]
+    if config["optimizer"] == "adamw":
+        return lambda params: torch.optim.AdamW(params, lr=lr)
+    return lambda params: torch.optim.SGD(params, lr=lr, momentum=0.9)
 
 
 def _batches(

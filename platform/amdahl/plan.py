@@ -192,7 +192,7 @@ def trial_id(spec: SweepSpec, settings: dict[str, Any]) -> str:
         {
             "workload": spec.workload,
             "settings": {k: v for k, v in settings.items() if k != "axis_params"},
-            "train": [t.steps, t.warmup_steps, t.seed, t.lr, t.scaling],
+            "train": [t.steps, t.warmup_steps, t.seed, t.lr, t.scaling, t.optimizer],
             "resources": spec.resources.model_dump(),
         }
     )

@@ -215,6 +215,7 @@ def _launch_config(spec: SweepSpec, launch: Launch, sweep_dir: Path) -> dict[str
         "warmup_steps": t.warmup_steps,
         "seed": t.seed,
         "lr": t.lr,
+        "optimizer": t.optimizer,
         "scaling": t.scaling,
         "max_failures": t.max_failures,
         "data_workers": launch.trials[0].settings["data_workers"],

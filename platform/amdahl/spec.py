@@ -53,7 +53,11 @@ class TrainSpec(_Section):
         1, ge=1, description="Times each trial is measured; each repeat is its own results row."
     )
     seed: int = Field(0, description="Seed for model initialisation and synthetic data.")
-    lr: float = Field(0.05, gt=0, description="SGD learning rate (per global batch).")
+    lr: float = Field(0.05, gt=0, description="Learning rate.")
+    optimizer: Literal["sgd", "adamw"] = Field(
+        "sgd", description="sgd (momentum 0.9) or adamw; both keep per-parameter state, which "
+        "is what zero1 and fsdp shard."
+    )
     scaling: Scaling = Field(
         "weak",
         description="weak: batch_size is per device (global batch grows with devices); "
