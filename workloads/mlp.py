@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from amdahl import Workload
 from torch import nn
+
+from amdahl import Workload
 
 
 class MLP(Workload):

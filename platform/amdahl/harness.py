@@ -30,6 +30,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from amdahl.results import ROW_KEY
 from amdahl.sync import make_strategy, unwrap
 from amdahl.workload import Workload, make_workload
 
@@ -64,7 +65,8 @@ def train_launch(config: dict[str, Any]) -> None:
             )
             gathered = _gather(stats, error, world)
             row = _results_row(config, trial, repeat, gathered, started, stamp, device, threads)
-            ray.train.report(row if rank == 0 else {})
+            # One JSON field: Tune adds its own keys (trial_id among them) to every result.
+            ray.train.report({ROW_KEY: json.dumps(row)} if rank == 0 else {})
 
 
 def _run_guarded(

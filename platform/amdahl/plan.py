@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -239,7 +240,7 @@ def _resource_problem(res: ResourcePlan, nodes: list[Node]) -> str | None:
     if res.total_cpus > cpus + 1e-9:
         fit = (cpus - res.driver_cpus - res.data_cpus) / res.workers
         hint = (
-            f"set resources.cpus_per_device <= {fit:.2g}"
+            f"set resources.cpus_per_device <= {math.floor(fit * 100) / 100:g}"
             if fit > 0
             else "lower data_workers or resources.cpus_per_data_worker"
         )

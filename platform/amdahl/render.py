@@ -22,15 +22,20 @@ def print_plan(plan: SweepPlan) -> None:
     for col in ("trial", "settings", "resources", "status"):
         table.add_column(col)
     for t in plan.trials:
-        table.add_row(
-            t.trial_id,
-            t.label(),
-            t.resources.describe(),
-            "[green]will run[/]" if t.refused is None else f"[red]refused:[/] {t.refused}",
-        )
+        status = "[green]will run[/]" if t.refused is None else "[red]refused[/]"
+        table.add_row(t.trial_id, t.label(), t.resources.describe(), status)
     console.print(table)
     nodes = ", ".join(f"{n.name} {n.cpus:g} CPU {n.gpus:g} GPU" for n in plan.nodes)
-    console.print(f"cluster: {nodes}")
+    console.print(f"cluster: {nodes}", soft_wrap=True)
+    if plan.refused:
+        console.print("will not run:")
+        for t in plan.refused:  # one unwrapped line each, so the reason stays greppable
+            console.print(
+                f"  {t.trial_id} {t.label()}: {t.refused}",
+                soft_wrap=True,
+                markup=False,
+                highlight=False,
+            )
 
 
 class LiveProgress:

@@ -17,6 +17,9 @@ import pyarrow.parquet as pq
 from amdahl.errors import UserError
 
 RESULTS_FILE = "results.parquet"
+#: The single key under which a worker reports a row as JSON (Tune adds keys of its own,
+#: `trial_id` among them, to every reported result).
+ROW_KEY = "amdahl_row"
 #: Written into the parquet metadata; a file without it is not ours.
 SCHEMA_TAG = b"amdahl.results.v1"
 

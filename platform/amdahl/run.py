@@ -24,7 +24,7 @@ from ray import tune
 
 from amdahl.errors import UserError
 from amdahl.plan import DRIVER_CPUS, Launch, Node, SweepPlan, Trial, plan_sweep
-from amdahl.results import append_rows, read_results
+from amdahl.results import ROW_KEY, append_rows, read_results
 from amdahl.spec import SweepSpec
 from amdahl.workload import make_workload
 
@@ -145,7 +145,11 @@ def _run_launches(
     tuner = tune.Tuner(
         tune.with_resources(_launch_trainable, {"CPU": DRIVER_CPUS}),
         param_space={"launch": tune.grid_search(configs)},
-        tune_config=tune.TuneConfig(max_concurrent_trials=concurrency),
+        tune_config=tune.TuneConfig(
+            max_concurrent_trials=concurrency,
+            trial_name_creator=_launch_name,
+            trial_dirname_creator=_launch_name,
+        ),
         run_config=tune.RunConfig(
             name="tune",
             storage_path=str((sweep_dir / "ray").resolve()),
@@ -154,6 +158,10 @@ def _run_launches(
         ),
     )
     tuner.fit()
+
+
+def _launch_name(trial: Any) -> str:
+    return f"launch-{trial.config['launch']['launch_id']}"
 
 
 def _launch_trainable(config: dict[str, Any]) -> None:
@@ -258,9 +266,9 @@ class _ResultSink(tune.Callback):
     def on_trial_result(
         self, iteration: int, trials: list, trial: Any, result: dict, **info: Any
     ) -> None:
-        if "trial_id" not in result or "status" not in result:
+        if ROW_KEY not in result:
             return
-        row = {k: v for k, v in result.items() if not k.startswith(("config", "time_"))}
+        row = json.loads(result[ROW_KEY])
         launch_id = trial.config["launch"]["launch_id"]
         self.reported.setdefault(launch_id, set()).add((row["trial_id"], row["repeat"]))
         self._record(row)

@@ -55,8 +55,9 @@ class TrainSpec(_Section):
     seed: int = Field(0, description="Seed for model initialisation and synthetic data.")
     lr: float = Field(0.05, gt=0, description="Learning rate.")
     optimizer: Literal["sgd", "adamw"] = Field(
-        "sgd", description="sgd (momentum 0.9) or adamw; both keep per-parameter state, which "
-        "is what zero1 and fsdp shard."
+        "sgd",
+        description="sgd (momentum 0.9) or adamw; both keep per-parameter state, which "
+        "is what zero1 and fsdp shard.",
     )
     scaling: Scaling = Field(
         "weak",
@@ -121,7 +122,7 @@ class ResourcesSpec(_Section):
     )
     gpus_per_device: float = Field(1.0, gt=0, description="Ray GPUs per train worker (use_gpu).")
     cpus_per_data_worker: float = Field(
-        1.0, gt=0, description="Ray CPUs kept free for each input-pipeline worker."
+        0.5, gt=0, description="Ray CPUs kept free for each input-pipeline worker."
     )
 
 

@@ -1,0 +1,30 @@
+"""One local Ray for the whole integration session, started in-process and shut down after.
+
+Never `ray stop` or kill by process name: that would hit Ray processes that are not ours.
+"""
+
+import os
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    import ray
+
+    os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
+    started = False
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        started = True
+    yield ray
+    if started:
+        ray.shutdown()
+
+
+@pytest.fixture
+def mlflow_uri(tmp_path, monkeypatch):
+    """A fresh SQLite MLflow store per test (the real store MLflow users get by default)."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    return uri

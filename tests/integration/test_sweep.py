@@ -1,0 +1,123 @@
+"""A tiny sweep end to end on local Ray: rows in results.parquet, runs in MLflow, CLI exit codes."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from amdahl import read_results, run_sweep, validate_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+
+TINY = {
+    "name": "tiny",
+    "workload": "mlp",
+    "params": {"hidden": [32], "train_rows": 2048, "val_rows": 256},
+    "train": {"steps": 8, "warmup_steps": 2},
+    "grid": {"devices": [1, 2], "batch_size": [32], "sync": ["ddp", "none"]},
+    "resources": {"cpus_per_device": 0.5, "cpus_per_data_worker": 0.5},
+}
+
+
+@pytest.fixture(scope="module")
+def tiny_sweep(ray_cluster, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("sweep")
+    mp = pytest.MonkeyPatch()
+    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    mp.setenv("MLFLOW_TRACKING_URI", uri)
+    events = []
+    outcome = run_sweep(
+        validate_spec(TINY),
+        runs_dir=tmp / "runs",
+        on_event=lambda kind, payload: events.append(kind),
+    )
+    mp.undo()
+    return outcome, uri, events
+
+
+def test_every_trial_has_one_ok_row_with_positive_throughput(tiny_sweep):
+    outcome, _, events = tiny_sweep
+    table = read_results(outcome.sweep_dir)
+    rows = table.to_pylist()
+    assert len(rows) == 4
+    assert {r["trial_id"] for r in rows} == {t.trial_id for t in outcome.plan.trials}
+    for r in rows:
+        assert r["status"] == "ok", r["error"]
+        assert r["throughput"] > 0
+        assert r["step_time_s"] > 0
+        assert r["global_batch"] == 32 * r["devices"]
+        assert r["measured_s"] > 0 and r["setup_s"] >= 0
+        assert 0.0 <= r["val_accuracy"] <= 1.0
+    assert sorted(set(r["launch_id"] for r in rows)) == sorted(
+        launch.launch_id for launch in outcome.plan.launches()
+    )
+    assert events[0] == "planned" and events[-1] == "finished"
+    assert events.count("trial_done") == 4
+    for name in ("spec.yaml", "plan.json", "results.parquet"):
+        assert (outcome.sweep_dir / name).exists()
+
+
+def test_mlflow_holds_parent_and_child_runs(tiny_sweep):
+    from mlflow.tracking import MlflowClient
+
+    outcome, uri, _ = tiny_sweep
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("tiny")
+    runs = client.search_runs([experiment.experiment_id])
+    parents = [r for r in runs if r.data.tags.get("amdahl.kind") == "sweep"]
+    assert len(parents) == 1
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
+    assert len(children) == 4
+    rows = {r["trial_id"]: r for r in read_results(outcome.sweep_dir).to_pylist()}
+    for child in children:
+        row = rows[child.data.params["trial_id"]]
+        assert child.data.params["devices"] == str(row["devices"])
+        assert child.data.params["sync"] == row["sync"]
+        assert child.data.metrics["throughput"] == pytest.approx(row["throughput"])
+        assert child.data.tags["amdahl.status"] == "ok"
+        assert child.info.status == "FINISHED"
+    artifacts = [a.path for a in client.list_artifacts(parents[0].info.run_id)]
+    assert "spec.yaml" in artifacts and "results.parquet" in artifacts
+
+
+def test_report_command_prints_speedup(tiny_sweep):
+    outcome, _, _ = tiny_sweep
+    done = subprocess.run(
+        [sys.executable, "-m", "amdahl.cli", "report", str(outcome.sweep_dir)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "speedup" in done.stdout.lower()
+
+
+def test_plan_refuses_more_devices_than_the_machine_has(tmp_path):
+    spec = tmp_path / "big.yaml"
+    spec.write_text("name: big\nworkload: mlp\ngrid:\n  devices: [64]\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "amdahl.cli", "plan", str(spec)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert done.returncode == 2
+    out = done.stdout + done.stderr
+    assert "d64 b256 fp32 eager w1 ddp" in out
+    assert "64 x (1 CPU)" in out and "CPUs" in out
+    assert "Traceback" not in out
+
+
+def test_bad_sweep_file_exits_2_with_one_message(tmp_path):
+    spec = tmp_path / "bad.yaml"
+    spec.write_text("name: bad\nworkload: mlp\ngrid:\n  devices: [1, 0]\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "amdahl.cli", "sweep", str(spec)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"error: {spec}:4: grid.devices[1]: must be >= 1, got 0"
+    assert not (ROOT / "runs").exists() or not any((ROOT / "runs").glob("bad-*"))
