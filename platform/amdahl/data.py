@@ -1,9 +1,9 @@
 """The input pipeline: workload rows stored once as parquet, read and fed by Ray Data.
 
 Synthetic rows are written once per (workload, params, seed) into a cache directory and reused by
-every trial and sweep that asks for the same data. Each launch reads the parquet with Ray Data
-(read tasks sized by `data_workers` and the CPUs the plan kept for them) and materialises it in
-the object store, so every epoch of every trial in the launch streams from memory.
+every trial and sweep that asks for the same data. The sweep driver reads the parquet with Ray Data
+once (read tasks sized to the CPUs the plan keeps for data) and materialises it in the object
+store, so every epoch of every trial of every launch streams from memory.
 """
 
 from __future__ import annotations
@@ -49,15 +49,11 @@ def stored_dataset(
     return out
 
 
-def ray_dataset(path: str | Path, data_workers: int, cpus_per_data_worker: float) -> Any:
-    """A materialised Ray Dataset of the stored rows, read with the plan's data CPUs."""
+def ray_dataset(path: str | Path, cpus_per_read_task: float) -> Any:
+    """A materialised Ray Dataset of the stored rows (read tasks sized to the plan's data CPUs)."""
     import ray.data
 
-    ds = ray.data.read_parquet(
-        str(path),
-        concurrency=data_workers,
-        ray_remote_args={"num_cpus": cpus_per_data_worker},
-    )
+    ds = ray.data.read_parquet(str(path), num_cpus=cpus_per_read_task)
     return ds.materialize()
 
 

@@ -32,6 +32,7 @@ from amdahl.workload import make_workload
 EventHandler = Callable[[str, dict[str, Any]], None]
 
 SPEC_FILE = "spec.yaml"
+_POLL_INTERVAL_S = 0.25
 PLAN_FILE = "plan.json"
 
 
@@ -139,11 +140,14 @@ def _run_launches(
     emit: EventHandler,
 ) -> None:
     configs = [_launch_config(spec, launch, sweep_dir) for launch in launches]
+    datasets = _materialise_datasets(spec, configs)
     by_launch = {launch.launch_id: launch for launch in launches}
     sink = _ResultSink(sweep_dir, by_launch, outcome, tracker, emit)
     concurrency = 1 if spec.isolation == "exclusive" else len(configs)
     tuner = tune.Tuner(
-        tune.with_resources(_launch_trainable, {"CPU": DRIVER_CPUS}),
+        tune.with_resources(
+            tune.with_parameters(_launch_trainable, datasets=datasets), {"CPU": DRIVER_CPUS}
+        ),
         param_space={"launch": tune.grid_search(configs)},
         tune_config=tune.TuneConfig(
             max_concurrent_trials=concurrency,
@@ -164,20 +168,35 @@ def _launch_name(trial: Any) -> str:
     return f"launch-{trial.config['launch']['launch_id']}"
 
 
-def _launch_trainable(config: dict[str, Any]) -> None:
+def _materialise_datasets(spec: SweepSpec, configs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each distinct training set read once into the object store, shared by all launches."""
+    from amdahl.data import ray_dataset, stored_dataset
+
+    datasets: dict[str, Any] = {}
+    for config in configs:
+        key = config["dataset_key"]
+        if key not in datasets:
+            params = config["trials"][0]["settings"]["params"]
+            workload = make_workload(spec.workload, params)
+            path = stored_dataset(workload, spec.workload, "train", spec.train.seed)
+            datasets[key] = ray_dataset(path, spec.resources.cpus_per_data_worker)
+    return datasets
+
+
+def _launch_trainable(config: dict[str, Any], datasets: dict[str, Any]) -> None:
     """Tune function trainable: fit one TorchTrainer that runs every trial of one launch."""
     import ray.train
     from ray.train.torch import TorchConfig, TorchTrainer
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    from amdahl.data import ray_dataset, stored_dataset
     from amdahl.harness import train_launch
 
+    # Train's controller polls workers for reported rows at this interval (default 2 s): a
+    # worker's next report waits for the last one to be collected, so keep it short.
+    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", str(_POLL_INTERVAL_S))
     launch = config["launch"]
-    workload = make_workload(launch["workload"], launch["trials"][0]["settings"]["params"])
-    path = stored_dataset(workload, launch["workload"], "train", launch["seed"])
     res = launch["resources"]
-    dataset = ray_dataset(path, launch["data_workers"], res["cpus_per_data_worker"])
+    dataset = datasets[launch["dataset_key"]]
     worker = {"CPU": res["cpus_per_worker"]}
     if res["gpus_per_worker"]:
         worker["GPU"] = res["gpus_per_worker"]
@@ -236,6 +255,7 @@ def _launch_config(spec: SweepSpec, launch: Launch, sweep_dir: Path) -> dict[str
             "cpus_per_data_worker": spec.resources.cpus_per_data_worker,
         },
         "storage_path": str((sweep_dir / "ray" / "train").resolve()),
+        "dataset_key": json.dumps(launch.trials[0].settings["params"], sort_keys=True),
     }
 
 
