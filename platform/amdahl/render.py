@@ -65,7 +65,11 @@ class LiveProgress:
                     self.order.append(key)
                     self.rows[key] = {
                         "label": t.label() + (f" r{r}" if r else ""),
-                        "status": "pending" if t.refused is None else "refused",
+                        "status": "refused"
+                        if t.refused
+                        else "earlier"
+                        if (t.trial_id, r) in payload.get("finished", ())
+                        else "pending",
                         "throughput": "",
                         "note": t.refused or "",
                     }
@@ -87,7 +91,9 @@ class LiveProgress:
 
     def _table(self) -> Table:
         done = [
-            r for r in self.rows.values() if r["status"] not in ("pending", "running", "refused")
+            r
+            for r in self.rows.values()
+            if r["status"] not in ("pending", "running", "refused", "earlier")
         ]
         todo = [r for r in self.rows.values() if r["status"] in ("pending", "running")]
         elapsed = time.perf_counter() - self.started

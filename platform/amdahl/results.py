@@ -118,9 +118,19 @@ def read_results(sweep_dir: str | Path) -> pa.Table:
 
 
 def append_rows(sweep_dir: str | Path, rows: list[dict[str, Any]]) -> pa.Table:
-    """Append rows and atomically replace results.parquet; returns the whole new table."""
+    """Add rows and atomically replace results.parquet; returns the whole new table.
+
+    A row replaces an earlier one with the same (trial_id, repeat): a retried trial has one row.
+    """
     path = Path(sweep_dir) / RESULTS_FILE
     old = read_results(sweep_dir)
+    keys = {(r["trial_id"], r["repeat"]) for r in rows}
+    if keys and old.num_rows:
+        kept = [
+            (t, r) not in keys
+            for t, r in zip(old["trial_id"].to_pylist(), old["repeat"].to_pylist(), strict=True)
+        ]
+        old = old.filter(pa.array(kept))
     new = pa.Table.from_pylist([{k: r.get(k) for k in COLUMNS} for r in rows], schema=SCHEMA)
     table = pa.concat_tables([old, new]).replace_schema_metadata(SCHEMA.metadata)
     tmp = path.with_suffix(".parquet.tmp")

@@ -9,11 +9,15 @@ MLflow. The driver is the only writer of both.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import shutil
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -24,7 +28,7 @@ from ray import tune
 
 from amdahl.errors import UserError
 from amdahl.plan import DRIVER_CPUS, Launch, Node, SweepPlan, Trial, plan_sweep
-from amdahl.results import ROW_KEY, append_rows, read_results
+from amdahl.results import RESULTS_FILE, ROW_KEY, append_rows, read_results
 from amdahl.spec import SweepSpec
 from amdahl.workload import make_workload
 
@@ -90,11 +94,21 @@ def ray_nodes() -> list[Node]:
 # --------------------------------------------------------------------------- running
 
 
+class SweepInterrupted(Exception):
+    """Ctrl-C stopped the sweep; everything finished so far is saved in `sweep_dir`."""
+
+    def __init__(self, sweep_dir: Path):
+        super().__init__(f"interrupted; finished trials are saved in {sweep_dir}")
+        self.sweep_dir = sweep_dir
+
+
 def run_sweep(
     spec: SweepSpec,
     *,
     address: str | None = None,
     runs_dir: str | Path = "runs",
+    resume: str | Path | None = None,
+    retry_failed: bool = False,
     on_event: EventHandler | None = None,
     verbose: bool = False,
     tracking: bool | None = None,
@@ -102,44 +116,111 @@ def run_sweep(
     """Plan, launch and record a whole sweep; returns what was run and where it was written.
 
     Uses the Ray already initialised in this process if any, else connects to `address`, else
-    starts a local Ray sized to this machine.
+    starts a local Ray sized to this machine. With `resume` (a sweep directory), only trial
+    repeats without a final row there run (failed ones too with `retry_failed`).
+    Raises SweepInterrupted after a first Ctrl-C has stopped it cleanly.
     """
     emit = on_event or (lambda kind, payload: None)
     started = time.perf_counter()
-    sweep_dir = _new_sweep_dir(Path(runs_dir), spec.name)
-    log_path = sweep_dir / "ray.log"
-    _init_ray(address, log_path, verbose)
-    plan = make_plan(spec, ray_nodes())
-    if not plan.runnable:
-        raise UserError(_nothing_runs(plan))
+    if resume is not None:
+        sweep_dir = Path(resume)
+        finished = finished_trials(sweep_dir, retry_failed)  # a broken table fails here
+    else:
+        sweep_dir, finished = _new_sweep_dir(Path(runs_dir), spec.name), set()
+    try:
+        _init_ray(address, sweep_dir / "ray.log", verbose)
+        plan = make_plan(spec, ray_nodes())
+        if not plan.runnable:
+            raise UserError(_nothing_runs(plan))
+    except BaseException:
+        if resume is None:
+            shutil.rmtree(sweep_dir, ignore_errors=True)  # never leave a half-made sweep
+        raise
     _write_sweep_files(sweep_dir, spec, plan)
-    emit("planned", {"plan": plan, "sweep_dir": sweep_dir})
+    emit("planned", {"plan": plan, "sweep_dir": sweep_dir, "finished": finished})
 
     from amdahl.track import Tracker
 
     tracker = Tracker(
         spec, sweep_dir, enabled=spec.tracking.enabled if tracking is None else tracking
     )
+    tracker.sync(read_results(sweep_dir).to_pylist())  # rows an outage kept from MLflow
     outcome = SweepOutcome(sweep_dir=sweep_dir, plan=plan)
+    repeats = range(spec.train.repeats)
+    done_ids = {
+        t.trial_id for t in plan.trials if all((t.trial_id, r) in finished for r in repeats)
+    }
+    launches = plan.launches(skip=done_ids)
+    interrupt = _InterruptFlag()
     try:
-        _run_launches(spec, plan, plan.launches(), sweep_dir, outcome, tracker, emit)
+        if launches:
+            with interrupt.installed():
+                _run_launches(
+                    spec, launches, sweep_dir, finished, outcome, tracker, emit, interrupt
+                )
     finally:
         outcome.wall_s = time.perf_counter() - started
-        tracker.finish(outcome)
+        tracker.finish(outcome, interrupted=interrupt.is_set())
+    if interrupt.is_set():
+        raise SweepInterrupted(sweep_dir)
     emit("finished", {"outcome": outcome})
     return outcome
 
 
+class _InterruptFlag(tune.Stopper):
+    """First Ctrl-C: Tune stops scheduling and ends the running launch. Second: stop at once.
+
+    Rows already written stay intact: results.parquet is only ever replaced atomically.
+    """
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def __call__(self, trial_id: str, result: dict) -> bool:
+        return self._event.is_set()
+
+    def stop_all(self) -> bool:
+        return self._event.is_set()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {}  # lives in the driver only (Tune pickles its stoppers into its state)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._event = threading.Event()
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = signal.getsignal(signal.SIGINT)
+
+        def first(signum: int, frame: Any) -> None:
+            self._event.set()
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+        os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
+        signal.signal(signal.SIGINT, first)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+
 def _run_launches(
     spec: SweepSpec,
-    plan: SweepPlan,
     launches: list[Launch],
     sweep_dir: Path,
+    finished: set[tuple[str, int]],
     outcome: SweepOutcome,
     tracker: Any,
     emit: EventHandler,
+    interrupt: _InterruptFlag,
 ) -> None:
-    configs = [_launch_config(spec, launch, sweep_dir) for launch in launches]
+    configs = [_launch_config(spec, launch, sweep_dir, finished) for launch in launches]
     datasets = _materialise_datasets(spec, configs)
     by_launch = {launch.launch_id: launch for launch in launches}
     sink = _ResultSink(sweep_dir, by_launch, outcome, tracker, emit)
@@ -158,6 +239,7 @@ def _run_launches(
             name="tune",
             storage_path=str((sweep_dir / "ray").resolve()),
             callbacks=[sink],
+            stop=interrupt,
             verbose=0,
         ),
     )
@@ -220,7 +302,9 @@ def _launch_trainable(config: dict[str, Any], datasets: dict[str, Any]) -> None:
     trainer.fit()
 
 
-def _launch_config(spec: SweepSpec, launch: Launch, sweep_dir: Path) -> dict[str, Any]:
+def _launch_config(
+    spec: SweepSpec, launch: Launch, sweep_dir: Path, finished: set[tuple[str, int]]
+) -> dict[str, Any]:
     """Everything the workers need, as plain data (it crosses process boundaries)."""
     r = launch.resources
     t = spec.train
@@ -236,7 +320,12 @@ def _launch_config(spec: SweepSpec, launch: Launch, sweep_dir: Path) -> dict[str
         "sweep": spec.name,
         "workload": spec.workload,
         "trials": trials,
-        "skip": [],
+        "skip": sorted(
+            [tr.trial_id, r]
+            for tr in launch.trials
+            for r in range(t.repeats)
+            if (tr.trial_id, r) in finished
+        ),
         "repeats": t.repeats,
         "steps": t.steps,
         "warmup_steps": t.warmup_steps,
@@ -420,8 +509,29 @@ def _nothing_runs(plan: SweepPlan) -> str:
     return "\n".join(lines)
 
 
-def completed_trials(sweep_dir: Path) -> set[tuple[str, int]]:
-    """(trial_id, repeat) pairs already recorded as ok in a sweep directory."""
+def finished_trials(sweep_dir: Path, retry_failed: bool = False) -> set[tuple[str, int]]:
+    """(trial_id, repeat) pairs with a final row in a sweep directory (ok ones only, when
+    failed ones are to be retried)."""
+    if not (Path(sweep_dir) / RESULTS_FILE).exists() and not (Path(sweep_dir) / SPEC_FILE).exists():
+        raise UserError(
+            f"{sweep_dir}: nothing to resume (no {RESULTS_FILE} or {SPEC_FILE}); "
+            "pass a directory made by `platform sweep`"
+        )
     table = read_results(sweep_dir)
     ids, repeats, status = (table[c].to_pylist() for c in ("trial_id", "repeat", "status"))
-    return {(i, r) for i, r, s in zip(ids, repeats, status, strict=True) if s == "ok"}
+    return {
+        (i, r)
+        for i, r, s in zip(ids, repeats, status, strict=True)
+        if s == "ok" or not retry_failed
+    }
+
+
+def latest_sweep_dir(runs_dir: str | Path, name: str) -> Path:
+    """The newest `runs/<name>-*` directory, for `--resume` without a directory."""
+    candidates = sorted(Path(runs_dir).glob(f"{name}-*"), key=lambda p: p.stat().st_mtime)
+    if not candidates:
+        raise UserError(
+            f"--resume: no earlier sweep named {name!r} under {runs_dir}/; "
+            "pass the sweep directory explicitly"
+        )
+    return candidates[-1]

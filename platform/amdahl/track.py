@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -55,37 +56,44 @@ class Tracker:
         self.state: dict[str, Any] = (
             json.loads(self.state_path.read_text())
             if self.state_path.exists()
-            else {"parent_run_id": None, "logged": []}
+            else {"parent_run_id": None, "logged": {}}
         )
-        self._logged = set(self.state["logged"])
+        self._logged: dict[str, dict[str, str]] = self.state["logged"]
         self._client: Any = None
         self.offline_reason: str | None = None
 
     # ---- public ----------------------------------------------------------------------
 
     def log_trial(self, row: dict[str, Any]) -> bool:
-        """Log one results row as a child run; False when tracking is off or unreachable."""
+        """Log one results row as a child run (or update it when a retry changed the row).
+
+        Returns False when tracking is off or MLflow is unreachable.
+        """
         key = f"{row['trial_id']}:{row['repeat']}"
-        if not self.enabled or key in self._logged:
-            return key in self._logged
+        known = self._logged.get(key)
+        if not self.enabled:
+            return False
+        if known is not None and known["status"] == row["status"]:
+            return True
         try:
-            self._log_child(key, row)
+            run_id = self._log_child(key, row, known["run_id"] if known else None)
         except Exception as e:  # noqa: BLE001 - a tracking outage must not stop the sweep
             self._offline(e)
             return False
-        self._logged.add(key)
+        self._logged[key] = {"run_id": run_id, "status": row["status"]}
         self._save_state()
         return True
 
     def sync(self, rows: list[dict[str, Any]]) -> int:
-        """Push every row MLflow lacks; returns how many were pushed."""
-        return sum(
-            1
+        """Push every row MLflow lacks (or holds in an older state); returns how many."""
+        stale = [
+            r
             for r in rows
-            if f"{r['trial_id']}:{r['repeat']}" not in self._logged and self.log_trial(r)
-        )
+            if self._logged.get(f"{r['trial_id']}:{r['repeat']}", {}).get("status") != r["status"]
+        ]
+        return sum(1 for r in stale if self.log_trial(r))
 
-    def finish(self, outcome: Any) -> None:
+    def finish(self, outcome: Any, interrupted: bool = False) -> None:
         """Close the parent run with the sweep's summary and artifacts."""
         if not self.enabled or self.offline_reason:
             return
@@ -97,7 +105,8 @@ class Tracker:
                 path = self.sweep_dir / name
                 if path.exists():
                     client.log_artifact(parent, str(path))
-            client.set_terminated(parent, "FAILED" if outcome.failed else "FINISHED")
+            status = "KILLED" if interrupted else "FAILED" if outcome.failed else "FINISHED"
+            client.set_terminated(parent, status)
         except Exception as e:  # noqa: BLE001
             self._offline(e)
 
@@ -138,51 +147,53 @@ class Tracker:
                 client.log_artifact(run.info.run_id, str(spec_file))
         return client, self.state["parent_run_id"]
 
-    def _log_child(self, key: str, row: dict[str, Any]) -> None:
+    def _log_child(self, key: str, row: dict[str, Any], run_id: str | None) -> str:
         from mlflow.entities import Metric, Param, RunTag
 
         client, parent = self._ensure_parent()
-        existing = client.search_runs(
-            [self.state["experiment_id"]],
-            filter_string=f"tags.`amdahl.row` = '{key}' and tags.`mlflow.parentRunId` = '{parent}'",
-            max_results=1,
-        )
-        if existing:  # logged before a crash wiped our state file's last write
-            return
+        if run_id is None:  # not in our state: maybe logged just before a crash lost the state
+            existing = client.search_runs(
+                [self.state["experiment_id"]],
+                filter_string=f"tags.`amdahl.row` = '{key}' and "
+                f"tags.`mlflow.parentRunId` = '{parent}'",
+                max_results=1,
+            )
+            run_id = existing[0].info.run_id if existing else None
         name = (
             f"d{row['devices']}-b{row['batch_size']}-{row['precision']}-{row['compile']}-"
             f"{row['sync']}-r{row['repeat']}"
         )
         tags = {
-            "mlflow.parentRunId": parent,
             "amdahl.row": key,
-            "mlflow.runName": name,
             **{f"amdahl.{c}": str(row.get(c)) for c in _TAG_COLUMNS},
             "amdahl.versions": str(row.get("versions") or ""),
+            "amdahl.error": str(row.get("error") or "")[:4000],
         }
-        if row.get("error"):
-            tags["amdahl.error"] = str(row["error"])[:4000]
-        run = client.create_run(self.state["experiment_id"], run_name=name, tags=tags)
-        params = [Param(c, str(row.get(c))) for c in _PARAM_COLUMNS if row.get(c) is not None]
-        params += [
-            Param(f"params.{k}", str(v)[:6000])
-            for k, v in json.loads(row.get("params") or "{}").items()
-        ]
         metrics = [
-            Metric(k, float(v), 0, 0)
+            Metric(k, float(v), int(time.time() * 1000), 0)
             for k, v in row.items()
             if isinstance(v, int | float)
             and not isinstance(v, bool)
             and k not in _PARAM_COLUMNS
             and math.isfinite(v)
         ]
+        params: list[Any] = []
+        if run_id is None:
+            run_id = client.create_run(
+                self.state["experiment_id"],
+                run_name=name,
+                tags={"mlflow.parentRunId": parent, "amdahl.row": key},
+            ).info.run_id
+            params = [Param(c, str(row.get(c))) for c in _PARAM_COLUMNS if row.get(c) is not None]
+            params += [
+                Param(f"params.{k}", str(v)[:6000])
+                for k, v in json.loads(row.get("params") or "{}").items()
+            ]
         client.log_batch(
-            run.info.run_id,
-            metrics=metrics,
-            params=params,
-            tags=[RunTag(k, v) for k, v in tags.items() if k.startswith("amdahl")],
+            run_id, metrics=metrics, params=params, tags=[RunTag(k, v) for k, v in tags.items()]
         )
-        client.set_terminated(run.info.run_id, "FINISHED" if row["status"] == "ok" else "FAILED")
+        client.set_terminated(run_id, "FINISHED" if row["status"] == "ok" else "FAILED")
+        return run_id
 
     def _offline(self, error: Exception) -> None:
         if self.offline_reason is None:
@@ -195,7 +206,6 @@ class Tracker:
         self._client = None
 
     def _save_state(self) -> None:
-        self.state["logged"] = sorted(self._logged)
         tmp = self.state_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.state, indent=1))
         os.replace(tmp, self.state_path)
