@@ -11,14 +11,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from amdahl.workload import Workload
+
+if TYPE_CHECKING:
+    import torch
 
 #: Where generated datasets live; AMDAHL_DATA_DIR overrides.
 DEFAULT_CACHE = Path(os.environ.get("AMDAHL_DATA_DIR", Path.home() / ".cache" / "amdahl" / "data"))
@@ -63,3 +67,24 @@ def _arrow_column(values: np.ndarray) -> pa.Array:
         return pa.array(values)
     flat = pa.array(np.ascontiguousarray(values).reshape(-1))
     return pa.FixedSizeListArray.from_arrays(flat, int(np.prod(values.shape[1:])))
+
+
+def worker_batches(
+    shard: Any, batch_size: int, prefetch: int, device: torch.device
+) -> Iterator[dict[str, torch.Tensor]]:
+    """Endless stream of per-rank batches: epochs of the Ray Data shard, one after another.
+
+    On GPU, `iter_torch_batches(device=...)` overlaps the host-to-device copy with compute.
+    """
+    while True:
+        yielded = False
+        for batch in shard.iter_torch_batches(
+            batch_size=batch_size, prefetch_batches=prefetch, drop_last=True, device=device
+        ):
+            yielded = True
+            yield batch
+        if not yielded:
+            raise RuntimeError(
+                f"the data shard holds fewer than batch_size={batch_size} rows; "
+                "raise params.train_rows or lower the batch size"
+            )

@@ -22,7 +22,6 @@ import platform as _stdlib_platform
 import statistics
 import time
 import traceback
-from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any
 
@@ -30,6 +29,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from amdahl.data import worker_batches
 from amdahl.results import ROW_KEY
 from amdahl.sync import make_strategy, unwrap
 from amdahl.workload import Workload, make_workload
@@ -131,7 +131,9 @@ def run_trial(
 
     autocast_dtype = _AUTOCAST.get(precision)
     scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
-    batches = _batches(shard, per_device_batch, settings["options"]["prefetch_batches"], device)
+    batches = worker_batches(
+        shard, per_device_batch, settings["options"]["prefetch_batches"], device
+    )
     clock = _Clock(cuda)
     total = config["warmup_steps"] + config["steps"]
     steps: list[tuple[float, list[Any]]] = []  # per step: data wait, phase marks
@@ -215,27 +217,6 @@ def make_optimizer_factory(config: dict[str, Any]):
     if config["optimizer"] == "adamw":
         return lambda params: torch.optim.AdamW(params, lr=lr)
     return lambda params: torch.optim.SGD(params, lr=lr, momentum=0.9)
-
-
-def _batches(
-    shard: Any, batch_size: int, prefetch: int, device: torch.device
-) -> Iterator[dict[str, torch.Tensor]]:
-    """Endless stream of per-rank batches: epochs of the Ray Data shard, one after another.
-
-    On GPU, `iter_torch_batches(device=...)` overlaps the host-to-device copy with compute.
-    """
-    while True:
-        yielded = False
-        for batch in shard.iter_torch_batches(
-            batch_size=batch_size, prefetch_batches=prefetch, drop_last=True, device=device
-        ):
-            yielded = True
-            yield batch
-        if not yielded:
-            raise RuntimeError(
-                f"the data shard holds fewer than batch_size={batch_size} rows; "
-                "raise params.train_rows or lower the batch size"
-            )
 
 
 @torch.no_grad()
