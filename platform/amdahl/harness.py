@@ -85,6 +85,8 @@ def _run_guarded(
     except torch.OutOfMemoryError as e:
         return {}, f"oom: {_first_line(e)}"
     except Exception as e:  # noqa: BLE001 - every failure is a result, with its reason
+        if isinstance(e, RuntimeError) and _is_host_oom(e):
+            return {}, f"oom: {_first_line(e)}"
         tb = traceback.format_exc(limit=-3)
         return {}, f"failed: {type(e).__name__}: {_first_line(e)}\n{tb}"
     finally:
@@ -112,23 +114,8 @@ def run_trial(
     mem_baseline = _memory_reset(device)
     setup_start = time.perf_counter()
 
-    torch.manual_seed(config["seed"])
-    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
-    torch.backends.cudnn.allow_tf32 = precision == "tf32"
-    model = workload.build_model().to(device)
+    model, optimizer, strategy, wrap_s = build_trial_model(workload, settings, config, device)
     weights_dtype = torch.bfloat16 if precision == "bf16_weights" else None
-    if weights_dtype is not None:
-        model = model.to(weights_dtype)
-
-    compile_start = time.perf_counter()
-    if settings["compile"] == "torchscript":
-        model = torch.jit.script(model)
-    strategy = make_strategy(settings["sync"], settings["options"], device)
-    model, optimizer = strategy.prepare(model, make_optimizer_factory(config))
-    if settings["compile"] == "inductor":
-        model = torch.compile(model, mode=settings["options"]["compile_mode"])
-    wrap_s = time.perf_counter() - compile_start if settings["compile"] != "eager" else 0.0
-
     autocast_dtype = _AUTOCAST.get(precision)
     scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
     batches = worker_batches(
@@ -169,6 +156,9 @@ def run_trial(
         losses.append(loss.detach() * strategy.micro_steps)
     device_sync()
     window = time.perf_counter() - window_start
+    comm_s = _exposed_communication(
+        workload, model, batches, weights_dtype, autocast_dtype, scaler, clock, settings
+    )
 
     phases = clock.resolve([marks for _, marks in steps])
     waits = [wait for wait, _ in steps]
@@ -207,8 +197,116 @@ def run_trial(
         "val_loss": val_loss,
         "val_accuracy": val_acc,
         "micro_steps": strategy.micro_steps,
+        "comm_s": comm_s,
+        "peak_flops": _peak_flops(device, autocast_dtype or weights_dtype or torch.float32),
         **_memory_peak(device, mem_baseline),
     }
+
+
+def build_trial_model(
+    workload: Workload, settings: dict[str, Any], config: dict[str, Any], device: torch.device
+) -> tuple[torch.nn.Module, Any, Any, float]:
+    """Fresh model (seeded), in the trial's precision, wrapped by its sync strategy and compiler.
+
+    Returns (model, optimizer, strategy, seconds spent scripting/compiling-wrapping).
+    TorchScript scripts the plain module (DDP cannot be scripted); inductor compiles the
+    strategy's wrapper so DDP's bucketing is visible to the compiler.
+    """
+    precision = settings["precision"]
+    torch.manual_seed(config["seed"])
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = precision == "tf32"
+    model = workload.build_model().to(device)
+    if precision == "bf16_weights":
+        model = model.to(torch.bfloat16)
+    start = time.perf_counter()
+    if settings["compile"] == "torchscript":
+        model = torch.jit.script(model)
+    strategy = make_strategy(settings["sync"], settings["options"], device)
+    model, optimizer = strategy.prepare(model, make_optimizer_factory(config))
+    if settings["compile"] == "inductor":
+        model = torch.compile(model, mode=settings["options"]["compile_mode"])
+    wrap_s = time.perf_counter() - start if settings["compile"] != "eager" else 0.0
+    return model, optimizer, strategy, wrap_s
+
+
+#: Interleaved pairs of (synced, no_sync) forward+backward passes run after the measured window.
+CALIBRATION_PAIRS = 5
+
+
+def _exposed_communication(
+    workload: Workload,
+    model: torch.nn.Module,
+    batches: Any,
+    weights_dtype: torch.dtype | None,
+    autocast_dtype: torch.dtype | None,
+    scaler: torch.amp.GradScaler | None,
+    clock: _Clock,
+    settings: dict[str, Any],
+) -> float | None:
+    """Exposed gradient communication per step, estimated outside the measured window.
+
+    Method: CALIBRATION_PAIRS interleaved pairs of forward+backward passes, one with DDP's
+    gradient all-reduce and one under `no_sync()` (no all-reduce, no optimizer step, gradients
+    discarded), on the same batches; exposed communication = median(synced) - median(no_sync),
+    clipped at 0. It counts only the all-reduce time that backward could not hide, which is
+    what costs throughput. Limits: only for strategies built on DDP (others report None and
+    their communication shows up in optimizer time); not for compiled models (no_sync would
+    recompile); noisy when the difference is below timer resolution.
+    """
+    ddp = model if isinstance(model, torch.nn.parallel.DistributedDataParallel) else None
+    if ddp is None or settings["compile"] == "inductor":
+        return None
+    timings: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(CALIBRATION_PAIRS):
+        batch = next(batches)
+        for synced in (True, False):
+            context = contextlib.nullcontext() if synced else ddp.no_sync()
+            x, y = workload.split_batch(batch)
+            if weights_dtype is not None and x.is_floating_point():
+                x = x.to(weights_dtype)
+            with context:
+                start = clock.mark()
+                with torch.autocast(
+                    x.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None
+                ):
+                    loss = workload.loss(model(x), y)
+                (scaler.scale(loss) if scaler else loss).backward()
+                end = clock.mark()
+            ddp.zero_grad(set_to_none=True)
+            timings[synced].append((start, end))
+    if clock.cuda:
+        torch.cuda.synchronize()
+    spans = {k: statistics.median(clock.span(a, b) for a, b in v) for k, v in timings.items()}
+    return max(0.0, spans[True] - spans[False])
+
+
+_PEAK_CACHE: dict[tuple[str, torch.dtype], float] = {}
+
+
+def _peak_flops(device: torch.device, dtype: torch.dtype) -> float:
+    """Measured matmul FLOP/s of this worker at `dtype` (cached per process), for MFU.
+
+    Labelled as measured, not a datasheet figure: on CPU there is no honest datasheet peak for
+    the threads a worker was given, and a measured peak is what the model could reach.
+    """
+    key = (str(device), dtype)
+    if key not in _PEAK_CACHE:
+        n = 2048 if device.type == "cuda" else 512
+        a = torch.randn(n, n, device=device).to(dtype)
+        b = torch.randn(n, n, device=device).to(dtype)
+        sync = torch.cuda.synchronize if device.type == "cuda" else _nothing
+        for _ in range(3):
+            a @ b
+        sync()
+        reps, start = 0, time.perf_counter()
+        while time.perf_counter() - start < 0.2:
+            for _ in range(4):
+                a @ b
+            reps += 4
+            sync()
+        _PEAK_CACHE[key] = 2 * n**3 * reps / (time.perf_counter() - start)
+    return _PEAK_CACHE[key]
 
 
 def make_optimizer_factory(config: dict[str, Any]):
@@ -434,6 +532,9 @@ def _aggregate(stats: list[dict[str, Any]], settings: dict, config: dict) -> dic
         "peak_mem_reserved_bytes": max(reserved) if reserved else None,
         "flops_per_sample": flops,
         "achieved_flops": throughput * flops if flops else None,
+        "comm_s": med("comm_s") if stats[0]["comm_s"] is not None else None,
+        "peak_flops": med("peak_flops"),
+        "mfu": throughput * flops / (med("peak_flops") * len(stats)) if flops else None,
     }
 
 
@@ -447,6 +548,11 @@ def _versions() -> dict[str, str]:
         "cuda": torch.version.cuda or "",
         "omp_threads": os.environ.get("OMP_NUM_THREADS", ""),
     }
+
+
+def _is_host_oom(e: RuntimeError) -> bool:
+    text = str(e)
+    return "can't allocate memory" in text or "out of memory" in text.lower()
 
 
 def _first_line(e: BaseException) -> str:

@@ -81,8 +81,20 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
         "CPU peak resident memory above the pre-trial baseline; max over ranks",
     ),
     "peak_mem_reserved_bytes": (pa.float64(), "CUDA max reserved (GPU only), max over ranks"),
+    "comm_s": (
+        pa.float64(),
+        "exposed gradient communication per step: forward+backward with "
+        "DDP's all-reduce minus under no_sync, from interleaved calibration passes after "
+        "the measured window; median over ranks; null where not estimable",
+    ),
     "flops_per_sample": (pa.float64(), "training FLOPs per sample stated by the workload"),
     "achieved_flops": (pa.float64(), "FLOP/s over all ranks"),
+    "peak_flops": (
+        pa.float64(),
+        "measured matmul FLOP/s of one worker at the trial's compute "
+        "dtype (a measurement, not a datasheet peak); median over ranks",
+    ),
+    "mfu": (pa.float64(), "achieved_flops / (peak_flops x devices)"),
     "device_name": (pa.string(), "cpu or the GPU's name"),
     "backend": (pa.string(), "torch.distributed backend"),
     "torch_threads": (pa.int64(), "intra-op threads per worker"),
