@@ -31,7 +31,7 @@ import torch.distributed as dist
 
 from amdahl.data import worker_batches
 from amdahl.results import ROW_KEY
-from amdahl.sync import make_strategy, unwrap
+from amdahl.sync import make_strategy, model_state_bytes, unwrap
 from amdahl.workload import Workload, make_workload
 
 _AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -198,6 +198,7 @@ def run_trial(
         "val_accuracy": val_acc,
         "micro_steps": strategy.micro_steps,
         "comm_s": comm_s,
+        "model_state_bytes": sum(model_state_bytes(model, optimizer)),
         "peak_flops": _peak_flops(device, autocast_dtype or weights_dtype or torch.float32),
         **_memory_peak(device, mem_baseline),
     }
@@ -341,8 +342,13 @@ def _evaluate(
     loss_sum = torch.zeros((), dtype=torch.float64)
     correct_sum = torch.zeros((), dtype=torch.float64)
     has_accuracy = True
-    for start in range(0, len(idx), batch_size):
-        sel = idx[start : start + batch_size]
+    # Sharded models all-gather in every forward, so every rank runs the same number of them.
+    per_rank = math.ceil(n / world)
+    for b in range(math.ceil(per_rank / batch_size)):
+        sel = idx[b * batch_size : (b + 1) * batch_size]
+        counted = len(sel) > 0
+        if not counted:
+            sel = np.arange(min(1, n))  # a real row to join the collective, not counted
         batch = {k: torch.from_numpy(v[sel]).to(device) for k, v in val.items()}
         x, y = workload.split_batch(batch)
         if weights_dtype is not None and x.is_floating_point():
@@ -350,6 +356,8 @@ def _evaluate(
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
             out = model(x)
             loss = workload.loss(out, y)
+        if not counted:
+            continue
         loss_sum += float(loss) * len(sel)
         correct = workload.correct(out, y)
         has_accuracy = correct is not None
@@ -359,7 +367,9 @@ def _evaluate(
         [loss_sum, correct_sum, torch.tensor(float(len(idx)), dtype=torch.float64)]
     )
     if dist.is_initialized() and world > 1:
-        dist.all_reduce(totals)  # gloo: CPU tensor; sums are cheap, done once per trial
+        totals = totals.to(device)  # NCCL reduces device tensors only
+        dist.all_reduce(totals)  # sums, once per trial
+        totals = totals.cpu()
     model.train(was_training)
     count = max(float(totals[2]), 1.0)
     return float(totals[0]) / count, (float(totals[1]) / count if has_accuracy else None)
@@ -529,6 +539,7 @@ def _aggregate(stats: list[dict[str, Any]], settings: dict, config: dict) -> dic
         "val_loss": stats[0]["val_loss"],
         "val_accuracy": stats[0]["val_accuracy"],
         "peak_mem_bytes": top("peak_mem_bytes"),
+        "model_state_bytes": top("model_state_bytes"),
         "peak_mem_reserved_bytes": max(reserved) if reserved else None,
         "flops_per_sample": flops,
         "achieved_flops": throughput * flops if flops else None,

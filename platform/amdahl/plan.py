@@ -29,7 +29,19 @@ DRIVER_CPUS = 0.01
 SUPPORTED: dict[str, frozenset[str]] = {
     "precision": frozenset({"fp32", "tf32", "bf16", "fp16", "bf16_weights"}),
     "compile": frozenset({"eager", "inductor", "torchscript"}),
-    "sync": frozenset({"ddp", "none"}),
+    "sync": frozenset(
+        {
+            "ddp",
+            "ddp_fp16",
+            "powersgd",
+            "accumulate",
+            "local_sgd",
+            "zero1",
+            "fsdp",
+            "param_server",
+            "none",
+        }
+    ),
 }
 
 #: Values that need a CUDA device (and, for ddp_bf16, NCCL): refused on CPU with this reason.

@@ -80,6 +80,11 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
         "peak memory during the trial: CUDA max allocated, or on "
         "CPU peak resident memory above the pre-trial baseline; max over ranks",
     ),
+    "model_state_bytes": (
+        pa.float64(),
+        "parameter + optimizer-state bytes one rank holds, "
+        "counted from its tensors (what zero1/fsdp shard); max over ranks",
+    ),
     "peak_mem_reserved_bytes": (pa.float64(), "CUDA max reserved (GPU only), max over ranks"),
     "comm_s": (
         pa.float64(),

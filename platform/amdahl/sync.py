@@ -1,29 +1,105 @@
 """Gradient-synchronisation strategies: how replicas on several workers stay consistent.
 
-Worker side. Each strategy is a small object the harness drives with the same four calls, so the
+Worker side. Each strategy is a small object the harness drives with the same calls, so the
 timed loop reads the same whatever the strategy:
 
     model, optimizer = strategy.prepare(model, make_optimizer)
     for micro in range(strategy.micro_steps):
         with strategy.micro_context(model, micro):    # e.g. DDP no_sync while accumulating
             ...forward / backward...
-    strategy.step(optimizer)                          # e.g. push/pull to a parameter server
+    strategy.step(optimizer, scaler)                  # e.g. push/pull to a parameter server
+    optimizer.zero_grad(set_to_none=True)
     strategy.after_step(model, step)                  # e.g. local SGD's periodic average
+    ...
+    strategy.close()                                  # e.g. kill the parameter-server actors
 
-`none` is the measured ceiling: every worker trains alone on its shard, no communication.
+The strategies (`_STRATEGIES` maps the sweep's `sync` value to its class):
+
+- `none`: the measured ceiling; every worker trains alone on its shard, no communication.
+- `ddp`: DistributedDataParallel, bucketed all-reduce overlapped with backward.
+- `ddp_fp16` / `ddp_bf16`: DDP whose buckets travel as fp16 / bf16 (half the bytes).
+- `powersgd`: DDP with rank-r PowerSGD compression of the gradient matrices.
+- `accumulate`: DDP that all-reduces once per `accumulate_steps` micro-batches (`no_sync`).
+- `local_sgd`: no per-step communication; parameters averaged every `local_sgd_every` steps.
+- `zero1`: DDP + ZeroRedundancyOptimizer: optimizer state sharded over ranks (ZeRO stage 1).
+- `fsdp`: FSDP2 `fully_shard`: parameters, gradients and optimizer state sharded (ZeRO-3).
+- `param_server`: parameter shards held by Ray actors, synchronous push/pull each step.
+
+The gradient every rank applies is the equal-weight mean over ranks of each rank's mean-loss
+gradient; with unequal shards use `loss_scale_for_shard` to get the per-sample mean.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import inspect
+import itertools
+import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
 
 MakeOptimizer = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+
+#: Ray namespace of the parameter-server actors, so that workers started as separate Ray jobs
+#: find them too; names are unique per trial.
+_PS_NAMESPACE = "amdahl"
+
+
+def loss_scale_for_shard(local_samples: int, total_samples: int, world_size: int) -> float:
+    """Factor to multiply this rank's mean loss by so that DDP yields the per-sample mean gradient.
+
+    DDP (and every strategy here) averages with equal weight over ranks: g = (1/p) sum_r g_r,
+    where g_r is the gradient of rank r's mean loss over its n_r samples. With unequal shards
+    that over-weights the samples of the small shards. The gradient of the mean loss over all
+    N = sum_r n_r samples is the average weighted by shard size (D2L 12.5),
+    g* = sum_r (n_r / N) g_r, so scaling rank r's loss by s_r = p * n_r / N gives
+    (1/p) sum_r s_r g_r = g*. Equal shards give s_r = 1.
+
+    Seed worked example: shards of 1 and 3 samples with per-sample gradients 2 and 6; the plain
+    mean over ranks is (2 + 6) / 2 = 4, the per-sample mean is (1*2 + 3*6) / 4 = 5, and the scales
+    are 2*1/4 = 0.5 and 2*3/4 = 1.5: (0.5*2 + 1.5*6) / 2 = 5.
+    """
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    if total_samples < 1:
+        raise ValueError(f"total_samples must be >= 1, got {total_samples}")
+    if not 0 <= local_samples <= total_samples:
+        raise ValueError(
+            f"local_samples must be in [0, total_samples={total_samples}], got {local_samples}"
+        )
+    return world_size * local_samples / total_samples
+
+
+def model_state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[int, int]:
+    """(parameter bytes, optimizer-state bytes) this rank holds, counted from its tensors.
+
+    The model-state terms of the ZeRO memory table: sharded parameters (FSDP) count only the
+    local shard, and ZeroRedundancyOptimizer only the state of its own partition. Gradients are
+    left out (the harness frees them every step). Under `param_server` the optimizer state lives
+    on the server actors, so a worker holds none.
+    """
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+    from torch.distributed.tensor import DTensor
+
+    def nbytes(t: torch.Tensor) -> int:
+        local = t.to_local() if isinstance(t, DTensor) else t
+        return local.numel() * local.element_size()
+
+    inner = optimizer.optim if isinstance(optimizer, ZeroRedundancyOptimizer) else optimizer
+    params = sum(nbytes(p) for p in model.parameters())
+    state = sum(
+        nbytes(v)
+        for per_param in inner.state.values()
+        for v in per_param.values()
+        if isinstance(v, torch.Tensor)
+    )
+    return params, state
 
 
 class SyncStrategy:
@@ -71,17 +147,354 @@ class DDPSync(SyncStrategy):
         ddp = nn.parallel.DistributedDataParallel(
             model, device_ids=device_ids, bucket_cap_mb=self.options.get("bucket_cap_mb", 25.0)
         )
+        self._register_hook(ddp)
         return ddp, make_optimizer(ddp.parameters())
+
+    def _register_hook(self, ddp: nn.parallel.DistributedDataParallel) -> None:
+        """Subclasses replace DDP's all-reduce of each bucket with a communication hook."""
+
+
+class DDPFP16Sync(DDPSync):
+    """DDP whose gradient buckets are all-reduced as fp16 (half the bytes, fp16 rounding)."""
+
+    name = "ddp_fp16"
+
+    def _register_hook(self, ddp: nn.parallel.DistributedDataParallel) -> None:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+
+
+class DDPBF16Sync(DDPSync):
+    """DDP whose gradient buckets are all-reduced as bf16 (CUDA + NCCL only)."""
+
+    name = "ddp_bf16"
+
+    def __init__(self, options: dict[str, Any], device: torch.device):
+        super().__init__(options, device)
+        backend = dist.get_backend()
+        if device.type != "cuda" or backend != "nccl":
+            raise ValueError(
+                f"sync=ddp_bf16 needs CUDA and NCCL (bf16_compress_hook), got device "
+                f"{device.type} with backend {backend}; use ddp_fp16"
+            )
+
+    def _register_hook(self, ddp: nn.parallel.DistributedDataParallel) -> None:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
+
+
+class PowerSGDSync(DDPSync):
+    """DDP with PowerSGD: each gradient matrix travels as two rank-r factors, error feedback on.
+
+    The hook runs vanilla all-reduce before `start_iter` optimizer steps; torch's default (1000)
+    would leave a short trial uncompressed, so compression starts at the third step (2 is the
+    least PowerSGD accepts with error feedback). Matrices too small to gain 2x are sent whole.
+    """
+
+    name = "powersgd"
+    start_iter = 2
+
+    def _register_hook(self, ddp: nn.parallel.DistributedDataParallel) -> None:
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+
+        #: kept for inspection: `state.compression_stats()` says how much was compressed
+        self.state = powerSGD_hook.PowerSGDState(
+            process_group=None,
+            matrix_approximation_rank=self.options.get("powersgd_rank", 1),
+            start_powerSGD_iter=self.start_iter,
+        )
+        ddp.register_comm_hook(self.state, powerSGD_hook.powerSGD_hook)
+
+
+class AccumulateSync(DDPSync):
+    """DDP with gradient accumulation: all-reduce only on the last of `accumulate_steps` passes."""
+
+    name = "accumulate"
+
+    def __init__(self, options: dict[str, Any], device: torch.device):
+        super().__init__(options, device)
+        self.micro_steps = _positive(options.get("accumulate_steps", 4), "accumulate_steps")
+
+    def micro_context(self, model: nn.Module, micro: int) -> contextlib.AbstractContextManager:
+        if micro < self.micro_steps - 1:
+            return _compiled_inner(model).no_sync()
+        return contextlib.nullcontext()
+
+
+class LocalSGDSync(SyncStrategy):
+    """Local SGD: replicas train alone and average their parameters every `local_sgd_every` steps.
+
+    Rank 0's initial parameters and buffers are broadcast at prepare, so replicas start equal
+    and agree again right after each average (floating-point parameters and buffers, e.g.
+    BatchNorm statistics; optimizer state stays local).
+    """
+
+    name = "local_sgd"
+
+    def __init__(self, options: dict[str, Any], device: torch.device):
+        super().__init__(options, device)
+        self.every = _positive(options.get("local_sgd_every", 4), "local_sgd_every")
+
+    def prepare(
+        self, model: nn.Module, make_optimizer: MakeOptimizer
+    ) -> tuple[nn.Module, torch.optim.Optimizer]:
+        _broadcast_from_rank0(model)
+        return model, make_optimizer(model.parameters())
+
+    def after_step(self, model: nn.Module, step: int) -> None:
+        if (step + 1) % self.every == 0:
+            tensors = [t for t in _module_tensors(model) if t.is_floating_point()]
+            _flat_apply(tensors, _mean_over_ranks)
+
+
+class ZeRO1Sync(DDPSync):
+    """DDP + ZeroRedundancyOptimizer: each rank keeps and updates the optimizer state of its
+    partition of the parameters, then broadcasts them (ZeRO stage 1: state / world size)."""
+
+    name = "zero1"
+
+    def prepare(
+        self, model: nn.Module, make_optimizer: MakeOptimizer
+    ) -> tuple[nn.Module, torch.optim.Optimizer]:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        ddp, probe = super().prepare(model, make_optimizer)
+        optimizer_class, kwargs = _optimizer_recipe(probe, self.name)
+        sharded = ZeroRedundancyOptimizer(
+            ddp.parameters(), optimizer_class=optimizer_class, **kwargs
+        )
+        return ddp, sharded
+
+
+class FSDPSync(SyncStrategy):
+    """FSDP2 `fully_shard` on each child module that has parameters, then on the root.
+
+    Parameters, gradients and optimizer state are sharded over ranks (ZeRO stage 3); each
+    child's parameters are all-gathered for its forward and backward, and gradients
+    reduce-scattered. The model stays a plain module (every rank must run its forwards).
+    """
+
+    name = "fsdp"
+
+    def prepare(
+        self, model: nn.Module, make_optimizer: MakeOptimizer
+    ) -> tuple[nn.Module, torch.optim.Optimizer]:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh(self.device.type, (dist.get_world_size(),))
+        for child in model.children():
+            if any(True for _ in child.parameters()):
+                fully_shard(child, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        return model, make_optimizer(model.parameters())
+
+
+class ParamServerSync(SyncStrategy):
+    """Synchronous parameter server (D2L 12.7): parameter shards held by `ps_shards` Ray actors.
+
+    Keys are parameter names, spread over the shards by size (`_assign_shards`). Each step every
+    worker pushes its gradients to every shard in one call and gets the new parameters back
+    (one `ray.get` per step): a shard waits for the pushes of all workers, averages them, applies
+    the user's optimizer (its class and settings, rebuilt on the server) and answers everyone.
+    Rank 0 creates the actors (num_cpus=0: the planner keeps no CPU for them) under a per-trial
+    name it broadcasts; the other ranks look them up by name; `close` kills them. Replicas start
+    from rank 0's parameters and buffers; buffers (e.g. BatchNorm statistics) then stay local.
+
+    With an fp16 GradScaler each worker unscales its own gradients; a worker whose gradients
+    overflowed pushes a skip mark instead, and then every shard skips that step for everyone,
+    as GradScaler would; each worker's scale follows its own overflows.
+    """
+
+    name = "param_server"
+
+    def __init__(self, options: dict[str, Any], device: torch.device):
+        super().__init__(options, device)
+        self.n_shards = _positive(options.get("ps_shards", 2), "ps_shards")
+        self._params: dict[str, nn.Parameter] = {}
+        self._keys: list[list[str]] = []
+        self._actors: list[Any] = []
+        self._owner = False
+
+    def prepare(
+        self, model: nn.Module, make_optimizer: MakeOptimizer
+    ) -> tuple[nn.Module, torch.optim.Optimizer]:
+        import ray
+
+        _broadcast_from_rank0(model)
+        self._params = dict(model.named_parameters())
+        optimizer_class, kwargs = _optimizer_recipe(
+            make_optimizer(self._params.values()), self.name
+        )
+        self._keys = _assign_shards({k: p.numel() for k, p in self._params.items()}, self.n_shards)
+        rank, world = dist.get_rank(), dist.get_world_size()
+        prefix = [f"amdahl-ps-{uuid.uuid4().hex}" if rank == 0 else None]
+        dist.broadcast_object_list(prefix, src=0)
+        names = [f"{prefix[0]}-{i}" for i in range(len(self._keys))]
+        if rank == 0:
+            server = ray.remote(num_cpus=0)(_ParamShard)
+            self._actors = [
+                server.options(name=name, namespace=_PS_NAMESPACE).remote(
+                    {k: _to_numpy(self._params[k]) for k in keys}, optimizer_class, kwargs, world
+                )
+                for name, keys in zip(names, self._keys, strict=True)
+            ]
+            ray.get([actor.ready.remote() for actor in self._actors])
+            self._owner = True
+        dist.barrier()
+        if rank != 0:
+            self._actors = [ray.get_actor(name, namespace=_PS_NAMESPACE) for name in names]
+        return model, _PushPullOptimizer(self._params.values(), self._push_pull)
+
+    def step(self, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None) -> None:
+        if scaler is None:
+            self._push_pull()
+            return
+        scaler.unscale_(optimizer)
+        self._push_pull(skip=not _grads_finite(self._params.values()))
+        scaler.update()
+
+    @torch.no_grad()
+    def _push_pull(self, skip: bool = False) -> None:
+        import ray
+
+        pushes = [
+            None
+            if skip
+            else {
+                k: _to_numpy(self._params[k].grad) for k in keys if self._params[k].grad is not None
+            }
+            for keys in self._keys
+        ]
+        answers = ray.get(
+            [actor.push_pull.remote(push) for actor, push in zip(self._actors, pushes, strict=True)]
+        )
+        for answer in answers:
+            for k, value in answer.items():
+                _copy_into(self._params[k], value)
+
+    def close(self) -> None:
+        """Kill the server actors once every rank is past its last step (a barrier)."""
+        import ray
+
+        if self._actors:
+            dist.barrier()
+        if self._owner:
+            for actor in self._actors:
+                ray.kill(actor, no_restart=True)
+        self._actors, self._owner = [], False
+
+
+class _ParamShard:
+    """One parameter-server shard: the key-value store of D2L 12.7.4 for the keys it owns.
+
+    Synchronous rounds: a round closes when all `world` workers have pushed; the mean of their
+    gradients (keys nobody pushed keep no gradient) updates the parameters with the optimizer,
+    unless a worker pushed a skip mark (None: its fp16 gradients overflowed), and every
+    worker's call then returns the new parameters. Runs as an async Ray actor so that the
+    waiting calls do not block each other.
+    """
+
+    def __init__(
+        self,
+        params: dict[str, np.ndarray],
+        optimizer_class: type[torch.optim.Optimizer],
+        optimizer_kwargs: dict[str, Any],
+        world: int,
+    ):
+        self._params = {k: nn.Parameter(torch.from_numpy(v.copy())) for k, v in params.items()}
+        self._optimizer = optimizer_class(list(self._params.values()), **optimizer_kwargs)
+        self._world = world
+        self._sums: dict[str, np.ndarray] = {}
+        self._pushes = 0
+        self._skip = False
+        self._closed: asyncio.Event | None = None
+
+    def ready(self) -> int:
+        return len(self._params)
+
+    async def push_pull(self, grads: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+        if self._closed is None:
+            self._closed = asyncio.Event()
+        closed = self._closed
+        if grads is None:
+            self._skip = True
+        else:
+            for k, g in grads.items():
+                if k in self._sums:
+                    self._sums[k] += g
+                else:
+                    self._sums[k] = np.array(g, dtype=np.float32)
+        self._pushes += 1
+        if self._pushes == self._world:
+            self._apply()
+            self._closed = None
+            closed.set()
+        else:
+            await closed.wait()
+        # Views of the parameters are safe to return: the next update needs every worker's
+        # next push, which each worker sends only after it has received this answer.
+        return {k: p.detach().numpy() for k, p in self._params.items()}
+
+    def _apply(self) -> None:
+        if not self._skip:
+            for k, p in self._params.items():
+                total = self._sums.get(k)
+                p.grad = None if total is None else torch.from_numpy(total).div_(self._world)
+            self._optimizer.step()
+        self._sums, self._pushes, self._skip = {}, 0, False
+
+
+class _PushPullOptimizer(torch.optim.Optimizer):
+    """The worker's optimizer under `param_server`: it holds no state; `step` pushes gradients
+    and pulls parameters (the update itself runs on the servers). It still serves zero_grad and
+    GradScaler.unscale_."""
+
+    def __init__(self, params: Iterable[nn.Parameter], push_pull: Callable[[], None]):
+        super().__init__(list(params), {})
+        self._push_pull_fn = push_pull
+
+    def step(self, closure: Callable[[], float] | None = None) -> None:
+        if closure is not None:
+            raise ValueError("sync=param_server does not support optimizer closures")
+        self._push_pull_fn()
+
+
+def _assign_shards(sizes: dict[str, int], n_shards: int) -> list[list[str]]:
+    """Spread keys (parameter names -> element counts) over at most `n_shards` shards by size.
+
+    Largest first, each onto the least-loaded shard (ties: lowest shard index), so every rank
+    computes the same assignment; shards left empty (more shards than keys) are dropped.
+    """
+    loads = [0] * n_shards
+    shards: list[list[str]] = [[] for _ in range(n_shards)]
+    for key in sorted(sizes, key=lambda k: (-sizes[k], k)):
+        target = loads.index(min(loads))
+        shards[target].append(key)
+        loads[target] += sizes[key]
+    return [keys for keys in shards if keys]
 
 
 _STRATEGIES: dict[str, type[SyncStrategy]] = {
     "none": SyncStrategy,
     "ddp": DDPSync,
+    "ddp_fp16": DDPFP16Sync,
+    "ddp_bf16": DDPBF16Sync,
+    "powersgd": PowerSGDSync,
+    "accumulate": AccumulateSync,
+    "local_sgd": LocalSGDSync,
+    "zero1": ZeRO1Sync,
+    "fsdp": FSDPSync,
+    "param_server": ParamServerSync,
 }
 
 
 def make_strategy(name: str, options: dict[str, Any], device: torch.device) -> SyncStrategy:
     """The strategy object for one trial (fresh per trial: no state leaks between trials)."""
+    if name not in _STRATEGIES:
+        raise ValueError(f"unknown sync strategy {name!r}; known: {', '.join(sorted(_STRATEGIES))}")
     if name != "none" and not dist.is_initialized():
         raise RuntimeError(f"sync={name} needs torch.distributed to be initialised")
     return _STRATEGIES[name](options, device)
@@ -91,3 +504,81 @@ def unwrap(model: nn.Module) -> nn.Module:
     """The user's module inside whatever wrapper a strategy or compiler added."""
     inner = getattr(model, "_orig_mod", model)
     return getattr(inner, "module", inner)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _positive(value: Any, option: str) -> int:
+    if int(value) < 1:
+        raise ValueError(f"options.{option}: must be >= 1, got {value}")
+    return int(value)
+
+
+def _compiled_inner(model: nn.Module) -> nn.Module:
+    """The module torch.compile wrapped (the DDP module whose no_sync we need), else the model."""
+    return getattr(model, "_orig_mod", model)
+
+
+def _optimizer_recipe(
+    optimizer: torch.optim.Optimizer, strategy: str
+) -> tuple[type[torch.optim.Optimizer], dict[str, Any]]:
+    """The class and constructor settings of an optimizer, to rebuild it sharded or elsewhere.
+
+    `defaults` can hold settings the constructor does not take (AdamW records
+    decoupled_weight_decay), so only the constructor's own parameters are kept.
+    """
+    if len(optimizer.param_groups) != 1:
+        raise ValueError(
+            f"sync={strategy} rebuilds the optimizer from its class and defaults; "
+            f"an optimizer with {len(optimizer.param_groups)} parameter groups is not supported"
+        )
+    cls = type(optimizer)
+    accepted = inspect.signature(cls).parameters
+    return cls, {k: v for k, v in optimizer.defaults.items() if k in accepted and k != "params"}
+
+
+def _module_tensors(model: nn.Module) -> list[torch.Tensor]:
+    return list(itertools.chain(model.parameters(), model.buffers()))
+
+
+@torch.no_grad()
+def _flat_apply(tensors: list[torch.Tensor], op: Callable[[torch.Tensor], Any]) -> None:
+    """Run a collective once per (device, dtype) on the tensors flattened, then copy back."""
+    groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
+    for t in tensors:
+        groups.setdefault((t.device, t.dtype), []).append(t)
+    for group in groups.values():
+        flat = torch.cat([t.detach().reshape(-1) for t in group])
+        op(flat)
+        offset = 0
+        for t in group:
+            t.detach().copy_(flat[offset : offset + t.numel()].view_as(t))
+            offset += t.numel()
+
+
+def _broadcast_from_rank0(model: nn.Module) -> None:
+    """Make every replica start from rank 0's parameters and buffers (as DDP does)."""
+    _flat_apply(_module_tensors(model), lambda flat: dist.broadcast(flat, src=0))
+
+
+def _mean_over_ranks(flat: torch.Tensor) -> None:
+    dist.all_reduce(flat)
+    flat.div_(dist.get_world_size())
+
+
+def _to_numpy(t: torch.Tensor) -> np.ndarray:
+    """fp32 host copy of a tensor for Ray (a view when it already is fp32 on the CPU)."""
+    return t.detach().float().cpu().numpy()
+
+
+def _copy_into(param: torch.Tensor, value: np.ndarray) -> None:
+    if param.device.type == "cpu" and param.dtype == torch.float32:
+        np.copyto(param.detach().numpy(), value)
+    else:
+        param.detach().copy_(torch.tensor(value, device=param.device))
+
+
+def _grads_finite(params: Iterable[nn.Parameter]) -> bool:
+    flags = [torch.isfinite(p.grad).all() for p in params if p.grad is not None]
+    return bool(torch.stack(flags).all()) if flags else True

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 #: Short names usable as `workload:` in a sweep file.
 REGISTERED: dict[str, str] = {
     "mlp": "workloads.mlp:MLP",
+    "gpt": "workloads.gpt:GPT",
 }
 
 

@@ -1,0 +1,45 @@
+"""The shipped workloads build, state their FLOPs, and learn from their own data."""
+
+import pytest
+import torch
+
+from amdahl.workload import REGISTERED, make_workload
+
+
+@pytest.mark.parametrize(
+    "name, params",
+    [
+        ("mlp", {"inputs": 32, "hidden": [32], "train_rows": 512}),
+        ("gpt", {"vocab": 32, "width": 32, "layers": 1, "heads": 2, "context": 16}),
+    ],
+)
+def test_workload_learns_from_its_data(name, params):
+    workload = make_workload(name, params)
+    torch.manual_seed(0)
+    model = workload.build_model()
+    data = {k: torch.from_numpy(v) for k, v in workload.generate("train", 512, seed=0).items()}
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    for step in range(60):
+        sel = slice((step % 8) * 64, (step % 8 + 1) * 64)
+        x, y = workload.split_batch({k: v[sel] for k, v in data.items()})
+        loss = workload.loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss))
+    assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5
+    assert workload.flops_per_sample() > 0
+    correct = workload.correct(model(x), y)
+    assert 0 <= float(correct) <= len(y)
+
+
+def test_gpt_flops_follow_the_stated_formula():
+    gpt = make_workload("gpt", {"vocab": 100, "width": 64, "layers": 2, "context": 8})
+    params = 2 * 12 * 64 * 64 + 100 * 64 + 8 * 64
+    assert gpt.flops_per_sample() == (6 * params + 12 * 2 * 64 * 8) * 8
+
+
+def test_every_registered_workload_resolves():
+    for name in REGISTERED:
+        assert make_workload(name, {}).defaults
