@@ -10,6 +10,7 @@ from typing import Any
 
 from amdahl.errors import UserError
 from amdahl.plan import SweepPlan, Trial, plan_sweep
+from amdahl.report import build_report, write_reports
 from amdahl.results import COLUMNS, read_results
 from amdahl.spec import SweepSpec, load_spec, validate_spec
 from amdahl.workload import Workload
@@ -21,12 +22,14 @@ __all__ = [
     "Trial",
     "UserError",
     "Workload",
+    "build_report",
     "load_spec",
     "make_plan",
     "plan_sweep",
     "read_results",
     "run_sweep",
     "validate_spec",
+    "write_reports",
 ]
 
 

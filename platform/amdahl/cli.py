@@ -90,6 +90,16 @@ def plan(spec_path: str, overrides: tuple[str, ...], address: str | None, as_jso
     type=click.Path(file_okay=False),
     help="Where sweep directories are created.",
 )
+@click.option(
+    "--resume",
+    "resume",
+    is_flag=False,
+    flag_value="latest",
+    default=None,
+    metavar="[DIR]",
+    help="Run only what is missing in DIR (default: the newest runs/<name>-* directory).",
+)
+@click.option("--retry-failed", is_flag=True, help="With --resume, run failed trials again.")
 @click.option("--no-tracking", is_flag=True, help="Do not mirror results to MLflow.")
 @click.option("-v", "--verbose", is_flag=True, help="Stream Ray's logs to the terminal.")
 def sweep(
@@ -97,39 +107,114 @@ def sweep(
     overrides: tuple[str, ...],
     address: str | None,
     runs_dir: str,
+    resume: str | None,
+    retry_failed: bool,
     no_tracking: bool,
     verbose: bool,
 ) -> None:
     """Run every trial of a sweep file and write runs/<name>-<time>/."""
-    from amdahl.render import LiveProgress
-    from amdahl.run import run_sweep
+    from amdahl.render import LiveProgress, print_outcome
+    from amdahl.run import SweepInterrupted, latest_sweep_dir, run_sweep
     from amdahl.spec import load_spec
 
     spec = load_spec(spec_path, overrides)
-    with LiveProgress() as progress:
-        outcome = run_sweep(
-            spec,
-            address=address,
-            runs_dir=runs_dir,
-            on_event=progress.event,
-            verbose=verbose,
-            tracking=False if no_tracking else None,
+    if retry_failed and resume is None:
+        raise UserError("--retry-failed only makes sense with --resume")
+    if resume == "latest":
+        resume = str(latest_sweep_dir(runs_dir, spec.name))
+    try:
+        with LiveProgress() as progress:
+            outcome = run_sweep(
+                spec,
+                address=address,
+                runs_dir=runs_dir,
+                resume=resume,
+                retry_failed=retry_failed,
+                on_event=progress.event,
+                verbose=verbose,
+                tracking=False if no_tracking else None,
+            )
+    except SweepInterrupted as e:
+        sets = "".join(f" --set {o}" for o in overrides)
+        click.echo(
+            f"\ninterrupted: finished trials are saved in {e.sweep_dir}\n"
+            f"resume with: platform sweep {spec_path}{sets} --resume {e.sweep_dir}",
+            err=True,
         )
-    from amdahl.render import print_outcome
-
+        sys.exit(130)
     print_outcome(outcome)
     if outcome.failed:
         sys.exit(EXIT_TRIALS_FAILED)
 
 
 @main.command()
+@click.argument("sweep_dir", type=click.Path())
+def sync(sweep_dir: str) -> None:
+    """Push to MLflow every result of SWEEP_DIR that MLflow does not have yet."""
+    from amdahl.results import read_results
+    from amdahl.spec import load_spec
+    from amdahl.track import Tracker
+
+    rows = read_results(sweep_dir).to_pylist()
+    spec = load_spec(Path(sweep_dir) / "spec.yaml")
+    tracker = Tracker(spec, Path(sweep_dir))
+    pushed = tracker.sync(rows)
+    if tracker.offline_reason:
+        raise UserError(
+            f"MLflow unreachable: {tracker.offline_reason}; nothing lost, run "
+            f"`platform sync {sweep_dir}` again when it is back"
+        )
+    click.echo(f"{pushed} rows pushed to MLflow, {len(rows) - pushed} were already there")
+
+
+@main.command()
 @click.argument("sweep_dirs", nargs=-1, required=True, type=click.Path())
 def report(sweep_dirs: tuple[str, ...]) -> None:
-    """Speedup-vs-ideal tables from results.parquet (no Ray needed)."""
-    from amdahl.report import render_terminal
+    """Speedup-vs-ideal report from results.parquet (no Ray needed).
 
+    Prints it, and writes report.md and report.html into each sweep directory; with several
+    directories, also compares them side by side.
+    """
+    from rich.console import Console
+
+    from amdahl.report import build_report, comparison, write_reports
+    from amdahl.report.render_text import print_report, print_sections
+
+    console = Console()
+    reports = []
     for d in sweep_dirs:
-        click.echo(render_terminal(Path(d)))
+        built = build_report(Path(d))
+        paths = write_reports(Path(d), built)
+        print_report(built, console)
+        console.print(f"written: {paths['markdown']} and {paths['html']}\n")
+        reports.append(built)
+    if len(reports) > 1:
+        print_sections([comparison(reports)], console)
+
+
+@main.command()
+@click.argument("sweep_dir", type=click.Path(file_okay=False))
+@click.option("--devices", default=2, show_default=True, help="Workers taking part (>= 2).")
+@click.option(
+    "--cpus-per-worker", default=0.5, show_default=True, help="Ray CPUs per calibration worker."
+)
+@click.option("--gpu", "use_gpu", is_flag=True, help="One GPU per worker (NCCL).")
+@click.option("--address", default=None, help="Ray cluster address (default: start local Ray).")
+def calibrate(
+    sweep_dir: str, devices: int, cpus_per_worker: float, use_gpu: bool, address: str | None
+) -> None:
+    """Measure all-reduce latency/bandwidth and peak FLOP/s into SWEEP_DIR/calibration.json."""
+    from amdahl.calibrate import run_calibration, summary
+
+    result = run_calibration(
+        devices,
+        Path(sweep_dir),
+        resources_per_worker={"CPU": cpus_per_worker},
+        use_gpu=use_gpu,
+        address=address,
+    )
+    click.echo(summary(result))
+    click.echo(f"written: {Path(sweep_dir) / 'calibration.json'}; `platform report` now uses it")
 
 
 if __name__ == "__main__":

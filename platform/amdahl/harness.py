@@ -34,6 +34,7 @@ from amdahl.results import ROW_KEY
 from amdahl.sync import make_strategy, model_state_bytes, unwrap
 from amdahl.workload import Workload, make_workload
 
+_DONE_FILE = "done.json"
 _AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -54,9 +55,11 @@ def train_launch(config: dict[str, Any]) -> None:
     workload = make_workload(config["workload"], config["trials"][0]["settings"]["params"])
     val = workload.generate("val", workload.rows("val"), config["seed"])
 
+    # A restarted worker group (train.max_failures) resumes after the last reported trial.
+    done = {tuple(pair) for pair in config["skip"]} | _reported_before()
     for trial in config["trials"]:
         for repeat in range(config["repeats"]):
-            if [trial["trial_id"], repeat] in config["skip"]:
+            if (trial["trial_id"], repeat) in done:
                 continue
             started = time.perf_counter()
             stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -65,8 +68,37 @@ def train_launch(config: dict[str, Any]) -> None:
             )
             gathered = _gather(stats, error, world)
             row = _results_row(config, trial, repeat, gathered, started, stamp, device, threads)
-            # One JSON field: Tune adds its own keys (trial_id among them) to every result.
-            ray.train.report({ROW_KEY: json.dumps(row)} if rank == 0 else {})
+            done.add((trial["trial_id"], repeat))
+            _report(row if rank == 0 else None, done)
+
+
+def _report(row: dict[str, Any] | None, done: set[tuple[str, int]]) -> None:
+    """Rank 0 reports the row (one JSON field: Tune adds keys of its own, `trial_id` among
+    them) with a tiny checkpoint listing the finished trials; other ranks report nothing."""
+    import tempfile
+
+    import ray.train
+
+    if row is None:
+        ray.train.report({})
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(os.path.join(tmp, _DONE_FILE), "w") as f:
+            json.dump(sorted(done), f)
+        ray.train.report(
+            {ROW_KEY: json.dumps(row)}, checkpoint=ray.train.Checkpoint.from_directory(tmp)
+        )
+
+
+def _reported_before() -> set[tuple[str, int]]:
+    import ray.train
+
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is None:
+        return set()
+    with checkpoint.as_directory() as d:
+        with open(os.path.join(d, _DONE_FILE)) as f:
+            return {(t, r) for t, r in json.load(f)}
 
 
 def _run_guarded(

@@ -140,12 +140,18 @@ class SweepPlan:
     def refused(self) -> list[Trial]:
         return [t for t in self.trials if t.refused is not None]
 
-    def launches(self, skip: set[str] | frozenset[str] = frozenset()) -> list[Launch]:
-        """Runnable trials not in `skip`, grouped by worker-group shape, smallest groups first."""
+    def launches(
+        self, skip: set[str] | frozenset[str] = frozenset(), group: bool = True
+    ) -> list[Launch]:
+        """Runnable trials not in `skip`, grouped by worker-group shape, smallest groups first.
+
+        `group=False` gives every trial a worker group of its own (the raw Tune+Train pattern,
+        kept for comparison in benchmarks/sweep_overhead.py).
+        """
         groups: dict[str, list[Trial]] = {}
         for t in self.runnable:
             if t.trial_id not in skip:
-                groups.setdefault(t.launch_key, []).append(t)
+                groups.setdefault(t.launch_key if group else t.trial_id, []).append(t)
         ordered = sorted(groups.items(), key=lambda kv: kv[1][0].settings["devices"])
         return [Launch(key, tuple(ts)) for key, ts in ordered]
 

@@ -121,7 +121,13 @@ def print_outcome(outcome: Any) -> None:
         f"{(outcome.wall_s - measured) / max(len(rows), 1):.1f} s per trial outside them)."
     )
     console.print(f"results: {outcome.sweep_dir}/results.parquet")
-    console.print(f"report:  platform report {outcome.sweep_dir}")
+    html = outcome.sweep_dir / "report.html"
+    if html.exists():
+        console.print(
+            f"report:  {html} (and report.md); terminal view: platform report {outcome.sweep_dir}"
+        )
+    else:
+        console.print(f"report:  platform report {outcome.sweep_dir}")
     if outcome.failed:
         console.print(
             f"[red]{len(outcome.failed)} trial runs did not succeed[/]; reasons are in "

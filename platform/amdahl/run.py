@@ -112,12 +112,14 @@ def run_sweep(
     on_event: EventHandler | None = None,
     verbose: bool = False,
     tracking: bool | None = None,
+    group_launches: bool = True,
 ) -> SweepOutcome:
     """Plan, launch and record a whole sweep; returns what was run and where it was written.
 
     Uses the Ray already initialised in this process if any, else connects to `address`, else
     starts a local Ray sized to this machine. With `resume` (a sweep directory), only trial
     repeats without a final row there run (failed ones too with `retry_failed`).
+    `group_launches=False` starts one worker group per trial (for overhead comparisons).
     Raises SweepInterrupted after a first Ctrl-C has stopped it cleanly.
     """
     emit = on_event or (lambda kind, payload: None)
@@ -150,7 +152,7 @@ def run_sweep(
     done_ids = {
         t.trial_id for t in plan.trials if all((t.trial_id, r) in finished for r in repeats)
     }
-    launches = plan.launches(skip=done_ids)
+    launches = plan.launches(skip=done_ids, group=group_launches)
     interrupt = _InterruptFlag()
     try:
         if launches:
@@ -160,6 +162,7 @@ def run_sweep(
                 )
     finally:
         outcome.wall_s = time.perf_counter() - started
+        _write_report(sweep_dir)
         tracker.finish(outcome, interrupted=interrupt.is_set())
     if interrupt.is_set():
         raise SweepInterrupted(sweep_dir)
@@ -220,7 +223,8 @@ def _run_launches(
     emit: EventHandler,
     interrupt: _InterruptFlag,
 ) -> None:
-    configs = [_launch_config(spec, launch, sweep_dir, finished) for launch in launches]
+    session = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    configs = [_launch_config(spec, launch, sweep_dir, finished, session) for launch in launches]
     datasets = _materialise_datasets(spec, configs)
     by_launch = {launch.launch_id: launch for launch in launches}
     sink = _ResultSink(sweep_dir, by_launch, outcome, tracker, emit)
@@ -244,6 +248,16 @@ def _run_launches(
         ),
     )
     tuner.fit()
+
+
+def _write_report(sweep_dir: Path) -> None:
+    """report.md and report.html from results.parquet; a report bug never costs the sweep."""
+    from amdahl.report import write_reports
+
+    try:
+        write_reports(sweep_dir)
+    except Exception as e:  # noqa: BLE001 - the rows are safe; `platform report` can retry
+        logging.getLogger(__name__).warning("could not write the report for %s: %s", sweep_dir, e)
 
 
 def _launch_name(trial: Any) -> str:
@@ -292,10 +306,12 @@ def _launch_trainable(config: dict[str, Any], datasets: dict[str, Any]) -> None:
             resources_per_worker=worker,
         ),
         run_config=ray.train.RunConfig(
-            name=f"launch-{launch['launch_id']}",
+            name=launch["run_name"],
             storage_path=launch["storage_path"],
             callbacks=[TuneReportCallback()],
             failure_config=ray.train.FailureConfig(max_failures=launch["max_failures"]),
+            # The harness's checkpoint is only the list of finished trials; keep the last.
+            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=1),
         ),
         datasets={"train": dataset},
     )
@@ -303,7 +319,11 @@ def _launch_trainable(config: dict[str, Any], datasets: dict[str, Any]) -> None:
 
 
 def _launch_config(
-    spec: SweepSpec, launch: Launch, sweep_dir: Path, finished: set[tuple[str, int]]
+    spec: SweepSpec,
+    launch: Launch,
+    sweep_dir: Path,
+    finished: set[tuple[str, int]],
+    session: str,
 ) -> dict[str, Any]:
     """Everything the workers need, as plain data (it crosses process boundaries)."""
     r = launch.resources
@@ -344,6 +364,10 @@ def _launch_config(
             "cpus_per_data_worker": spec.resources.cpus_per_data_worker,
         },
         "storage_path": str((sweep_dir / "ray" / "train").resolve()),
+        # Unique per driver session: a worker group restarted by train.max_failures resumes
+        # from this run's checkpoint, but a resumed sweep must trust results.parquet alone
+        # (the old driver may have died between a worker's report and the row's write).
+        "run_name": f"launch-{launch.launch_id}-{session}",
         "dataset_key": json.dumps(launch.trials[0].settings["params"], sort_keys=True),
     }
 

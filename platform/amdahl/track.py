@@ -21,6 +21,8 @@ from amdahl.spec import SweepSpec
 log = logging.getLogger(__name__)
 
 STATE_FILE = "tracking.json"
+#: After a failed write, rows are kept local for this long before MLflow is tried again.
+OFFLINE_RETRY_S = 30.0
 _PARAM_COLUMNS = (
     "workload",
     "devices",
@@ -61,6 +63,7 @@ class Tracker:
         self._logged: dict[str, dict[str, str]] = self.state["logged"]
         self._client: Any = None
         self.offline_reason: str | None = None
+        self._offline_until = 0.0
 
     # ---- public ----------------------------------------------------------------------
 
@@ -75,6 +78,8 @@ class Tracker:
             return False
         if known is not None and known["status"] == row["status"]:
             return True
+        if self._offline_until > time.monotonic():
+            return False  # recently unreachable: do not stall the driver on every row
         try:
             run_id = self._log_child(key, row, known["run_id"] if known else None)
         except Exception as e:  # noqa: BLE001 - a tracking outage must not stop the sweep
@@ -94,8 +99,13 @@ class Tracker:
         return sum(1 for r in stale if self.log_trial(r))
 
     def finish(self, outcome: Any, interrupted: bool = False) -> None:
-        """Close the parent run with the sweep's summary and artifacts."""
-        if not self.enabled or self.offline_reason:
+        """Push what an outage held back, then close the parent run with summary and artifacts."""
+        if not self.enabled:
+            return
+        self._offline_until = 0.0
+        self.offline_reason = None
+        self.sync(outcome.rows)
+        if self.offline_reason:
             return
         try:
             client, parent = self._ensure_parent()
@@ -120,6 +130,10 @@ class Tracker:
         if self._client is None:
             from mlflow.tracking import MlflowClient
 
+            # MLflow's HTTP defaults (7 retries, 120 s timeout) would stall the driver for
+            # minutes per row during an outage; rows are safe locally, so fail fast.
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
             self._client = MlflowClient(tracking_uri=tracking_uri(self.spec))
         return self._client
 
@@ -196,6 +210,7 @@ class Tracker:
         return run_id
 
     def _offline(self, error: Exception) -> None:
+        self._offline_until = time.monotonic() + OFFLINE_RETRY_S
         if self.offline_reason is None:
             self.offline_reason = f"{type(error).__name__}: {error}"
             log.warning(

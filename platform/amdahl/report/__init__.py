@@ -1,0 +1,53 @@
+"""Speedup-vs-ideal report: pure functions over the results table, then renderers.
+
+    build_report(dir)     -> Report (numbers: compute.py; bottlenecks, recommendation: diagnose.py)
+    write_reports(dir)    -> {"markdown": dir/report.md, "html": dir/report.html}
+    render_terminal(dir)  -> the terminal view as plain text
+
+Inputs: results.parquet, plus calibration.json, spec.yaml and plan.json when present.
+Pure: imports neither ray nor torch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from amdahl.report.build import Report, build_report, report_from_rows
+from amdahl.report.document import comparison
+from amdahl.report.render_html import to_html
+from amdahl.report.render_text import render_terminal_text, to_markdown
+
+MARKDOWN_FILE = "report.md"
+HTML_FILE = "report.html"
+
+__all__ = [
+    "HTML_FILE",
+    "MARKDOWN_FILE",
+    "Report",
+    "build_report",
+    "comparison",
+    "render_terminal",
+    "report_from_rows",
+    "write_reports",
+]
+
+
+def write_reports(sweep_dir: str | Path, report: Report | None = None) -> dict[str, Path]:
+    """Write report.md and report.html into the sweep directory; returns their paths."""
+    d = Path(sweep_dir)
+    report = report or build_report(d)
+    paths = {"markdown": d / MARKDOWN_FILE, "html": d / HTML_FILE}
+    _write(paths["markdown"], to_markdown(report))
+    _write(paths["html"], to_html(report))
+    return paths
+
+
+def render_terminal(sweep_dir: str | Path) -> str:
+    """The terminal view of one sweep as plain text (the CLI prints it with colour)."""
+    return render_terminal_text(build_report(sweep_dir))
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)

@@ -1,0 +1,107 @@
+"""One sweep's report as data: every number the renderers print or plot, computed once.
+
+Pure: imports neither ray nor torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from amdahl.report.compute import Config, Curve, group_configs, scaling_curves
+from amdahl.report.diagnose import (
+    BatchLimit,
+    Diagnosis,
+    Failure,
+    QualityCheck,
+    Recommendation,
+    batch_limits,
+    check_quality,
+    compile_findings,
+    diagnose,
+    failures,
+    recommend,
+)
+from amdahl.report.inputs import Calibration, SweepInputs, load_inputs
+
+
+@dataclass
+class Report:
+    name: str
+    sweep_dir: Path | None
+    row_count: int
+    configs: list[Config]
+    curves: list[Curve]
+    diagnoses: list[Diagnosis]
+    quality: dict[tuple, QualityCheck]
+    recommendation: Recommendation
+    failures: list[Failure]
+    batch_limits: list[BatchLimit]
+    compile_notes: list[str]
+    calibration: Calibration | None = None
+    price: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def scaling_modes(self) -> list[str]:
+        return sorted({c.scaling for c in self.configs})
+
+    @property
+    def max_repeats(self) -> int:
+        return max((len(c.ok_rows) for c in self.configs), default=0)
+
+
+def build_report(sweep_dir: str | Path) -> Report:
+    """Read a sweep directory and compute its report."""
+    return assemble(load_inputs(sweep_dir))
+
+
+def assemble(inputs: SweepInputs) -> Report:
+    """The report from already-loaded inputs (tests build these by hand)."""
+    configs = group_configs(inputs.rows)
+    quality = check_quality(configs)
+    report = Report(
+        name=inputs.name,
+        sweep_dir=inputs.sweep_dir,
+        row_count=len(inputs.rows),
+        configs=configs,
+        curves=scaling_curves(configs),
+        diagnoses=diagnose(configs, inputs.calibration),
+        quality=quality,
+        recommendation=recommend(configs, quality, inputs.price_per_device_hour),
+        failures=failures(configs, inputs.refused),
+        batch_limits=batch_limits(configs),
+        compile_notes=compile_findings(configs),
+        calibration=inputs.calibration,
+        price=inputs.price_per_device_hour,
+        notes=list(inputs.notes),
+    )
+    if report.configs and report.max_repeats <= 1:
+        report.notes.append(
+            "one repeat per configuration: spreads are unknown, so every difference is taken "
+            "at face value; set train.repeats >= 3 to tell noise from real differences"
+        )
+    if len(report.scaling_modes) > 1:
+        report.notes.append("this table mixes weak and strong scaling rows; curves keep them apart")
+    return report
+
+
+def report_from_rows(
+    rows: list[dict[str, Any]],
+    name: str = "sweep",
+    calibration: dict[str, Any] | None = None,
+    price: float = 0.0,
+    refused: list[tuple[str, str]] | None = None,
+) -> Report:
+    """Convenience for the Python API and tests: a report from plain rows."""
+    return assemble(
+        SweepInputs(
+            sweep_dir=None,
+            name=name,
+            rows=rows,
+            calibration=Calibration.from_dict(calibration) if calibration else None,
+            price_per_device_hour=price,
+            refused=list(refused or []),
+        )
+    )

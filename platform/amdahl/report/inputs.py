@@ -1,0 +1,147 @@
+"""What a report reads from a sweep directory: results.parquet (required), and when present
+calibration.json (from `platform calibrate`), spec.yaml (the price of a device-hour) and plan.json
+(trials refused before launch). Every optional file degrades to "not known" with a note.
+
+Pure: imports neither ray nor torch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from amdahl.results import read_results
+
+CALIBRATION_FILE = "calibration.json"
+SPEC_FILE = "spec.yaml"
+PLAN_FILE = "plan.json"
+#: Precisions whose matmuls run in 16-bit: their MFU is taken against the bf16 peak.
+_HALF = {"bf16", "fp16", "bf16_weights"}
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The measured interconnect (alpha-beta) and, optionally, peak FLOP/s and model size."""
+
+    alpha_s: float | None = None
+    bandwidth_Bps: float | None = None
+    devices: int | None = None
+    backend: str = ""
+    all_reduce: list[dict[str, Any]] = field(default_factory=list)
+    peak_flops: dict[str, float] = field(default_factory=dict)
+    peak_source: str = ""
+    device_memory_bytes: float | None = None
+    fit_rel_rmse: float | None = None
+    grad_bytes: float | None = None
+    grad_bytes_by_params: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Calibration:
+        def num(key: str, zero_ok: bool = False) -> float | None:
+            v = d.get(key)
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            return float(v) if ok and (v > 0 or (zero_ok and v == 0)) else None
+
+        peaks = d.get("peak_flops") or {}
+        by_params = d.get("grad_bytes_by_params") or {}
+        return cls(
+            alpha_s=num("alpha_s", zero_ok=True),
+            bandwidth_Bps=num("bandwidth_Bps"),
+            devices=int(d["devices"]) if isinstance(d.get("devices"), int) else None,
+            backend=str(d.get("backend") or ""),
+            all_reduce=[m for m in d.get("all_reduce") or [] if isinstance(m, dict)],
+            peak_flops={
+                str(k): float(v)
+                for k, v in (peaks.items() if isinstance(peaks, dict) else [])
+                if isinstance(v, (int, float)) and v > 0
+            },
+            peak_source=str(d.get("peak_source") or ""),
+            device_memory_bytes=num("device_memory_bytes"),
+            fit_rel_rmse=num("fit_rel_rmse", zero_ok=True),
+            grad_bytes=num("grad_bytes"),
+            grad_bytes_by_params={
+                str(k): float(v)
+                for k, v in (by_params.items() if isinstance(by_params, dict) else [])
+                if isinstance(v, (int, float)) and v > 0
+            },
+        )
+
+    @property
+    def has_comm_model(self) -> bool:
+        return self.alpha_s is not None and self.bandwidth_Bps is not None
+
+    def grad_bytes_for(self, params: str | None) -> float | None:
+        """Gradient bytes of the configuration's model: by its params, else the single value."""
+        if params is not None and params in self.grad_bytes_by_params:
+            return self.grad_bytes_by_params[params]
+        if self.grad_bytes is not None:
+            return self.grad_bytes
+        if len(self.grad_bytes_by_params) == 1:
+            return next(iter(self.grad_bytes_by_params.values()))
+        return None
+
+    def peak_for(self, precision: str | None) -> tuple[float, str] | None:
+        """(peak FLOP/s per device, which peak) for a precision: bf16 peak for 16-bit
+        precisions when measured, else the fp32 peak."""
+        order = ["bf16", "fp32"] if precision in _HALF else ["fp32"]
+        for kind in order:
+            if kind in self.peak_flops:
+                return self.peak_flops[kind], kind
+        return None
+
+
+@dataclass
+class SweepInputs:
+    sweep_dir: Path | None
+    name: str
+    rows: list[dict[str, Any]]
+    calibration: Calibration | None = None
+    price_per_device_hour: float = 0.0
+    refused: list[tuple[str, str]] = field(default_factory=list)  # (label, reason)
+    notes: list[str] = field(default_factory=list)
+
+
+def load_inputs(sweep_dir: str | Path) -> SweepInputs:
+    """Read everything a report uses; only a broken results.parquet is an error."""
+    d = Path(sweep_dir)
+    rows = read_results(d).to_pylist()
+    inputs = SweepInputs(sweep_dir=d, name=d.resolve().name, rows=rows)
+    calib = _read_json(d / CALIBRATION_FILE, inputs.notes)
+    if isinstance(calib, dict):
+        inputs.calibration = Calibration.from_dict(calib)
+    spec = _read_yaml(d / SPEC_FILE, inputs.notes)
+    if isinstance(spec, dict):
+        price = (spec.get("report") or {}).get("cost_per_device_hour")
+        if isinstance(price, (int, float)) and price > 0:
+            inputs.price_per_device_hour = float(price)
+    plan = _read_json(d / PLAN_FILE, inputs.notes)
+    if isinstance(plan, dict):
+        for t in plan.get("trials") or []:
+            if isinstance(t, dict) and t.get("refused"):
+                inputs.refused.append((str(t.get("label") or t.get("trial_id")), t["refused"]))
+    return inputs
+
+
+def _read_json(path: Path, notes: list[str]) -> Any:
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        notes.append(f"{path.name} ignored: not readable JSON ({e})")
+        return None
+
+
+def _read_yaml(path: Path, notes: list[str]) -> Any:
+    if not path.exists():
+        return None
+    try:
+        return yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        notes.append(f"{path.name} ignored: not readable YAML ({e})")
+        return None

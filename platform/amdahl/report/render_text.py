@@ -1,0 +1,76 @@
+"""Terminal (rich) and Markdown renderings of the report document."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table as RichTable
+
+from amdahl.report.build import Report
+from amdahl.report.document import TEXT_COLUMNS, Section, Table, sections
+
+
+def print_sections(secs: list[Section], console: Console) -> None:
+    for sec in secs:
+        console.rule(f"[bold]{escape(sec.title)}")
+        for p in sec.paras:
+            console.print(escape(p))
+        for t in sec.tables:
+            console.print(_rich_table(t))
+        for b in sec.bullets:
+            console.print(f" - {escape(b)}")
+        console.print()
+
+
+def _rich_table(t: Table) -> RichTable:
+    table = RichTable(title=escape(t.title) if t.title else None, title_justify="left")
+    for h in t.headers:
+        text = h in TEXT_COLUMNS or h.startswith("against")
+        table.add_column(escape(h), justify="left" if text else "right", overflow="fold")
+    for row in t.rows:
+        styled = [escape(v) for v in row]
+        styled = [f"[red]{v}[/]" if v == "FLAGGED" else v for v in styled]
+        table.add_row(*styled)
+    return table
+
+
+def print_report(report: Report, console: Console) -> None:
+    print_sections(sections(report), console)
+
+
+def render_terminal_text(report: Report, width: int = 140) -> str:
+    """The terminal view as plain text (no colour codes)."""
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, color_system=None, force_terminal=False)
+    print_report(report, console)
+    return buf.getvalue()
+
+
+def to_markdown(report: Report) -> str:
+    out = []
+    for i, sec in enumerate(sections(report)):
+        out.append(f"{'#' if i == 0 else '##'} {sec.title}\n")
+        for p in sec.paras:
+            out.append(p + "\n")
+        for t in sec.tables:
+            out.append(markdown_table(t))
+        for b in sec.bullets:
+            out.append(f"- {_md_escape(b)}")
+        if sec.bullets:
+            out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def markdown_table(t: Table) -> str:
+    lines = [f"**{_md_escape(t.title)}**\n"] if t.title else []
+    lines.append("| " + " | ".join(_md_escape(h) for h in t.headers) + " |")
+    lines.append("|" + "|".join("---" for _ in t.headers) + "|")
+    for row in t.rows:
+        lines.append("| " + " | ".join(_md_escape(v) for v in row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")

@@ -1,0 +1,261 @@
+"""Faults lose nothing: a killed driver resumes, Ctrl-C stops cleanly, a killed worker is
+retried or recorded, an MLflow outage is caught up by `platform sync`.
+
+The CLI tests run `platform sweep` as a child process with its own local Ray (the process
+tree ends with it); the worker-kill test uses the session's Ray.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from amdahl import read_results, run_sweep, validate_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SPEC = """name: faults
+workload: mlp
+params: {hidden: [32], train_rows: 2048, val_rows: 256}
+train: {steps: 150, warmup_steps: 2}
+grid: {devices: [1], batch_size: [32, 64, 128], sync: [ddp, none]}
+resources: {cpus_per_device: 0.5, cpus_per_data_worker: 0.5}
+"""
+
+
+def _cli(*args: str, env: dict, cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "amdahl.cli", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _rows(runs: Path) -> list[dict]:
+    dirs = sorted(runs.glob("faults-*"))
+    if not dirs or not (dirs[0] / "results.parquet").exists():
+        return []
+    return read_results(dirs[0]).to_pylist()
+
+
+def _wait_for_rows(runs: Path, n: int, proc: subprocess.Popen, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while len(_rows(runs)) < n:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no results appeared"
+        time.sleep(0.5)
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    (tmp_path / "faults.yaml").write_text(SPEC)
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
+        "PYTHONUNBUFFERED": "1",
+    }
+    return tmp_path, env
+
+
+def _children(uri: str) -> list:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("faults")
+    runs = client.search_runs([experiment.experiment_id])
+    return [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+
+
+def test_killed_driver_resumes_without_duplicates(workdir):
+    tmp, env = workdir
+    proc = _cli("sweep", "faults.yaml", env=env, cwd=tmp)
+    _wait_for_rows(tmp / "runs", 2, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = {(r["trial_id"], r["repeat"]): r for r in _rows(tmp / "runs")}
+    assert 2 <= len(before) < 6
+
+    resumed = _cli("sweep", "faults.yaml", "--resume", env=env, cwd=tmp)
+    out, err = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, err
+    after = _rows(tmp / "runs")
+    keys = [(r["trial_id"], r["repeat"]) for r in after]
+    assert len(keys) == len(set(keys)) == 6
+    for key, row in before.items():  # rows finished before the kill are untouched
+        assert next(r for r in after if (r["trial_id"], r["repeat"]) == key) == row
+    rows = {r["trial_id"] for r in after}
+    children = _children(env["MLFLOW_TRACKING_URI"])
+    assert sorted(c.data.params["trial_id"] for c in children) == sorted(rows)
+
+
+def test_ctrl_c_stops_cleanly_and_prints_the_resume_command(workdir):
+    tmp, env = workdir
+    proc = _cli("sweep", "faults.yaml", env=env, cwd=tmp)
+    _wait_for_rows(tmp / "runs", 1, proc)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "resume with: platform sweep faults.yaml --resume runs/faults-" in err
+    assert "Traceback" not in err
+    done = _rows(tmp / "runs")
+    assert 1 <= len(done) < 6 and all(r["status"] == "ok" for r in done)
+
+    command = err.split("resume with: ")[1].split()
+    resumed = _cli(*command[1:], env=env, cwd=tmp)
+    _, err = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, err
+    assert len({r["trial_id"] for r in _rows(tmp / "runs")}) == 6
+
+
+def _kill_first_train_worker(stop: threading.Event) -> None:
+    """SIGKILL one Ray Train worker of this session's cluster, found by its actor record."""
+    from ray._private.state import actors
+
+    while not stop.is_set():
+        workers = [
+            a
+            for a in actors().values()
+            if a["ActorClassName"] == "RayTrainWorker" and a["State"] == "ALIVE"
+        ]
+        if workers and workers[0].get("Pid"):
+            time.sleep(2.0)  # let it get into its trials
+            os.kill(workers[0]["Pid"], signal.SIGKILL)
+            return
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("max_failures, expect_ok", [(0, False), (1, True)])
+def test_killed_worker_is_retried_or_recorded(ray_cluster, tmp_path, max_failures, expect_ok):
+    spec = validate_spec(
+        {
+            "name": "workerkill",
+            "workload": "mlp",
+            "params": {"hidden": [32], "train_rows": 2048, "val_rows": 256},
+            "train": {"steps": 400, "warmup_steps": 2, "max_failures": max_failures},
+            "grid": {"devices": [1, 2], "batch_size": [32, 64], "sync": ["ddp"]},
+            "resources": {"cpus_per_device": 0.5, "cpus_per_data_worker": 0.5},
+        }
+    )
+    stop = threading.Event()
+    killer = threading.Thread(target=_kill_first_train_worker, args=(stop,), daemon=True)
+    killer.start()
+    try:
+        outcome = run_sweep(spec, runs_dir=tmp_path, tracking=False)
+    finally:
+        stop.set()
+    rows = read_results(outcome.sweep_dir).to_pylist()
+    keys = [(r["trial_id"], r["repeat"]) for r in rows]
+    assert len(keys) == len(set(keys)) == 4  # every trial recorded once, the sweep went on
+    by_devices = {}
+    for r in rows:
+        by_devices.setdefault(r["devices"], []).append(r)
+    assert all(r["status"] == "ok" for r in by_devices[2])  # the next launch ran normally
+    if expect_ok:
+        assert all(r["status"] == "ok" for r in rows)
+    else:
+        failed = [r for r in rows if r["status"] == "failed"]
+        assert failed and all(r["error"].startswith("launch failed: ") for r in failed)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_mlflow(port: int, store: Path) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--backend-store-uri",
+            f"sqlite:///{store / 'server.db'}",
+            "--artifacts-destination",
+            str(store / "artifacts"),
+            "--workers",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    import urllib.request
+
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                return proc
+        except OSError:
+            time.sleep(0.5)
+    _stop(proc)
+    raise RuntimeError("mlflow server did not start")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, signal.SIGTERM)  # our own server's process group, by its handle
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_mlflow_outage_mid_sweep_then_sync(tmp_path):
+    port = _free_port()
+    store = tmp_path / "mlflow"
+    store.mkdir()
+    (tmp_path / "faults.yaml").write_text(SPEC)
+    uri = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "PYTHONUNBUFFERED": "1"}
+    server = _start_mlflow(port, store)
+    try:
+        sweep = _cli("sweep", "faults.yaml", env=env, cwd=tmp_path)
+        _wait_for_rows(tmp_path / "runs", 1, sweep)
+        _stop(server)  # outage mid-sweep
+        out, err = sweep.communicate(timeout=600)
+        assert sweep.returncode == 0, err  # the sweep went on
+        rows = _rows(tmp_path / "runs")
+        assert len(rows) == 6 and all(r["status"] == "ok" for r in rows)
+
+        server = _start_mlflow(port, store)
+        sweep_dir = next((tmp_path / "runs").glob("faults-*"))
+        synced = subprocess.run(
+            [sys.executable, "-m", "amdahl.cli", "sync", str(sweep_dir)],
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+        )
+        assert synced.returncode == 0, synced.stderr
+        again = subprocess.run(
+            [sys.executable, "-m", "amdahl.cli", "sync", str(sweep_dir)],
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+        )
+        assert again.stdout.startswith("0 rows pushed")  # idempotent
+        children = _children(uri)
+        assert sorted(c.data.params["trial_id"] for c in children) == sorted(
+            r["trial_id"] for r in rows
+        )
+    finally:
+        _stop(server)
