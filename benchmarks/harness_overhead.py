@@ -121,7 +121,7 @@ def main() -> None:
     import ray
 
     work = Path(tempfile.mkdtemp(prefix="amdahl-bench-"))
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     ratios: dict[str, list[float]] = {name: [] for name in WORKLOADS}
     for r in range(args.rounds):
         for name in WORKLOADS:

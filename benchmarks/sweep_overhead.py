@@ -39,7 +39,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="amdahl-bench-"))
     os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")
     spec = load_spec(args.spec, args.overrides)
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     modes = {
         "grouped": {"group_launches": True, "tracking": True},
         "raw": {"group_launches": False, "tracking": True},

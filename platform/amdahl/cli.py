@@ -217,5 +217,33 @@ def calibrate(
     click.echo(f"written: {Path(sweep_dir) / 'calibration.json'}; `platform report` now uses it")
 
 
+@main.group()
+def data() -> None:
+    """Convert public data sets to the parquet layout `params.data` reads."""
+
+
+@data.command("fashion-mnist")
+@click.option(
+    "--from",
+    "src",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Directory holding Fashion-MNIST's four IDX files (train-images-idx3-ubyte.gz, ...).",
+)
+@click.option(
+    "--out",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="Where to write train/ and val/ parquet (default: the amdahl data cache).",
+)
+def fashion_mnist(src: str, out: str | None) -> None:
+    """Fashion-MNIST (D2L's multi-GPU data set) from its IDX files to parquet."""
+    from amdahl.data import DEFAULT_CACHE, convert_fashion_mnist
+
+    written = convert_fashion_mnist(src, out or DEFAULT_CACHE / "fashion-mnist")
+    click.echo(f"written: {written}/train and {written}/val")
+    click.echo(f"use it with:  params: {{data: {written}}}  (workload: resnet)")
+
+
 if __name__ == "__main__":
     main()

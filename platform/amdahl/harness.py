@@ -29,12 +29,13 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from amdahl.data import worker_batches
-from amdahl.results import ROW_KEY
+from amdahl.data import train_source, validation_rows, worker_batches
+from amdahl.results import ROW_KEY, SETTING_COLUMNS
 from amdahl.sync import make_strategy, model_state_bytes, unwrap
 from amdahl.workload import Workload, make_workload
 
 _DONE_FILE = "done.json"
+_DRAIN_S = 1.0
 _AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -51,9 +52,9 @@ def train_launch(config: dict[str, Any]) -> None:
     device = ray.train.torch.get_device()
     threads = config["torch_threads"]
     torch.set_num_threads(threads)
-    shard = ray.train.get_dataset_shard("train")
     workload = make_workload(config["workload"], config["trials"][0]["settings"]["params"])
-    val = workload.generate("val", workload.rows("val"), config["seed"])
+    shard = train_source(config, workload, rank, world)
+    val = validation_rows(workload, config)
 
     # A restarted worker group (train.max_failures) resumes after the last reported trial.
     done = {tuple(pair) for pair in config["skip"]} | _reported_before()
@@ -70,6 +71,10 @@ def train_launch(config: dict[str, Any]) -> None:
             row = _results_row(config, trial, repeat, gathered, started, stamp, device, threads)
             done.add((trial["trial_id"], repeat))
             _report(row if rank == 0 else None, done)
+    # Ray 2.60: if the launch's last rows are still queued for Tune when this function returns,
+    # Tune's function trainable can deadlock flushing two of them into its size-1 result queue
+    # (seen with trials tens of ms apart). Give Tune's loop time to take them first.
+    time.sleep(_DRAIN_S)
 
 
 def _report(row: dict[str, Any] | None, done: set[tuple[str, int]]) -> None:
@@ -150,9 +155,7 @@ def run_trial(
     weights_dtype = torch.bfloat16 if precision == "bf16_weights" else None
     autocast_dtype = _AUTOCAST.get(precision)
     scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
-    batches = worker_batches(
-        shard, per_device_batch, settings["options"]["prefetch_batches"], device
-    )
+    batches = worker_batches(shard, per_device_batch, settings["prefetch_batches"], device)
     clock = _Clock(cuda)
     total = config["warmup_steps"] + config["steps"]
     steps: list[tuple[float, list[Any]]] = []  # per step: data wait, phase marks
@@ -488,7 +491,9 @@ def _nothing() -> None:
 
 def _gather(stats: dict[str, Any], error: str | None, world: int) -> list[dict[str, Any]]:
     """Every rank's (stats, error), in rank order (a collective: all ranks must call it)."""
-    mine = {"stats": stats, "error": error}
+    import ray
+
+    mine = {"stats": stats, "error": error, "node": ray.get_runtime_context().get_node_id()}
     if not dist.is_initialized() or world == 1:
         return [mine]
     out: list[Any] = [None] * world
@@ -508,6 +513,7 @@ def _results_row(
 ) -> dict[str, Any]:
     s = trial["settings"]
     errors = [r["error"] for r in ranks if r["error"]]
+    nodes = json.dumps([r.get("node") for r in ranks])
     row: dict[str, Any] = {
         "sweep": config["sweep"],
         "trial_id": trial["trial_id"],
@@ -515,7 +521,7 @@ def _results_row(
         "launch_id": config["launch_id"],
         "workload": config["workload"],
         "params": json.dumps(s["params"], sort_keys=True),
-        **{k: s[k] for k in ("devices", "precision", "compile", "data_workers", "sync")},
+        **{k: s[k] for k in SETTING_COLUMNS},
         "batch_size": s["per_device_batch"],
         "scaling": config["scaling"],
         "steps": config["steps"],
@@ -525,6 +531,7 @@ def _results_row(
         "torch_threads": threads,
         "host": _stdlib_platform.node(),
         "versions": json.dumps(_versions()),
+        "nodes": nodes,
         "started_at": stamp,
     }
     if errors:

@@ -18,11 +18,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from amdahl.spec import AXES, SweepSpec
+from amdahl.spec import AXES, GridSpec, SweepSpec
 
 #: CPUs the Tune function trainable holds while it drives one launch. Ray rejects 0; a tiny
 #: fraction keeps the trial from holding a whole CPU (GUIDE pitfall b).
 DRIVER_CPUS = 0.01
+
+#: grid.prefetch_batches' default; trial labels name other values.
+DEFAULT_PREFETCH = GridSpec.model_fields["prefetch_batches"].default[0]
 
 #: Axis values this build runs. Values in the schema but not here are refused as "not supported
 #: yet" rather than silently ignored.
@@ -93,7 +96,7 @@ class Trial:
     """One point of the grid."""
 
     trial_id: str
-    settings: dict[str, Any]  # the six axes plus "params" (the workload's full parameters)
+    settings: dict[str, Any]  # the axes plus "params" (the workload's full parameters)
     resources: ResourcePlan
     refused: str | None = None  # why it will not run, or None
 
@@ -102,12 +105,16 @@ class Trial:
         """Trials with equal keys share one worker group (same shape, same dataset)."""
         s = self.settings
         r = self.resources
-        key = [s["devices"], r.cpus_per_worker, r.gpus_per_worker, s["data_workers"], s["params"]]
-        return _hash(key)
+        key = [s["devices"], r.cpus_per_worker, r.gpus_per_worker, s["data_workers"], s["input"]]
+        return _hash([*key, s["params"]])
 
     def label(self) -> str:
         s = self.settings
         extra = "".join(f" {k}={v}" for k, v in s["axis_params"].items())
+        if s["input"] != "ray_data":
+            extra = f" {s['input']}{extra}"
+        if s["prefetch_batches"] != DEFAULT_PREFETCH:
+            extra = f" p{s['prefetch_batches']}{extra}"
         return (
             f"d{s['devices']} b{s['batch_size']} {s['precision']} {s['compile']} "
             f"w{s['data_workers']} {s['sync']}{extra}"
@@ -198,7 +205,7 @@ _OPTIONS_USED_BY: dict[str, tuple[str, ...]] = {
 
 
 def _relevant_options(spec: SweepSpec, settings: dict[str, Any]) -> dict[str, Any]:
-    names = ["prefetch_batches"]
+    names: list[str] = []
     for value in (settings["compile"], settings["sync"]):
         names.extend(_OPTIONS_USED_BY.get(value, ()))
     return {n: getattr(spec.options, n) for n in names}
@@ -224,11 +231,19 @@ def _make_trial(spec: SweepSpec, settings: dict[str, Any], nodes: list[Node]) ->
         workers=settings["devices"],
         cpus_per_worker=r.cpus_per_device,
         gpus_per_worker=r.gpus_per_device if r.use_gpu else 0.0,
-        data_cpus=settings["data_workers"] * r.cpus_per_data_worker,
+        data_cpus=_data_workers_in_total(settings) * r.cpus_per_data_worker,
     )
     tid = trial_id(spec, settings)
     reason = _capability_problem(spec, settings) or _resource_problem(resources, nodes)
     return Trial(trial_id=tid, settings=settings, resources=resources, refused=reason)
+
+
+def _data_workers_in_total(settings: dict[str, Any]) -> int:
+    """ray_data: one preprocessing operator of `data_workers` tasks for all devices;
+    torch_loader: a DataLoader with `data_workers` processes on every device."""
+    if settings["input"] == "torch_loader":
+        return settings["devices"] * settings["data_workers"]
+    return settings["data_workers"]
 
 
 def _capability_problem(spec: SweepSpec, settings: dict[str, Any]) -> str | None:
@@ -263,8 +278,9 @@ def _resource_problem(res: ResourcePlan, nodes: list[Node]) -> str | None:
             else "lower data_workers or resources.cpus_per_data_worker"
         )
         return (
-            f"needs {res.describe()}, the cluster has {cpus:g} CPUs; Ray Data must keep "
-            f"{res.data_cpus:g} CPU beside the train workers or the input pipeline hangs; "
+            f"needs {res.describe()}, the cluster has {cpus:g} CPUs; the input pipeline must "
+            f"keep {res.data_cpus:g} CPU beside the train workers (Ray Data without it: the "
+            "input pipeline hangs); "
             f"{hint}"
         )
     # Each worker is one placement-group bundle and must fit on a single node.

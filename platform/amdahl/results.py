@@ -38,6 +38,8 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "precision": (pa.string(), "precision axis value"),
     "compile": (pa.string(), "compile axis value"),
     "data_workers": (pa.int64(), "input-pipeline concurrency"),
+    "input": (pa.string(), "input pipeline: ray_data or torch_loader"),
+    "prefetch_batches": (pa.int64(), "batches each device's input prefetches"),
     "sync": (pa.string(), "gradient synchronisation strategy"),
     "scaling": (pa.string(), "weak or strong"),
     "status": (pa.string(), "ok, failed, oom, diverged"),
@@ -104,9 +106,21 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "backend": (pa.string(), "torch.distributed backend"),
     "torch_threads": (pa.int64(), "intra-op threads per worker"),
     "host": (pa.string(), "hostname of rank 0"),
+    "nodes": (pa.string(), "Ray node id of each rank, in rank order, as JSON"),
     "versions": (pa.string(), "library versions as JSON"),
     "started_at": (pa.string(), "UTC ISO time the trial started"),
 }
+
+#: Columns copied straight from a trial's settings (the axes besides batch size).
+SETTING_COLUMNS = (
+    "devices",
+    "precision",
+    "compile",
+    "data_workers",
+    "input",
+    "prefetch_batches",
+    "sync",
+)
 
 SCHEMA = pa.schema([pa.field(k, t) for k, (t, _) in COLUMNS.items()]).with_metadata(
     {b"amdahl": SCHEMA_TAG}

@@ -28,7 +28,7 @@ from ray import tune
 
 from amdahl.errors import UserError
 from amdahl.plan import DRIVER_CPUS, Launch, Node, SweepPlan, Trial, plan_sweep
-from amdahl.results import RESULTS_FILE, ROW_KEY, append_rows, read_results
+from amdahl.results import RESULTS_FILE, ROW_KEY, SETTING_COLUMNS, append_rows, read_results
 from amdahl.spec import SweepSpec
 from amdahl.workload import make_workload
 
@@ -57,10 +57,13 @@ class SweepOutcome:
 
 def make_plan(spec: SweepSpec, nodes: list[Node] | None = None) -> SweepPlan:
     """Validate the workload and its parameters, then plan against `nodes` (default: this host)."""
+    from amdahl.data import check_source
+
     workload = make_workload(spec.workload, spec.params)
     for name, values in spec.grid.param_axes().items():
         for v in values:
-            make_workload(spec.workload, {**spec.params, name: v})
+            check_source(make_workload(spec.workload, {**spec.params, name: v}))
+    check_source(workload)
     return plan_sweep(spec, nodes if nodes is not None else local_nodes(), workload.defaults)
 
 
@@ -265,17 +268,15 @@ def _launch_name(trial: Any) -> str:
 
 
 def _materialise_datasets(spec: SweepSpec, configs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Each distinct training set read once into the object store, shared by all launches."""
-    from amdahl.data import ray_dataset, stored_dataset
+    """Each distinct training set that a ray_data launch reads, read once into the object store
+    and shared by all launches (torch_loader launches read the parquet on the workers)."""
+    from amdahl.data import ray_dataset
 
     datasets: dict[str, Any] = {}
     for config in configs:
         key = config["dataset_key"]
-        if key not in datasets:
-            params = config["trials"][0]["settings"]["params"]
-            workload = make_workload(spec.workload, params)
-            path = stored_dataset(workload, spec.workload, "train", spec.train.seed)
-            datasets[key] = ray_dataset(path, spec.resources.cpus_per_data_worker)
+        if config["input"] == "ray_data" and key not in datasets:
+            datasets[key] = ray_dataset(config["train_path"], spec.resources.cpus_per_data_worker)
     return datasets
 
 
@@ -285,6 +286,7 @@ def _launch_trainable(config: dict[str, Any], datasets: dict[str, Any]) -> None:
     from ray.train.torch import TorchConfig, TorchTrainer
     from ray.tune.integration.ray_train import TuneReportCallback
 
+    from amdahl.data import preprocessed
     from amdahl.harness import train_launch
 
     # Train's controller polls workers for reported rows at this interval (default 2 s): a
@@ -292,7 +294,16 @@ def _launch_trainable(config: dict[str, Any], datasets: dict[str, Any]) -> None:
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", str(_POLL_INTERVAL_S))
     launch = config["launch"]
     res = launch["resources"]
-    dataset = datasets[launch["dataset_key"]]
+    train_data = {}
+    if launch["input"] == "ray_data":
+        # The shared base rows, then this launch's preprocessing with data_workers tasks.
+        train_data["train"] = preprocessed(
+            datasets[launch["dataset_key"]],
+            make_workload(launch["workload"], launch["trials"][0]["settings"]["params"]),
+            launch["data_workers"],
+            res["cpus_per_data_worker"],
+            max(t["settings"]["per_device_batch"] for t in launch["trials"]),
+        )
     worker = {"CPU": res["cpus_per_worker"]}
     if res["gpus_per_worker"]:
         worker["GPU"] = res["gpus_per_worker"]
@@ -304,6 +315,7 @@ def _launch_trainable(config: dict[str, Any], datasets: dict[str, Any]) -> None:
             num_workers=res["workers"],
             use_gpu=bool(res["gpus_per_worker"]),
             resources_per_worker=worker,
+            placement_strategy=launch["placement"],
         ),
         run_config=ray.train.RunConfig(
             name=launch["run_name"],
@@ -313,7 +325,7 @@ def _launch_trainable(config: dict[str, Any], datasets: dict[str, Any]) -> None:
             # The harness's checkpoint is only the list of finished trials; keep the last.
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=1),
         ),
-        datasets={"train": dataset},
+        datasets=train_data or None,
     )
     trainer.fit()
 
@@ -326,6 +338,8 @@ def _launch_config(
     session: str,
 ) -> dict[str, Any]:
     """Everything the workers need, as plain data (it crosses process boundaries)."""
+    from amdahl.data import dataset_path
+
     r = launch.resources
     t = spec.train
     trials = []
@@ -355,6 +369,11 @@ def _launch_config(
         "scaling": t.scaling,
         "max_failures": t.max_failures,
         "data_workers": launch.trials[0].settings["data_workers"],
+        "input": launch.trials[0].settings["input"],
+        "train_path": dataset_path(workload, spec.workload, "train", t.seed),
+        "val_path": dataset_path(workload, spec.workload, "val", t.seed)
+        if workload.source("val")
+        else None,
         "torch_threads": max(1, int(r.cpus_per_worker)),
         "flops_per_sample": workload.flops_per_sample(),
         "resources": {
@@ -363,12 +382,13 @@ def _launch_config(
             "gpus_per_worker": r.gpus_per_worker,
             "cpus_per_data_worker": spec.resources.cpus_per_data_worker,
         },
+        "placement": spec.resources.placement.upper(),
         "storage_path": str((sweep_dir / "ray" / "train").resolve()),
         # Unique per driver session: a worker group restarted by train.max_failures resumes
         # from this run's checkpoint, but a resumed sweep must trust results.parquet alone
         # (the old driver may have died between a worker's report and the row's write).
         "run_name": f"launch-{launch.launch_id}-{session}",
-        "dataset_key": json.dumps(launch.trials[0].settings["params"], sort_keys=True),
+        "dataset_key": json.dumps(workload.data_key(), sort_keys=True),
     }
 
 
@@ -434,7 +454,7 @@ def _failed_row(
         "launch_id": config["launch_id"],
         "workload": config["workload"],
         "params": json.dumps(s["params"], sort_keys=True),
-        **{k: s[k] for k in ("devices", "precision", "compile", "data_workers", "sync")},
+        **{k: s[k] for k in SETTING_COLUMNS},
         "batch_size": s["per_device_batch"],
         "scaling": config["scaling"],
         "status": "failed",
@@ -475,7 +495,7 @@ def _init_ray(address: str | None, log_path: Path, verbose: bool) -> None:
     if address:
         ray.init(address=address, **kwargs)
     else:
-        ray.init(num_cpus=os.cpu_count(), **kwargs)
+        ray.init(address="local", num_cpus=os.cpu_count(), **kwargs)  # never join a stray one
 
 
 def _route_ray_logs(log_path: Path) -> None:

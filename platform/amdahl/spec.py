@@ -30,12 +30,23 @@ Sync = Literal[
     "param_server",
     "none",
 ]
+Input = Literal["ray_data", "torch_loader"]
 Isolation = Literal["exclusive", "shared"]
 Scaling = Literal["weak", "strong"]
 _Positive = Annotated[int, Field(ge=1)]
+_NonNegative = Annotated[int, Field(ge=0)]
 
-#: The six axes every sweep can vary; `params.<name>` axes come on top.
-AXES = ("devices", "batch_size", "precision", "compile", "data_workers", "sync")
+#: The axes every sweep can vary; `params.<name>` axes come on top.
+AXES = (
+    "devices",
+    "batch_size",
+    "precision",
+    "compile",
+    "data_workers",
+    "input",
+    "prefetch_batches",
+    "sync",
+)
 
 
 class _Section(BaseModel):
@@ -86,7 +97,19 @@ class GridSpec(_Section):
     precision: list[Precision] = Field(["fp32"], min_length=1, description="Numeric precision.")
     compile: list[Compile] = Field(["eager"], min_length=1, description="Graph compilation.")
     data_workers: list[_Positive] = Field(
-        [1], min_length=1, description="Concurrency of the input pipeline's preprocessing."
+        [1],
+        min_length=1,
+        description="Concurrency of the input pipeline's preprocessing: Ray Data map tasks "
+        "(input ray_data), or DataLoader workers per device (input torch_loader).",
+    )
+    input: list[Input] = Field(
+        ["ray_data"],
+        min_length=1,
+        description="Input pipeline: ray_data (Ray Data map_batches + iter_torch_batches) or "
+        "torch_loader (a torch DataLoader per device), with the same preprocessing.",
+    )
+    prefetch_batches: list[_NonNegative] = Field(
+        [4], min_length=1, description="Batches each device's input prefetches ahead of the step."
     )
     sync: list[Sync] = Field(["ddp"], min_length=1, description="Gradient synchronisation.")
 
@@ -110,7 +133,6 @@ class OptionsSpec(_Section):
         4, ge=1, description="Steps between parameter averages (sync=local_sgd)."
     )
     ps_shards: int = Field(2, ge=1, description="Parameter-server actors (sync=param_server).")
-    prefetch_batches: int = Field(4, ge=0, description="Batches Ray Data prefetches per worker.")
 
 
 class ResourcesSpec(_Section):
@@ -121,6 +143,11 @@ class ResourcesSpec(_Section):
         1.0, gt=0, description="Ray CPUs per train worker; torch threads = max(1, floor(this))."
     )
     gpus_per_device: float = Field(1.0, gt=0, description="Ray GPUs per train worker (use_gpu).")
+    placement: Literal["pack", "spread"] = Field(
+        "pack",
+        description="pack: train workers on as few nodes as possible (fast intra-node "
+        "links); spread: one per node where possible (Ray Train's placement strategy).",
+    )
     cpus_per_data_worker: float = Field(
         0.5, gt=0, description="Ray CPUs kept free for each input-pipeline worker."
     )

@@ -31,6 +31,8 @@ _PARAM_COLUMNS = (
     "precision",
     "compile",
     "data_workers",
+    "input",
+    "prefetch_batches",
     "sync",
     "scaling",
     "steps",

@@ -1,7 +1,8 @@
 """The Workload API: what a user subclasses to put their own model under the platform.
 
-A workload states its model, its data (synthetic rows the platform stores once as parquet), its
-loss, and optionally its accuracy and FLOPs per sample. It never touches Ray, MLflow or timing:
+A workload states its model, its data (synthetic rows the platform stores once as parquet, or the
+user's own parquet through `params.data`), its loss, and optionally its preprocessing (run in the
+input pipeline), its accuracy and FLOPs per sample. It never touches Ray, MLflow or timing:
 the harness owns those, so every workload is measured the same way.
 
 This module imports no torch at module level so the CLI and planner stay fast.
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 REGISTERED: dict[str, str] = {
     "mlp": "workloads.mlp:MLP",
     "gpt": "workloads.gpt:GPT",
+    "resnet": "workloads.resnet:ResNet",
 }
 
 
@@ -33,11 +35,17 @@ class Workload:
     keys absent from `defaults` are rejected before anything launches.
     """
 
-    #: Every parameter the workload accepts, with its default value.
+    #: Every parameter the workload accepts, with its default value. Every workload also
+    #: accepts `data`: a directory (local path or a URI Ray Data and pyarrow read, such as
+    #: s3://bucket/dir) holding `train/` and `val/` parquet to use instead of generated rows.
     defaults: ClassVar[dict[str, Any]] = {}
 
+    #: The parameters that decide the stored rows (None: all of them). Sweeping any other
+    #: parameter (a width, an augmentation) reuses the same stored and materialised data.
+    data_params: ClassVar[tuple[str, ...] | None] = None
+
     def __init__(self, **params: Any):
-        unknown = sorted(set(params) - set(self.defaults))
+        unknown = sorted(set(params) - set(self.defaults) - {"data"})
         if unknown:
             close = difflib.get_close_matches(unknown[0], list(self.defaults), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -78,6 +86,33 @@ class Workload:
     def rows(self, split: str) -> int:
         """How many rows of `split` to store; the harness cycles through them."""
         return int(self.params.get(f"{split}_rows", 8192 if split == "train" else 2048))
+
+    def preprocess(self, batch: dict[str, np.ndarray], training: bool) -> dict[str, np.ndarray]:
+        """Stored rows -> model-ready columns (decode, normalise, augment when `training`).
+
+        Runs in the input pipeline (Ray Data map tasks or torch DataLoader workers, with
+        `data_workers` of them), never in the training step; the default passes rows through.
+        """
+        return batch
+
+    # ---- provided -----------------------------------------------------------------------
+
+    def source(self, split: str) -> str | None:
+        """Where the user's parquet for `split` lives (`params.data`/<split>), or None."""
+        data = self.params.get("data")
+        return f"{str(data).rstrip('/')}/{split}" if data else None
+
+    def data_key(self) -> dict[str, Any]:
+        """The parameters that decide the stored rows (see `data_params`)."""
+        if self.data_params is None:
+            return dict(self.params)
+        names = (*self.data_params, "data")
+        return {k: self.params[k] for k in names if k in self.params}
+
+    @property
+    def preprocesses(self) -> bool:
+        """Whether this workload overrides `preprocess` (else the pipeline skips that stage)."""
+        return type(self).preprocess is not Workload.preprocess
 
 
 def resolve_workload(name: str) -> type[Workload]:

@@ -15,7 +15,7 @@ def ray_cluster():
     os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
     started = False
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
         started = True
     yield ray
     if started:

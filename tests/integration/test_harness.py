@@ -80,8 +80,10 @@ def _settings(**overrides):
         "precision": "fp32",
         "compile": "eager",
         "data_workers": 1,
+        "input": "ray_data",
+        "prefetch_batches": 2,
         "sync": "ddp",
-        "options": {"prefetch_batches": 2, "compile_mode": "default", "bucket_cap_mb": 25.0},
+        "options": {"compile_mode": "default", "bucket_cap_mb": 25.0},
         "params": PARAMS,
     }
     settings.update(overrides)

@@ -33,6 +33,8 @@ SETTINGS = (
     "precision",
     "compile",
     "data_workers",
+    "input",
+    "prefetch_batches",
     "sync",
 )
 #: Columns aggregated per configuration over its ok repeats.
@@ -278,6 +280,10 @@ def config_label(settings: dict[str, Any], varying_params: list[str] = ()) -> st
         f"w{s.get('data_workers')}",
         str(s.get("sync")),
     ]
+    if s.get("input") not in (None, "ray_data"):  # as the plan labels them: defaults unsaid
+        parts.append(str(s["input"]))
+    if s.get("prefetch_batches") not in (None, 4):
+        parts.append(f"p{s['prefetch_batches']}")
     params = _params(s.get("params"))
     parts += [f"{k}={json.dumps(params.get(k), separators=(',', ':'))}" for k in varying_params]
     return " ".join(parts)

@@ -1,0 +1,245 @@
+"""The input pipeline without Ray: IDX conversion, stored parquet and its cache key, user data,
+the ResNet workload's preprocessing, per-rank DataLoader shards, and a real validation check."""
+
+import gzip
+import struct
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from idx_files import write_fashion_mnist, write_idx
+
+from amdahl import UserError
+from amdahl.cli import main
+from amdahl.data import (
+    LoaderSource,
+    check_source,
+    convert_fashion_mnist,
+    dataset_path,
+    read_idx,
+    read_rows,
+    stored_dataset,
+    validation_rows,
+    worker_batches,
+)
+from amdahl.workload import make_workload
+from workloads.mlp import MLP
+from workloads.resnet import MEAN, STD, ResNet, decode_images
+
+# --------------------------------------------------------------------------- IDX -> parquet
+
+
+def test_idx_header_is_the_standard_one(tmp_path):
+    images = np.arange(2 * 28 * 28, dtype=np.uint8).reshape(2, 28, 28)
+    write_idx(tmp_path / "x.gz", images)
+    raw = gzip.open(tmp_path / "x.gz").read()
+    assert struct.unpack(">IIII", raw[:16]) == (2051, 2, 28, 28)
+    write_idx(tmp_path / "y", np.array([3, 1], dtype=np.uint8))
+    assert struct.unpack(">II", (tmp_path / "y").read_bytes()[:8]) == (2049, 2)
+    np.testing.assert_array_equal(read_idx(tmp_path / "x.gz"), images)
+    np.testing.assert_array_equal(read_idx(tmp_path / "y"), [3, 1])
+
+
+def test_idx_rejects_what_is_not_idx(tmp_path):
+    (tmp_path / "bad").write_bytes(b"PK\x03\x04 not idx")
+    with pytest.raises(UserError, match="not an IDX file"):
+        read_idx(tmp_path / "bad")
+    write_idx(tmp_path / "short", np.zeros((4, 28, 28), np.uint8))
+    (tmp_path / "short").write_bytes((tmp_path / "short").read_bytes()[:-10])
+    with pytest.raises(UserError, match="header says"):
+        read_idx(tmp_path / "short")
+
+
+def test_fashion_mnist_round_trip_through_parquet(tmp_path):
+    arrays = write_fashion_mnist(tmp_path / "idx")
+    out = convert_fashion_mnist(tmp_path / "idx", tmp_path / "fmnist")
+    for split, prefix in (("train", "train"), ("val", "t10k")):
+        rows = read_rows(str(out / split))
+        assert set(rows) == {"image", "label"}
+        np.testing.assert_array_equal(
+            decode_images(rows["image"]), arrays[f"{prefix}-images-idx3-ubyte.gz"]
+        )
+        np.testing.assert_array_equal(rows["label"], arrays[f"{prefix}-labels-idx1-ubyte.gz"])
+        assert rows["label"].dtype == np.int64
+
+
+def test_cli_converts_and_names_the_params_to_use(tmp_path):
+    write_fashion_mnist(tmp_path / "idx")
+    result = CliRunner().invoke(
+        main, ["data", "fashion-mnist", "--from", str(tmp_path / "idx"), "--out", str(tmp_path)]
+    )
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "train" / "_COMPLETE").exists() and (tmp_path / "val").is_dir()
+    assert f"params: {{data: {tmp_path}}}" in result.output
+    missing = CliRunner().invoke(main, ["data", "fashion-mnist", "--from", str(tmp_path / "no")])
+    assert missing.exit_code == 2
+    assert "train-images-idx3-ubyte.gz" in missing.output
+
+
+# --------------------------------------------------------------------------- storage
+
+
+def test_stored_rows_are_keyed_by_the_parameters_that_decide_them(tmp_path, monkeypatch):
+    calls = []
+    original = ResNet.generate
+
+    def counting(self, split, num_rows, seed):
+        calls.append((split, num_rows))
+        return original(self, split, num_rows, seed)
+
+    monkeypatch.setattr(ResNet, "generate", counting)
+    small = ResNet(train_rows=64, width=4, augment="none")
+    first = stored_dataset(small, "resnet", "train", 0, cache=tmp_path)
+    # A different model width or augmentation reuses the same rows ...
+    again = stored_dataset(
+        ResNet(train_rows=64, width=16, augment="heavy"), "resnet", "train", 0, cache=tmp_path
+    )
+    assert again == first and calls == [("train", 64)]
+    # ... a different row count, split or seed does not.
+    others = {
+        stored_dataset(ResNet(train_rows=128), "resnet", "train", 0, cache=tmp_path),
+        stored_dataset(small, "resnet", "val", 0, cache=tmp_path),
+        stored_dataset(small, "resnet", "train", 1, cache=tmp_path),
+    }
+    assert first not in others and len(others) == 3
+    assert len(read_rows(str(first))["label"]) == 64
+    # Workloads that do not say which params decide their rows are keyed by all of them.
+    mlp_a = stored_dataset(MLP(train_rows=64, hidden=[8]), "mlp", "train", 0, cache=tmp_path)
+    mlp_b = stored_dataset(MLP(train_rows=64, hidden=[16]), "mlp", "train", 0, cache=tmp_path)
+    assert mlp_a != mlp_b
+
+
+def test_params_data_points_at_the_users_parquet(tmp_path, monkeypatch):
+    write_fashion_mnist(tmp_path / "idx")
+    convert_fashion_mnist(tmp_path / "idx", tmp_path / "mine")
+    monkeypatch.chdir(tmp_path)
+    workload = make_workload("resnet", {"data": "mine", "augment": "none"})
+    # Relative paths are resolved in the driver (workers run in other directories).
+    assert dataset_path(workload, "resnet", "train", 0) == str(tmp_path / "mine" / "train")
+    val = validation_rows(workload, {"seed": 0, "val_path": str(tmp_path / "mine" / "val")})
+    assert val["x"].shape == (32, 1, 28, 28) and val["y"].shape == (32,)
+    # URIs go to pyarrow / Ray Data untouched; a missing local directory fails before launch.
+    s3 = make_workload("resnet", {"data": "s3://bucket/fmnist"})
+    assert dataset_path(s3, "resnet", "train", 0) == "s3://bucket/fmnist/train"
+    with pytest.raises(UserError, match="params.data: .*missing.* does not exist"):
+        check_source(make_workload("resnet", {"data": str(tmp_path / "missing")}))
+    # Every workload accepts `data`; other unknown parameters are still rejected.
+    assert make_workload("mlp", {"data": "mine"}).source("val") == "mine/val"
+    with pytest.raises(UserError, match="did you mean 'width'"):
+        make_workload("resnet", {"widht": 8})
+
+
+# --------------------------------------------------------------------------- preprocessing
+
+
+def _rows(n=64, **params):
+    workload = ResNet(train_rows=n, **params)
+    return workload, workload.generate("train", n, seed=0)
+
+
+def test_preprocess_decodes_and_normalises(tmp_path):
+    workload, rows = _rows(augment="none")
+    assert rows["image"].dtype == object and len(rows["image"][0]) == 784
+    out = workload.preprocess(rows, training=True)
+    assert out["x"].shape == (64, 1, 28, 28) and out["x"].dtype == np.float32
+    assert out["y"].dtype == np.int64
+    expected = (decode_images(rows["image"]).astype(np.float32) / 255 - MEAN) / STD
+    np.testing.assert_allclose(out["x"][:, 0], expected, rtol=1e-6)
+    np.testing.assert_array_equal(out["y"], rows["label"])
+
+
+@pytest.mark.parametrize("augment", ["light", "heavy"])
+def test_augmentation_changes_images_only_when_training(augment):
+    workload, rows = _rows(augment=augment)
+    plain = ResNet(augment="none").preprocess(rows, training=True)
+    evaluated = workload.preprocess(rows, training=False)
+    np.testing.assert_array_equal(evaluated["x"], plain["x"])  # no augmentation in evaluation
+    trained = workload.preprocess(rows, training=True)
+    assert trained["x"].shape == plain["x"].shape and trained["x"].dtype == np.float32
+    assert np.isfinite(trained["x"]).all()
+    assert not np.array_equal(trained["x"], plain["x"])
+    np.testing.assert_array_equal(trained["y"], plain["y"])
+    # Pixels stay in the normalised range of [0, 1] images.
+    assert trained["x"].min() >= -MEAN / STD - 1e-5 and trained["x"].max() <= (1 - MEAN) / STD
+
+
+def test_preprocess_accepts_images_stored_as_uint8_arrays():
+    workload, rows = _rows(augment="none")
+    as_arrays = {"image": decode_images(rows["image"]).reshape(64, 784), "label": rows["label"]}
+    np.testing.assert_array_equal(
+        workload.preprocess(as_arrays, training=False)["x"],
+        workload.preprocess(rows, training=False)["x"],
+    )
+    with pytest.raises(ValueError, match="28x28"):
+        decode_images(np.zeros((2, 10), np.uint8))
+
+
+def test_resnet_flops_match_torchs_count():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    workload = ResNet(width=8)
+    model = workload.build_model()
+    with FlopCounterMode(display=False) as counter:
+        model(torch.randn(2, 1, 28, 28)).sum().backward()
+    # torch skips the input gradient of the first convolution; the 6x rule does not.
+    assert counter.get_total_flops() / 2 == pytest.approx(workload.flops_per_sample(), rel=0.01)
+
+
+def test_bad_augment_is_refused_with_the_choices():
+    with pytest.raises(UserError, match="none, light, heavy"):
+        ResNet(augment="medium")
+    with pytest.raises(UserError, match="synthetic or digits"):
+        ResNet(dataset="mnist")
+
+
+# --------------------------------------------------------------------------- torch_loader input
+
+
+def test_each_rank_reads_its_own_slice(tmp_path):
+    workload = ResNet(train_rows=100, augment="none")
+    path = str(stored_dataset(workload, "resnet", "train", 0, cache=tmp_path))  # one file
+    labels = [LoaderSource(path, workload, r, 3, 1).table()["label"].to_pylist() for r in (0, 1, 2)]
+    assert sorted(sum(labels, [])) == sorted(read_rows(path)["label"].tolist())
+    assert [len(x) for x in labels] == [34, 33, 33]
+
+
+def test_torch_loader_batches_are_preprocessed_tensors(tmp_path):
+    workload = ResNet(train_rows=96, augment="light")
+    path = str(stored_dataset(workload, "resnet", "train", 0, cache=tmp_path))
+    batches = worker_batches(LoaderSource(path, workload, 0, 1, 1), 32, 2, torch.device("cpu"))
+    seen = [next(batches) for _ in range(4)]  # three per epoch, then the next epoch
+    batches.close()
+    for batch in seen:
+        assert batch["x"].shape == (32, 1, 28, 28) and batch["x"].dtype == torch.float32
+        assert batch["y"].dtype == torch.int64
+    with pytest.raises(RuntimeError, match="fewer than batch_size=128"):
+        next(worker_batches(LoaderSource(path, workload, 0, 1, 1), 128, 2, torch.device("cpu")))
+
+
+# --------------------------------------------------------------------------- real data
+
+
+def test_digits_give_a_real_validation_accuracy():
+    """scikit-learn's bundled digits (no download): a tiny ResNet-18 must learn them."""
+    workload = ResNet(dataset="digits", width=8, augment="none")
+    train = workload.preprocess(workload.generate("train", 10**6, seed=0), training=False)
+    val = workload.preprocess(workload.generate("val", 10**6, seed=0), training=False)
+    assert len(train["y"]) == 1437 and len(val["y"]) == 360
+    assert set(np.unique(val["y"])) == set(range(10))
+    torch.manual_seed(0)
+    model = workload.build_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    x, y = torch.from_numpy(train["x"]), torch.from_numpy(train["y"])
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(120):
+        i = torch.randint(0, len(y), (32,), generator=generator)
+        loss = workload.loss(model(x[i]), y[i])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    with torch.no_grad():
+        output = model(torch.from_numpy(val["x"]))
+    accuracy = float(workload.correct(output, torch.from_numpy(val["y"]))) / len(val["y"])
+    assert accuracy > 0.6  # chance is 0.1
