@@ -194,22 +194,28 @@ class Tracker:
             and math.isfinite(v)
         ]
         params: list[Any] = []
+        if run_id not in self._known_run_ids():
+            # New, or found by its tag after a crash that may have come before its params were
+            # logged: log them (MLflow accepts a param logged again with the same value).
+            params = [Param(c, str(row.get(c))) for c in _PARAM_COLUMNS if row.get(c) is not None]
+            params += [
+                Param(f"params.{k}", str(v)[:6000])
+                for k, v in json.loads(row.get("params") or "{}").items()
+            ]
         if run_id is None:
             run_id = client.create_run(
                 self.state["experiment_id"],
                 run_name=name,
                 tags={"mlflow.parentRunId": parent, "amdahl.row": key},
             ).info.run_id
-            params = [Param(c, str(row.get(c))) for c in _PARAM_COLUMNS if row.get(c) is not None]
-            params += [
-                Param(f"params.{k}", str(v)[:6000])
-                for k, v in json.loads(row.get("params") or "{}").items()
-            ]
         client.log_batch(
             run_id, metrics=metrics, params=params, tags=[RunTag(k, v) for k, v in tags.items()]
         )
         client.set_terminated(run_id, "FINISHED" if row["status"] == "ok" else "FAILED")
         return run_id
+
+    def _known_run_ids(self) -> set[str]:
+        return {entry["run_id"] for entry in self._logged.values()}
 
     def _offline(self, error: Exception) -> None:
         self._offline_until = time.monotonic() + OFFLINE_RETRY_S
