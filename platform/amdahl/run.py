@@ -439,7 +439,7 @@ class _ResultSink(tune.Callback):
     def _record(self, row: dict[str, Any]) -> None:
         append_rows(self.sweep_dir, [row])
         self.outcome.rows.append(row)
-        self.tracker.log_trial(row)
+        self.tracker.log_trial_soon(row)
         self.emit("trial_done", {"row": row})
 
 

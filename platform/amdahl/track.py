@@ -13,9 +13,11 @@ import logging
 import math
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from amdahl.results import SETTING_COLUMNS
 from amdahl.spec import SweepSpec
 
 log = logging.getLogger(__name__)
@@ -25,15 +27,9 @@ STATE_FILE = "tracking.json"
 OFFLINE_RETRY_S = 30.0
 _PARAM_COLUMNS = (
     "workload",
-    "devices",
+    *SETTING_COLUMNS,
     "batch_size",
     "global_batch",
-    "precision",
-    "compile",
-    "data_workers",
-    "input",
-    "prefetch_batches",
-    "sync",
     "scaling",
     "steps",
     "warmup_steps",
@@ -66,6 +62,7 @@ class Tracker:
         self._client: Any = None
         self.offline_reason: str | None = None
         self._offline_until = 0.0
+        self._writer: ThreadPoolExecutor | None = None
 
     # ---- public ----------------------------------------------------------------------
 
@@ -91,6 +88,14 @@ class Tracker:
         self._save_state()
         return True
 
+    def log_trial_soon(self, row: dict[str, Any]) -> None:
+        """Log a row on the tracker's own thread, so MLflow latency never holds up the caller
+        (Tune's event loop: a slow callback there lets reported rows pile up, and Ray 2.60's
+        function trainable can deadlock flushing them). `finish` waits for these writes."""
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="amdahl-mlflow")
+        self._writer.submit(self.log_trial, row)
+
     def sync(self, rows: list[dict[str, Any]]) -> int:
         """Push every row MLflow lacks (or holds in an older state); returns how many."""
         stale = [
@@ -102,6 +107,9 @@ class Tracker:
 
     def finish(self, outcome: Any, interrupted: bool = False) -> None:
         """Push what an outage held back, then close the parent run with summary and artifacts."""
+        if self._writer is not None:
+            self._writer.shutdown(wait=True)
+            self._writer = None
         if not self.enabled:
             return
         self._offline_until = 0.0

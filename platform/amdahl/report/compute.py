@@ -24,18 +24,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from amdahl.results import SETTING_COLUMNS
+
 #: Columns that, with `devices`, identify one configuration.
 SETTINGS = (
     "workload",
     "params",
     "scaling",
     "batch_size",
-    "precision",
-    "compile",
-    "data_workers",
-    "input",
-    "prefetch_batches",
-    "sync",
+    *(c for c in SETTING_COLUMNS if c != "devices"),
 )
 #: Columns aggregated per configuration over its ok repeats.
 METRICS = (
