@@ -39,7 +39,9 @@ CPU = torch.device("cpu")
 
 def _source(name: str, base: Any, workload: ResNet, path: str, workers: int, args) -> Any:
     if name == "ray_data":
-        ds = preprocessed(base, workload, workers, args.cpus_per_worker, args.batch)
+        ds = preprocessed(
+            base, workload, workers, args.cpus_per_worker, args.batch, rows_per_pass=0
+        )
         return ds.iterator()
     return LoaderSource(path, workload, rank=0, world=1, workers=workers)
 

@@ -6,10 +6,12 @@ user's own parquet (`params.data`, a local path or any URI pyarrow and Ray Data 
 place. `platform data fashion-mnist --from DIR` converts Fashion-MNIST's IDX files to that layout.
 
 Two inputs (the `input` axis), the same preprocessing (`Workload.preprocess`) in both:
-- ray_data: the sweep driver reads the parquet once into the object store; each launch adds a
-  `map_batches` stage with `data_workers` concurrent tasks of `cpus_per_data_worker` CPUs, and each
-  rank streams its split through `iter_torch_batches` with `prefetch_batches` (pinned memory and
-  device transfer on GPU);
+- ray_data: the sweep driver reads the parquet once into the object store. A workload without
+  preprocessing gets static, equal per-rank shards of those blocks (`rank_shards`); one with
+  preprocessing gets a `map_batches` stage with `data_workers` concurrent tasks of
+  `cpus_per_data_worker` CPUs behind Ray Train's streaming split. Each rank takes block-sized
+  chunks through `iter_torch_batches`, `prefetch_batches` ahead, and slices them into batches
+  (pinned memory and device transfer on GPU);
 - torch_loader: each rank reads its own slice of the parquet into a torch DataLoader with
   `num_workers = data_workers`, pinned memory on GPU and persistent workers.
 """
@@ -49,6 +51,9 @@ _ROWS_PER_FILE = 4096
 #: 2048-row tasks 0.9x. The price is latency: an epoch's first batch waits for a whole task.
 _ROWS_PER_BLOCK = 2048
 _VAL_CHUNK = 4096
+#: Most epochs one pass of a launch's input streams (each adds a block reference per block);
+#: a trial that needs more starts a new pass, at one epoch boundary's cost.
+MAX_EPOCHS_PER_PASS = 64
 
 
 # --------------------------------------------------------------------------- storage
@@ -82,8 +87,8 @@ def dataset_path(
 
 
 def resolve_source(source: str) -> str:
-    """A URI as given; a local path made absolute (workers run elsewhere) and checked."""
-    if "://" in source:
+    """A URI as given; a local path made absolute and checked."""
+    if _is_uri(source):
         return source
     path = Path(source).expanduser().resolve()
     if not path.exists():
@@ -126,11 +131,40 @@ def _arrow_column(values: np.ndarray) -> pa.Array:
     return pa.FixedSizeListArray.from_arrays(flat, int(np.prod(values.shape[1:])))
 
 
-def read_rows(path: str) -> dict[str, np.ndarray]:
-    """A parquet file or directory (path or URI) as numpy columns."""
+def read_table(path: str) -> pa.Table:
+    """A parquet file or directory (path or URI) as one Arrow table."""
     import pyarrow.dataset as pads
 
-    return table_columns(pads.dataset(path, format="parquet").to_table())
+    return pads.dataset(path, format="parquet").to_table()
+
+
+def read_rows(source: Any) -> dict[str, np.ndarray]:
+    """Rows from `shared_rows`'s answer (a URI, a path, or an object-store table) as numpy."""
+    return table_columns(_table(source))
+
+
+def shared_rows(path: str) -> Any:
+    """How workers on any node reach the parquet at `path`: a URI as is (each reader opens it
+    itself); a local path is read here, in the driver, and its Arrow table put in the object
+    store, because read tasks and train workers on other nodes cannot see this machine's disk.
+    Returns the URI or the table's ObjectRef."""
+    if _is_uri(path):
+        return path
+    import ray
+
+    return ray.put(read_table(path))
+
+
+def _table(source: Any) -> pa.Table:
+    if isinstance(source, str):
+        return read_table(source)
+    import ray
+
+    return ray.get(source)
+
+
+def _is_uri(path: str) -> bool:
+    return "://" in path
 
 
 def table_columns(table: pa.Table) -> dict[str, np.ndarray]:
@@ -148,10 +182,13 @@ def table_columns(table: pa.Table) -> dict[str, np.ndarray]:
 
 
 def validation_rows(workload: Workload, config: dict[str, Any]) -> dict[str, np.ndarray]:
-    """The held-out split, preprocessed for evaluation (no augmentation)."""
-    path = config.get("val_path")
+    """The held-out split, preprocessed for evaluation (no augmentation): the user's
+    (`config["val_rows"]`, from `shared_rows`) or generated here, deterministically."""
+    source = config.get("val_rows")
     rows = (
-        read_rows(path) if path else workload.generate("val", workload.rows("val"), config["seed"])
+        read_rows(source)
+        if source is not None
+        else workload.generate("val", workload.rows("val"), config["seed"])
     )
     if not workload.preprocesses:
         return rows
@@ -227,36 +264,66 @@ def _find(src: Path, name: str) -> Path:
 
 
 def ray_dataset(path: str | Path, cpus_per_read_task: float) -> Any:
-    """A materialised Ray Dataset of the stored rows in small blocks (read tasks sized to the
-    plan's data CPUs), so that every epoch of every trial streams from memory."""
+    """A materialised Ray Dataset of the stored rows in block-sized pieces, so that every epoch
+    of every trial streams from the object store. A URI is read by Ray Data's read tasks
+    (sized to the plan's data CPUs) wherever they run; a local path is read here, in the
+    driver, since read tasks on other nodes cannot see this machine's disk."""
     import ray.data
 
-    ds = ray.data.read_parquet(str(path), num_cpus=cpus_per_read_task)
+    path = str(path)
+    if _is_uri(path):
+        ds = ray.data.read_parquet(path, num_cpus=cpus_per_read_task)
+    else:
+        ds = ray.data.from_arrow(read_table(path))
     return ds.repartition(target_num_rows_per_block=_ROWS_PER_BLOCK, strict=True).materialize()
 
 
+def rank_shards(base: Any, world: int) -> list[Any]:
+    """`base` split into `world` equal, materialised shards, one per rank. Called in the
+    driver before any worker group holds CPUs: splitting a block runs Ray tasks, which a
+    started worker group could leave without a CPU (seen: a 2-CPU box hung)."""
+    return base.split(world, equal=True)
+
+
+def repeated(shard: Any, rows: int) -> Any:
+    """`shard`'s blocks listed enough times to stream `rows` rows in one pass (one epoch more
+    than needed covers rows dropped at chunk ends). The objects are shared, not copied, and no
+    task runs. Why: a new pass over a dataset costs every rank 20-120 ms here (a fresh
+    iterator, and under Ray Train's streaming split a barrier across ranks), which with the
+    D2L MLP's 32-step epochs was 20% of each step."""
+    epochs = min(MAX_EPOCHS_PER_PASS, math.ceil(rows / max(1, shard.count())) + 1)
+    return shard.union(*[shard] * (epochs - 1)).materialize() if epochs > 1 else shard
+
+
 def preprocessed(
-    base: Any, workload: Workload, workers: int, cpus_per_worker: float, batch_size: int
+    base: Any,
+    workload: Workload,
+    workers: int,
+    cpus_per_worker: float,
+    batch_size: int,
+    rows_per_pass: int,
 ) -> Any:
-    """`base` followed by the workload's training preprocessing as a Ray Data operator with
-    `workers` concurrent tasks of `cpus_per_worker` CPUs (the plan keeps those CPUs free), each
-    task preprocessing at least one block of rows at once."""
+    """The training input of a launch whose workload preprocesses: `base` repeated to cover
+    `rows_per_pass` rows (see `repeated`), then the workload's training preprocessing as a Ray
+    Data operator with `workers` concurrent tasks of `cpus_per_worker` CPUs (the plan keeps
+    those CPUs free), each task preprocessing at least one block of rows. Ray Train's streaming
+    split then hands its output to the ranks, balancing as it goes."""
     import ray.data
 
-    ds = base
-    if workload.preprocesses:
-        ds = base.map_batches(
-            _preprocess_for_training,
-            fn_kwargs={"workload": workload},
-            batch_format="numpy",
-            batch_size=max(batch_size, _ROWS_PER_BLOCK),
-            compute=ray.data.TaskPoolStrategy(size=workers),
-            num_cpus=cpus_per_worker,
-        )
-        # Ray Data's default allocator reserves a share of the data CPUs for every operator,
-        # which on a small budget (2 CPUs minus the train workers) caps this operator below
-        # `workers` concurrent tasks; the plan already keeps exactly their CPUs free.
-        ds.context.op_resource_reservation_enabled = False
+    epochs = min(MAX_EPOCHS_PER_PASS, math.ceil(rows_per_pass / max(1, base.count())) + 1)
+    ds = base.union(*[base] * (epochs - 1)) if epochs > 1 else base
+    ds = ds.map_batches(
+        _preprocess_for_training,
+        fn_kwargs={"workload": workload},
+        batch_format="numpy",
+        batch_size=max(batch_size, _ROWS_PER_BLOCK),
+        compute=ray.data.TaskPoolStrategy(size=workers),
+        num_cpus=cpus_per_worker,
+    )
+    # Ray Data's default allocator reserves a share of the data CPUs for every operator,
+    # which on a small budget (2 CPUs minus the train workers) caps this operator below
+    # `workers` concurrent tasks; the plan already keeps exactly their CPUs free.
+    ds.context.op_resource_reservation_enabled = False
     callbacks = ds.context.custom_execution_callback_classes
     if IdleLoopPause not in callbacks:
         ds.context.custom_execution_callback_classes = [*callbacks, IdleLoopPause]
@@ -307,9 +374,10 @@ def _preprocess_for_training(
 
 @dataclass
 class LoaderSource:
-    """What one rank's torch DataLoader reads: its slice of the stored parquet."""
+    """What one rank's torch DataLoader reads: its slice of the stored rows (`rows`: a parquet
+    path or URI, or an object-store table from `shared_rows`)."""
 
-    path: str
+    rows: Any
     workload: Workload
     rank: int
     world: int
@@ -317,17 +385,23 @@ class LoaderSource:
     _table: pa.Table | None = field(default=None, repr=False)
 
     def table(self) -> pa.Table:
-        """This rank's rows (read once per launch): every world-th file when there are enough
-        files, else every world-th row."""
+        """This rank's rows (read once per launch): its contiguous share of an object-store
+        table; of files, every world-th file when there are enough, else every world-th row."""
+        if self._table is None and not isinstance(self.rows, str):
+            import ray
+
+            table = ray.get(self.rows)
+            n = len(table)
+            start, stop = self.rank * n // self.world, (self.rank + 1) * n // self.world
+            self._table = table.slice(start, stop - start)
         if self._table is None:
             import pyarrow.dataset as pads
 
             try:
-                ds = pads.dataset(self.path, format="parquet")
+                ds = pads.dataset(self.rows, format="parquet")
             except (FileNotFoundError, pa.ArrowInvalid) as e:
                 raise RuntimeError(
-                    f"input torch_loader reads {self.path} on every node, which failed ({e}); "
-                    "use a URI or a shared filesystem for params.data on a multi-node cluster"
+                    f"input torch_loader could not read {self.rows} on this worker ({e})"
                 ) from None
             files = sorted(ds.files)
             if len(files) >= self.world:
@@ -356,9 +430,12 @@ class _PreprocessedBatches:
 
 
 def train_source(config: dict[str, Any], workload: Workload, rank: int, world: int) -> Any:
-    """This rank's training input for the launch: a Ray Data shard or a LoaderSource."""
+    """This rank's training input for the launch: its own shard (`train_shards`), Ray Train's
+    streaming split of the preprocessed dataset, or a LoaderSource."""
     if config["input"] == "torch_loader":
-        return LoaderSource(config["train_path"], workload, rank, world, config["data_workers"])
+        return LoaderSource(config["train_rows"], workload, rank, world, config["data_workers"])
+    if config.get("train_shards"):
+        return config["train_shards"][rank].iterator()
     import ray.train
 
     return ray.train.get_dataset_shard("train")
@@ -380,21 +457,37 @@ def worker_batches(
 def _ray_batches(
     shard: Any, batch_size: int, prefetch: int, device: torch.device
 ) -> Iterator[dict[str, torch.Tensor]]:
+    """Training batches sliced from block-sized chunks of the shard.
+
+    Each batch Ray Data forms costs a fixed ~1-3 ms here (a round trip to the split
+    coordinator, block slicing and concatenation, conversion), which a rank waits for on every
+    step when batches are small: the D2L MLP waited 2.7 ms of an 11 ms step. Fetching one
+    block-sized chunk and slicing it into batches (views, no copies) pays that once per chunk.
+    `prefetch` batches ahead become ceil(prefetch * batch / chunk) chunks ahead (0 stays 0).
+    Chunks stay on the host (pinned on GPU) and each batch is copied to the device as it is
+    taken, so a chunk never costs device memory beyond one batch.
+    """
+    chunk = max(batch_size, _ROWS_PER_BLOCK // batch_size * batch_size)
+    cuda = device.type == "cuda"
     while True:
         yielded = False
         epoch = iter(
             shard.iter_torch_batches(
-                batch_size=batch_size,
-                prefetch_batches=prefetch,
-                drop_last=True,
-                device=device,
-                pin_memory=device.type == "cuda",
+                batch_size=chunk,
+                prefetch_batches=math.ceil(prefetch * batch_size / chunk),
+                drop_last=False,
+                pin_memory=cuda,
             )
         )
         try:
-            for batch in epoch:
-                yielded = True
-                yield batch
+            for rows in epoch:
+                n = len(next(iter(rows.values())))
+                for start in range(0, n - batch_size + 1, batch_size):
+                    yielded = True
+                    yield {
+                        k: v[start : start + batch_size].to(device, non_blocking=cuda)
+                        for k, v in rows.items()
+                    }
         finally:
             # A trial that stops mid-epoch stops its preprocessing now, not when the
             # iterator is garbage-collected (its prefetch threads keep it alive).

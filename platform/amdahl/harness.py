@@ -157,14 +157,32 @@ def run_trial(
     scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
     batches = worker_batches(shard, per_device_batch, settings["prefetch_batches"], device)
     clock = _Clock(cuda)
-    total = config["warmup_steps"] + config["steps"]
+    lr = LRSchedule.for_trial(config, per_device_batch * world * strategy.micro_steps)
+    lr.apply(optimizer, 0)
+    warm, target = config["warmup_steps"], config["target"]
+    total = target["max_steps"] if target else warm + config["steps"]
+
+    def validate() -> tuple[float, float | None]:
+        return _evaluate(
+            workload,
+            unwrap(model),
+            val,
+            device,
+            rank,
+            world,
+            autocast_dtype,
+            weights_dtype,
+            per_device_batch,
+        )
+
     steps: list[tuple[float, list[Any]]] = []  # per step: data wait, phase marks
     losses: list[torch.Tensor] = []
+    eval_s, reached = 0.0, None  # time-to-target: validation seconds, (steps, seconds)
     setup_s = time.perf_counter() - setup_start
-    window_start = 0.0
+    train_start = window_start = time.perf_counter()
 
     for step in range(total):
-        if step == config["warmup_steps"]:
+        if step == warm:
             device_sync()
             window_start = time.perf_counter()
         t_data = time.perf_counter()
@@ -183,36 +201,36 @@ def run_trial(
                 marks.append(clock.mark())
                 (scaler.scale(loss) if scaler else loss).backward()
                 marks.append(clock.mark())
+        if step < lr.warmup_steps:
+            lr.apply(optimizer, step)
         strategy.step(optimizer, scaler)
         optimizer.zero_grad(set_to_none=True)
         strategy.after_step(model, step)
         marks.append(clock.mark())
         steps.append((data_wait, marks))
         losses.append(loss.detach() * strategy.micro_steps)
+        if target and step >= warm and (step + 1 - warm) % target["eval_every"] == 0:
+            device_sync()
+            eval_start = time.perf_counter()
+            quality = validate()
+            if _target_reached(quality, target):
+                reached = (step + 1, eval_start - train_start - eval_s)
+            eval_s += time.perf_counter() - eval_start
+            if reached:
+                break
     device_sync()
-    window = time.perf_counter() - window_start
+    window = time.perf_counter() - window_start - eval_s
     comm_s = _exposed_communication(
         workload, model, batches, weights_dtype, autocast_dtype, scaler, clock, settings
     )
 
     phases = clock.resolve([marks for _, marks in steps])
     waits = [wait for wait, _ in steps]
-    warm = config["warmup_steps"]
     first_step = phases[0]["total"] + waits[0]
     measured = phases[warm:]
     steady = statistics.median(p["total"] for p in measured)
     final_loss = float(torch.stack(losses[-min(5, len(losses)) :]).float().mean())
-    val_loss, val_acc = _evaluate(
-        workload,
-        unwrap(model),
-        val,
-        device,
-        rank,
-        world,
-        autocast_dtype,
-        weights_dtype,
-        per_device_batch,
-    )
+    val_loss, val_acc = validate()
     strategy.close()
     return {
         "window_s": window,
@@ -232,6 +250,10 @@ def run_trial(
         "val_loss": val_loss,
         "val_accuracy": val_acc,
         "micro_steps": strategy.micro_steps,
+        "measured_steps": len(measured),
+        "lr": lr.peak,
+        "steps_to_target": reached[0] if reached else None,
+        "time_to_target_s": reached[1] if reached else None,
         "comm_s": comm_s,
         "model_state_bytes": sum(model_state_bytes(model, optimizer)),
         "peak_flops": _peak_flops(device, autocast_dtype or weights_dtype or torch.float32),
@@ -268,6 +290,21 @@ def build_trial_model(
 
 #: Interleaved pairs of (synced, no_sync) forward+backward passes run after the measured window.
 CALIBRATION_PAIRS = 5
+
+
+def rows_per_rank(config: dict[str, Any]) -> int:
+    """Training rows the largest trial of a launch reads on one rank (warmup, measured steps
+    with their micro-batches, exposed-communication calibration): how much data the launch's
+    input streams in one pass, so that no epoch boundary falls inside a trial."""
+    most = 0
+    for trial in config["trials"]:
+        s = trial["settings"]
+        micro = s["options"]["accumulate_steps"] if s["sync"] == "accumulate" else 1
+        target = config["target"]
+        steps = target["max_steps"] if target else config["warmup_steps"] + config["steps"]
+        passes = steps * micro + CALIBRATION_PAIRS
+        most = max(most, passes * s["per_device_batch"])
+    return most
 
 
 def _exposed_communication(
@@ -343,6 +380,52 @@ def _peak_flops(device: torch.device, dtype: torch.dtype) -> float:
             sync()
         _PEAK_CACHE[key] = 2 * n**3 * reps / (time.perf_counter() - start)
     return _PEAK_CACHE[key]
+
+
+class LRSchedule:
+    """The trial's learning rate: linear scaling with gradual warmup (Goyal et al. 2017).
+
+    peak = lr x effective batch / lr_base_batch under `lr_scaling: linear` (else lr); over the
+    first `lr_warmup_steps` optimizer steps the rate ramps linearly from lr to peak. Set on the
+    optimizer's param groups before its step (the parameter server forwards it to its shards).
+    """
+
+    def __init__(self, base: float, peak: float, warmup_steps: int):
+        self.base, self.peak, self.warmup_steps = base, peak, warmup_steps
+
+    @classmethod
+    def for_trial(cls, config: dict[str, Any], effective_batch: int) -> LRSchedule:
+        base = config["lr"]
+        scale = effective_batch / config["lr_base_batch"] if config["lr_scaling"] == "linear" else 1
+        return cls(base, base * scale, config["lr_warmup_steps"])
+
+    def at(self, step: int) -> float:
+        if step >= self.warmup_steps:
+            return self.peak
+        return self.base + (self.peak - self.base) * step / self.warmup_steps
+
+    def apply(self, optimizer: torch.optim.Optimizer, step: int) -> None:
+        rate = self.at(step)
+        for group in optimizer.param_groups:
+            group["lr"] = rate
+
+
+def target_label(target: dict[str, Any] | None) -> str | None:
+    """`train.target` as the results table shows it, e.g. `val_accuracy>=0.9`."""
+    if target is None:
+        return None
+    op = "<=" if target["metric"] == "val_loss" else ">="
+    return f"{target['metric']}{op}{target['value']:g}"
+
+
+def _target_reached(quality: tuple[float, float | None], target: dict[str, Any]) -> bool:
+    """Whether validation (loss, accuracy) meets `train.target` (accuracy >=, loss <=)."""
+    val_loss, val_acc = quality
+    if target["metric"] == "val_loss":
+        return val_loss <= target["value"]
+    if val_acc is None:
+        raise ValueError("train.target.metric val_accuracy: this workload reports no accuracy")
+    return val_acc >= target["value"]
 
 
 def make_optimizer_factory(config: dict[str, Any]):
@@ -525,6 +608,7 @@ def _results_row(
         "batch_size": s["per_device_batch"],
         "scaling": config["scaling"],
         "steps": config["steps"],
+        "target": target_label(config["target"]),
         "warmup_steps": config["warmup_steps"],
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "backend": dist.get_backend() if dist.is_initialized() else "none",
@@ -551,7 +635,8 @@ def _aggregate(stats: list[dict[str, Any]], settings: dict, config: dict) -> dic
     micro = stats[0]["micro_steps"]
     global_batch = settings["per_device_batch"] * len(stats) * micro
     window = top("window_s")
-    throughput = global_batch * config["steps"] / window
+    measured_steps = stats[0]["measured_steps"]
+    throughput = global_batch * measured_steps / window
     flops = config.get("flops_per_sample")
     losses = [r["final_loss"] for r in stats]
     diverged = not all(math.isfinite(v) for v in losses)
@@ -561,6 +646,10 @@ def _aggregate(stats: list[dict[str, Any]], settings: dict, config: dict) -> dic
         "error": "non-finite training loss" if diverged else None,
         "global_batch": global_batch,
         "micro_steps": micro,
+        "steps": measured_steps,
+        "lr": stats[0]["lr"],
+        "steps_to_target": stats[0]["steps_to_target"],
+        "time_to_target_s": top("time_to_target_s") if stats[0]["steps_to_target"] else None,
         "throughput": throughput,
         "measured_s": window,
         "step_time_s": top("step_time_s"),

@@ -214,14 +214,27 @@ def _relevant_options(spec: SweepSpec, settings: dict[str, Any]) -> dict[str, An
 def trial_id(spec: SweepSpec, settings: dict[str, Any]) -> str:
     """Stable id: everything that changes what is measured, nothing about order or repeats."""
     t = spec.train
-    return _hash(
-        {
-            "workload": spec.workload,
-            "settings": {k: v for k, v in settings.items() if k != "axis_params"},
-            "train": [t.steps, t.warmup_steps, t.seed, t.lr, t.scaling, t.optimizer],
-            "resources": spec.resources.model_dump(),
-        }
-    )
+    identity: dict[str, Any] = {
+        "workload": spec.workload,
+        "settings": {k: v for k, v in settings.items() if k != "axis_params"},
+        "train": [t.steps, t.warmup_steps, t.seed, t.lr, t.scaling, t.optimizer],
+        "resources": spec.resources.model_dump(),
+    }
+    # Later train fields enter the id only when set, so earlier sweeps keep their ids.
+    schedule = {
+        "lr_scaling": t.lr_scaling,
+        "lr_base_batch": t.lr_base_batch if t.lr_scaling != "none" else None,
+        "lr_warmup_steps": t.lr_warmup_steps,
+        "target": t.target.model_dump() if t.target else None,
+    }
+    if schedule != {
+        "lr_scaling": "none",
+        "lr_base_batch": None,
+        "lr_warmup_steps": 0,
+        "target": None,
+    }:
+        identity["schedule"] = schedule
+    return _hash(identity)
 
 
 def _make_trial(spec: SweepSpec, settings: dict[str, Any], nodes: list[Node]) -> Trial:

@@ -72,8 +72,23 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     ),
     "setup_s": (pa.float64(), "seconds from trial start on the workers to its first step"),
     "wall_s": (pa.float64(), "seconds from trial start to its results row"),
-    "steps": (pa.int64(), "measured steps"),
+    "steps": (
+        pa.int64(),
+        "measured steps (after warmup; in time-to-target mode, those run until the target)",
+    ),
     "warmup_steps": (pa.int64(), "warmup steps"),
+    "lr": (pa.float64(), "learning rate after warmup (scaled when train.lr_scaling is linear)"),
+    "target": (pa.string(), "time-to-target goal, e.g. val_accuracy>=0.9 (null: fixed steps)"),
+    "steps_to_target": (
+        pa.int64(),
+        "optimizer steps (warmup included) until validation first met the target; "
+        "null if never within max_steps",
+    ),
+    "time_to_target_s": (
+        pa.float64(),
+        "seconds from the first step to those steps' end, validation passes excluded "
+        "(slowest rank)",
+    ),
     "final_loss": (pa.float64(), "training loss of the last step, mean over ranks"),
     "val_loss": (pa.float64(), "validation loss at the end (rank 0's model)"),
     "val_accuracy": (pa.float64(), "validation accuracy at the end, when the workload has one"),

@@ -268,15 +268,29 @@ def _launch_name(trial: Any) -> str:
 
 
 def _materialise_datasets(spec: SweepSpec, configs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Each distinct training set that a ray_data launch reads, read once into the object store
-    and shared by all launches (torch_loader launches read the parquet on the workers)."""
-    from amdahl.data import ray_dataset
+    """What every launch's workers read, put in the object store once by the driver (before any
+    worker group holds CPUs) and shared by all launches, so workers on any node reach it (see
+    `data.shared_rows`): per training set a Ray Dataset (`ray_data:<key>`) and, for workloads
+    without preprocessing, its equal per-rank shards for each device count
+    (`shards:<key>:<devices>`); the rows for torch DataLoaders (`torch_loader:<key>`); and the
+    user's validation split (`val:<path>`)."""
+    from amdahl.data import rank_shards, ray_dataset, shared_rows
 
     datasets: dict[str, Any] = {}
     for config in configs:
-        key = config["dataset_key"]
-        if config["input"] == "ray_data" and key not in datasets:
-            datasets[key] = ray_dataset(config["train_path"], spec.resources.cpus_per_data_worker)
+        key, world = config["dataset_key"], config["resources"]["workers"]
+        train = f"{config['input']}:{key}"
+        if train not in datasets:
+            datasets[train] = (
+                ray_dataset(config["train_path"], spec.resources.cpus_per_data_worker)
+                if config["input"] == "ray_data"
+                else shared_rows(config["train_path"])
+            )
+        shards = f"shards:{key}:{world}"
+        if config["input"] == "ray_data" and not config["preprocesses"] and shards not in datasets:
+            datasets[shards] = rank_shards(datasets[train], world)
+        if config["val_path"] and f"val:{config['val_path']}" not in datasets:
+            datasets[f"val:{config['val_path']}"] = shared_rows(config["val_path"])
     return datasets
 
 
@@ -286,24 +300,33 @@ def _launch_trainable(config: dict[str, Any], datasets: dict[str, Any]) -> None:
     from ray.train.torch import TorchConfig, TorchTrainer
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    from amdahl.data import preprocessed
-    from amdahl.harness import train_launch
+    from amdahl.data import preprocessed, repeated
+    from amdahl.harness import rows_per_rank, train_launch
 
     # Train's controller polls workers for reported rows at this interval (default 2 s): a
     # worker's next report waits for the last one to be collected, so keep it short.
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", str(_POLL_INTERVAL_S))
-    launch = config["launch"]
+    launch = dict(config["launch"])
     res = launch["resources"]
+    if launch["val_path"]:
+        launch["val_rows"] = datasets[f"val:{launch['val_path']}"]
     train_data = {}
-    if launch["input"] == "ray_data":
+    per_rank = rows_per_rank(launch)
+    if launch["input"] == "torch_loader":
+        launch["train_rows"] = datasets[f"torch_loader:{launch['dataset_key']}"]
+    elif launch["preprocesses"]:
         # The shared base rows, then this launch's preprocessing with data_workers tasks.
         train_data["train"] = preprocessed(
-            datasets[launch["dataset_key"]],
+            datasets[f"ray_data:{launch['dataset_key']}"],
             make_workload(launch["workload"], launch["trials"][0]["settings"]["params"]),
             launch["data_workers"],
             res["cpus_per_data_worker"],
             max(t["settings"]["per_device_batch"] for t in launch["trials"]),
+            per_rank * res["workers"],
         )
+    else:
+        shards = datasets[f"shards:{launch['dataset_key']}:{res['workers']}"]
+        launch["train_shards"] = [repeated(shard, per_rank) for shard in shards]
     worker = {"CPU": res["cpus_per_worker"]}
     if res["gpus_per_worker"]:
         worker["GPU"] = res["gpus_per_worker"]
@@ -365,6 +388,10 @@ def _launch_config(
         "warmup_steps": t.warmup_steps,
         "seed": t.seed,
         "lr": t.lr,
+        "lr_scaling": t.lr_scaling,
+        "lr_base_batch": t.lr_base_batch,
+        "lr_warmup_steps": t.lr_warmup_steps,
+        "target": t.target.model_dump() if t.target else None,
         "optimizer": t.optimizer,
         "scaling": t.scaling,
         "max_failures": t.max_failures,
@@ -389,6 +416,7 @@ def _launch_config(
         # (the old driver may have died between a worker's report and the row's write).
         "run_name": f"launch-{launch.launch_id}-{session}",
         "dataset_key": json.dumps(workload.data_key(), sort_keys=True),
+        "preprocesses": workload.preprocesses,
     }
 
 

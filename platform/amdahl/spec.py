@@ -53,6 +53,21 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True)
 
 
+class TargetSpec(_Section):
+    """Time-to-target mode (MLPerf style): how long until validation quality reaches a value."""
+
+    metric: Literal["val_accuracy", "val_loss"] = Field(
+        description="Validation metric: val_accuracy is reached at >= value, val_loss at <= value."
+    )
+    value: float = Field(description="The target value of `metric`.")
+    max_steps: int = Field(
+        ge=1, description="Most optimizer steps a trial runs (warmup included) before giving up."
+    )
+    eval_every: int = Field(
+        50, ge=1, description="Optimizer steps between validation passes (after warmup)."
+    )
+
+
 class TrainSpec(_Section):
     """How each trial trains and what is timed."""
 
@@ -80,6 +95,25 @@ class TrainSpec(_Section):
         ge=0,
         description="Times a launch is restarted after a worker dies before its "
         "unfinished trials are recorded as failed.",
+    )
+    lr_scaling: Literal["none", "linear"] = Field(
+        "none",
+        description="linear: lr x effective batch / lr_base_batch (Goyal et al. 2017), where "
+        "the effective batch is devices x per-device batch x micro-steps.",
+    )
+    lr_base_batch: int = Field(
+        256, ge=1, description="Effective batch at which `lr` is right (lr_scaling linear)."
+    )
+    lr_warmup_steps: int = Field(
+        0,
+        ge=0,
+        description="Optimizer steps over which the learning rate ramps linearly from `lr` to "
+        "its scaled value (gradual warmup; counted from the trial's first step).",
+    )
+    target: TargetSpec | None = Field(
+        None,
+        description="Time-to-target mode: train until the validation metric reaches `value` "
+        "(checked every `eval_every` steps after warmup) or `max_steps` steps have run.",
     )
 
 
@@ -282,6 +316,20 @@ def _check_cross_fields(spec: SweepSpec) -> None:
                     f"{value!r} is not in grid.{key} "
                     f"{axes[key]}, so this exclusion would never match",
                 )
+    if spec.train.lr_warmup_steps and spec.train.lr_scaling == "none":
+        raise _SpecProblem(
+            ("train", "lr_warmup_steps"),
+            f"ramps the rate from lr to its linearly scaled value, but train.lr_scaling is "
+            f"none, so there is nothing to ramp (got {spec.train.lr_warmup_steps}); set "
+            "train.lr_scaling: linear or remove lr_warmup_steps",
+        )
+    target = spec.train.target
+    if target is not None and target.max_steps <= spec.train.warmup_steps:
+        raise _SpecProblem(
+            ("train", "target", "max_steps"),
+            f"must exceed train.warmup_steps ({spec.train.warmup_steps}), got "
+            f"{target.max_steps}: the target is checked only after warmup",
+        )
     if spec.train.scaling == "strong":
         for b in spec.grid.batch_size:
             for d in spec.grid.devices:

@@ -349,15 +349,18 @@ class ParamServerSync(SyncStrategy):
         return model, _PushPullOptimizer(self._params.values(), self._push_pull)
 
     def step(self, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None) -> None:
+        lr = optimizer.param_groups[0].get("lr")
         if scaler is None:
-            self._push_pull()
+            self._push_pull(lr)
             return
         scaler.unscale_(optimizer)
-        self._push_pull(skip=not _grads_finite(self._params.values()))
+        self._push_pull(lr, skip=not _grads_finite(self._params.values()))
         scaler.update()
 
     @torch.no_grad()
-    def _push_pull(self, skip: bool = False) -> None:
+    def _push_pull(self, lr: float | None, skip: bool = False) -> None:
+        """One synchronous round; `lr` (the worker optimizer's rate, which the harness's
+        schedule sets) is applied on the shards, which own the real optimizer."""
         import ray
 
         pushes = [
@@ -369,7 +372,10 @@ class ParamServerSync(SyncStrategy):
             for keys in self._keys
         ]
         answers = ray.get(
-            [actor.push_pull.remote(push) for actor, push in zip(self._actors, pushes, strict=True)]
+            [
+                actor.push_pull.remote(push, lr)
+                for actor, push in zip(self._actors, pushes, strict=True)
+            ]
         )
         for answer in answers:
             for k, value in answer.items():
@@ -415,7 +421,9 @@ class _ParamShard:
     def ready(self) -> int:
         return len(self._params)
 
-    async def push_pull(self, grads: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+    async def push_pull(
+        self, grads: dict[str, np.ndarray] | None, lr: float | None = None
+    ) -> dict[str, np.ndarray]:
         if self._closed is None:
             self._closed = asyncio.Event()
         closed = self._closed
@@ -429,7 +437,7 @@ class _ParamShard:
                     self._sums[k] = np.array(g, dtype=np.float32)
         self._pushes += 1
         if self._pushes == self._world:
-            self._apply()
+            self._apply(lr)
             self._closed = None
             closed.set()
         else:
@@ -438,7 +446,10 @@ class _ParamShard:
         # next push, which each worker sends only after it has received this answer.
         return {k: p.detach().numpy() for k, p in self._params.items()}
 
-    def _apply(self) -> None:
+    def _apply(self, lr: float | None) -> None:
+        if lr is not None:
+            for group in self._optimizer.param_groups:
+                group["lr"] = lr
         if not self._skip:
             for k, p in self._params.items():
                 total = self._sums.get(k)
@@ -452,14 +463,14 @@ class _PushPullOptimizer(torch.optim.Optimizer):
     and pulls parameters (the update itself runs on the servers). It still serves zero_grad and
     GradScaler.unscale_."""
 
-    def __init__(self, params: Iterable[nn.Parameter], push_pull: Callable[[], None]):
+    def __init__(self, params: Iterable[nn.Parameter], push_pull: Callable[[float | None], None]):
         super().__init__(list(params), {})
         self._push_pull_fn = push_pull
 
     def step(self, closure: Callable[[], float] | None = None) -> None:
         if closure is not None:
             raise ValueError("sync=param_server does not support optimizer closures")
-        self._push_pull_fn()
+        self._push_pull_fn(self.param_groups[0].get("lr"))
 
 
 def _assign_shards(sizes: dict[str, int], n_shards: int) -> list[list[str]]:

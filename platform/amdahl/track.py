@@ -33,6 +33,7 @@ _PARAM_COLUMNS = (
     "scaling",
     "steps",
     "warmup_steps",
+    "target",
     "repeat",
     "trial_id",
     "launch_id",

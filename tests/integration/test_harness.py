@@ -97,6 +97,10 @@ CONFIG = {
     "steps": 6,
     "warmup_steps": 2,
     "flops_per_sample": 1.0,
+    "lr_scaling": "none",
+    "lr_base_batch": 256,
+    "lr_warmup_steps": 0,
+    "target": None,
 }
 
 
@@ -228,3 +232,43 @@ def test_workload_without_accuracy_reports_none(shard):
     )
     assert stats["val_accuracy"] is None
     assert isinstance(workload, Workload)
+
+
+def _target(value: float, max_steps: int = 12, every: int = 2, metric: str = "val_accuracy"):
+    return {"metric": metric, "value": value, "max_steps": max_steps, "eval_every": every}
+
+
+def test_time_to_target_stops_at_the_first_validation_that_meets_it(shard):
+    workload = MLP(**PARAMS)
+    config = {**CONFIG, "target": _target(0.0)}  # any accuracy meets 0.0
+    stats = run_trial(
+        workload, _settings(sync="none"), config, shard, _val(workload), torch.device("cpu"), 0, 1
+    )
+    # Checked only after the 2 warmup steps, every 2 steps: first at step 4.
+    assert stats["steps_to_target"] == CONFIG["warmup_steps"] + 2
+    assert stats["measured_steps"] == 2
+    assert 0 < stats["time_to_target_s"]
+    row = _aggregate([stats], _settings(), config)
+    assert row["steps"] == 2 and row["steps_to_target"] == 4
+    assert row["throughput"] == pytest.approx(32 * 2 / stats["window_s"])
+
+
+def test_time_to_target_missed_runs_max_steps_and_records_none(shard):
+    workload = MLP(**PARAMS)
+    config = {**CONFIG, "target": _target(1e-9, metric="val_loss")}  # never that low
+    stats = run_trial(
+        workload, _settings(sync="none"), config, shard, _val(workload), torch.device("cpu"), 0, 1
+    )
+    assert stats["steps_to_target"] is None and stats["time_to_target_s"] is None
+    assert stats["measured_steps"] == 12 - CONFIG["warmup_steps"]
+
+
+def test_linear_lr_scaling_sets_the_optimizer_rate_and_changes_training(shard):
+    workload = MLP(**PARAMS)
+    scaled = {**CONFIG, "lr_scaling": "linear", "lr_base_batch": 8}  # batch 32: 4x the rate
+    device = torch.device("cpu")
+    plain = run_trial(workload, _settings(sync="none"), CONFIG, shard, _val(workload), device, 0, 1)
+    fast = run_trial(workload, _settings(sync="none"), scaled, shard, _val(workload), device, 0, 1)
+    assert plain["lr"] == CONFIG["lr"]
+    assert fast["lr"] == pytest.approx(4 * CONFIG["lr"])
+    assert fast["final_loss"] != plain["final_loss"]

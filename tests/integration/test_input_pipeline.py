@@ -81,7 +81,17 @@ SETTINGS = {
     "sync": "none",
     "options": {},
 }
-CONFIG = {"seed": 0, "lr": 0.05, "optimizer": "sgd", "steps": 40, "warmup_steps": 2}
+CONFIG = {
+    "seed": 0,
+    "lr": 0.05,
+    "optimizer": "sgd",
+    "steps": 40,
+    "warmup_steps": 2,
+    "lr_scaling": "none",
+    "lr_base_batch": 256,
+    "lr_warmup_steps": 0,
+    "target": None,
+}
 
 
 def _data_wait(input_name: str, params: dict) -> dict:
@@ -92,7 +102,9 @@ def _data_wait(input_name: str, params: dict) -> dict:
     workload = ResNet(width=4, train_rows=8192, val_rows=64, **params)
     path = str(stored_dataset(workload, "resnet", "train", 0))
     if input_name == "ray_data":
-        source = preprocessed(ray_dataset(path, 0.4), workload, 1, 0.4, 64).iterator()
+        source = preprocessed(
+            ray_dataset(path, 0.4), workload, 1, 0.4, 64, rows_per_pass=0
+        ).iterator()
     else:
         source = LoaderSource(path, workload, rank=0, world=1, workers=1)
     torch.set_num_threads(1)
@@ -110,3 +122,35 @@ def test_starved_data_wait_shows_against_a_fed_one(ray_cluster, input_name):
     assert starved["data_wait_s"] > 3 * fed["data_wait_s"]
     assert starved["data_wait_s"] > 0.25 * starved["step_time_s"]
     assert fed["data_wait_s"] < 0.2 * fed["step_time_s"]
+
+
+def test_local_parquet_reaches_workers_without_their_disk(ray_cluster, tmp_path):
+    """On a cluster, the driver's local files are not on the other nodes: the driver reads them
+    into the object store, and workers only ever see object references. Proven here by
+    deleting the files before any worker reads (a Ray task stands in for a remote worker)."""
+    import shutil
+
+    import numpy as np
+    import ray
+
+    from amdahl.data import LoaderSource, rank_shards, read_rows, repeated, shared_rows
+
+    workload = ResNet(train_rows=4096, val_rows=64, augment="none")
+    path = stored_dataset(workload, "resnet", "train", 0, cache=tmp_path)
+    expected = read_rows(str(path))["label"]
+    rows, dataset = shared_rows(str(path)), ray_dataset(path, 0.5)
+    shards = [repeated(s, 3000) for s in rank_shards(dataset, 2)]
+    shutil.rmtree(path)
+
+    @ray.remote(num_cpus=0.1)
+    def on_another_node(boxed, shard) -> tuple[list[int], int, list[int]]:
+        (rows,) = boxed  # nested, as in a launch's config, so Ray passes the reference itself
+        loader = LoaderSource(rows, workload, rank=1, world=2, workers=0).table()
+        streamed = sum(len(b["label"]) for b in shard.iterator().iter_batches(batch_size=512))
+        return loader["label"].to_pylist(), streamed, read_rows(rows)["label"].tolist()
+
+    loader_labels, streamed, all_labels = ray.get(on_another_node.remote([rows], shards[1]))
+    assert all_labels == expected.tolist()
+    assert loader_labels == expected[2048:].tolist()  # rank 1's contiguous half
+    assert streamed == 2048 * 3  # its half, repeated: 3000 rows need 2 epochs + 1 spare
+    np.testing.assert_array_equal(sorted(all_labels), sorted(expected.tolist()))

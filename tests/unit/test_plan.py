@@ -132,3 +132,18 @@ def test_unknown_workload_params_are_rejected_before_launch():
         make_plan(validate_spec({"workload": "mpl"}), TWO_CPUS)
     with pytest.raises(UserError, match="cannot import 'no_such_pkg.mod'"):
         make_plan(validate_spec({"workload": "no_such_pkg.mod:Thing"}), TWO_CPUS)
+
+
+def test_ids_of_earlier_sweeps_survive_new_train_fields():
+    """Sweep directories from before lr_scaling/target keep their ids (resume finds them)."""
+    spec = validate_spec({"workload": "mlp", "grid": {"devices": [1, 2]}})
+    plan = plan_sweep(spec, [Node(cpus=4, gpus=0, name="n")], {})
+    assert [t.trial_id for t in plan.trials] == ["ef13e2bca7", "2442a017a2"]
+    target = {"metric": "val_loss", "value": 0.3, "max_steps": 400}
+    for train in ({"target": target}, {"lr_scaling": "linear"}):
+        changed = plan_sweep(
+            validate_spec({"workload": "mlp", "grid": {"devices": [1, 2]}, "train": train}),
+            [Node(cpus=4, gpus=0, name="n")],
+            {},
+        )
+        assert not {t.trial_id for t in changed.trials} & {t.trial_id for t in plan.trials}

@@ -137,3 +137,22 @@ def test_strong_scaling_is_stated(tmp_path):
 def test_an_empty_sweep_directory_reports_nothing_to_scale(tmp_path):
     text = render_terminal(tmp_path)
     assert "0 result rows" in text and "No configuration can be recommended" in text
+
+
+def test_time_to_target_section_ranks_configurations_and_marks_misses(tmp_path):
+    goal = {"target": "val_accuracy>=0.9"}
+    rows = [
+        row(1, 128, throughput=1000.0, steps_to_target=400, time_to_target_s=60.0, **goal),
+        row(1, 512, throughput=2500.0, steps_to_target=200, time_to_target_s=45.0, **goal),
+        row(2, 128, throughput=1800.0, **goal),  # never reached within max_steps
+    ]
+    md = write_reports(write_sweep(tmp_path / "s", rows))["markdown"].read_text()
+    section = md[md.index("## Time to target") :]
+    assert "val_accuracy>=0.9" in section
+    lines = [ln for ln in section.splitlines() if ln.startswith("| d")]
+    assert lines[0].startswith("| d1 b512") and "| 45.00 |" in lines[0]
+    assert "| 102,400 |" in lines[0]  # samples = 200 steps x 512
+    assert lines[1].startswith("| d1 b128") and "| 60.00 |" in lines[1]
+    assert lines[2].startswith("| d2 b128") and "| missed |" in lines[2] and "| 0/1 |" in lines[2]
+    plain = write_reports(write_sweep(tmp_path / "p", [row(1, 128)]))["markdown"].read_text()
+    assert "## Time to target" not in plain

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from amdahl.errors import UserError
-from amdahl.spec import load_spec
+from amdahl.spec import load_spec, validate_spec
 
 GOOD = "name: t\nworkload: mlp\n"
 
@@ -87,3 +87,33 @@ def test_missing_file(tmp_path):
 def test_shipped_sweeps_load():
     for path in sorted(Path(__file__).resolve().parents[2].glob("sweeps/*.yaml")):
         load_spec(path)
+
+
+def test_time_to_target_and_lr_schedule_are_validated():
+    spec = validate_spec(
+        {
+            "workload": "mlp",
+            "train": {
+                "lr_scaling": "linear",
+                "lr_warmup_steps": 5,
+                "target": {"metric": "val_loss", "value": 0.3, "max_steps": 400},
+            },
+        }
+    )
+    assert spec.train.target.eval_every == 50 and spec.train.lr_base_batch == 256
+    with pytest.raises(UserError, match=r"train.target.max_steps: must exceed"):
+        validate_spec(
+            {
+                "workload": "mlp",
+                "train": {"target": {"metric": "val_loss", "value": 1, "max_steps": 3}},
+            }
+        )
+    with pytest.raises(UserError, match=r"train.lr_warmup_steps: .*set train.lr_scaling: linear"):
+        validate_spec({"workload": "mlp", "train": {"lr_warmup_steps": 5}})
+    with pytest.raises(UserError, match=r"train.target.metric: got 'accuracy'"):
+        validate_spec(
+            {
+                "workload": "mlp",
+                "train": {"target": {"metric": "accuracy", "value": 1, "max_steps": 99}},
+            }
+        )

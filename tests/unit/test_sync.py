@@ -327,3 +327,15 @@ def test_param_shard_averages_pushes_of_all_workers_then_updates() -> None:
     answers = asyncio.run(round_([grads[0], None]))
     for answer in answers:
         np.testing.assert_array_equal(answer["w"], [-4.0, -4.0])
+
+
+def test_param_shard_applies_the_rate_the_workers_push() -> None:
+    """The harness's LR schedule lives on the workers; each round carries it to the shards."""
+    shard = _ParamShard({"w": np.zeros(1, np.float32)}, torch.optim.SGD, {"lr": 1.0}, world=2)
+    grads = [{"w": np.full(1, 2.0, np.float32)}, {"w": np.full(1, 6.0, np.float32)}]
+
+    async def round_(lr: float) -> list[dict[str, np.ndarray]]:
+        return await asyncio.gather(*(shard.push_pull(g, lr) for g in grads))
+
+    np.testing.assert_allclose(asyncio.run(round_(0.25))[0]["w"], [-1.0])  # 0.25 x mean 4
+    np.testing.assert_allclose(asyncio.run(round_(0.5))[0]["w"], [-3.0])

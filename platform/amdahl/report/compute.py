@@ -55,6 +55,8 @@ METRICS = (
     "achieved_flops",
     "global_batch",
     "micro_steps",
+    "time_to_target_s",
+    "steps_to_target",
 )
 #: The no-communication ceiling's sync value.
 NO_SYNC = "none"

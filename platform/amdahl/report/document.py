@@ -91,7 +91,10 @@ def scaling_statement(report: Report) -> str:
 
 def sections(report: Report) -> list[Section]:
     out = [_summary(report), _recommendation(report), _scaling(report), _breakdown(report)]
-    out += [_communication(report), _efficiency(report), _quality(report), _failures(report)]
+    out += [_communication(report), _efficiency(report), _quality(report)]
+    if any(row.get("target") for c in report.configs for row in c.rows):
+        out.append(_time_to_target(report))
+    out.append(_failures(report))
     out.append(Section("thresholds", "Thresholds used", bullets=list(THRESHOLD_TEXT)))
     return out
 
@@ -416,6 +419,55 @@ def _quality(r: Report) -> Section:
             "No configuration has an fp32/eager/ddp twin of the same shape to compare against."
         )
     return sec
+
+
+def _time_to_target(r: Report) -> Section:
+    """Time-to-target mode: hardware speed x statistical efficiency, what a larger batch or a
+    lower precision trades (faster steps against more of them)."""
+    sec = Section("time_to_target", "Time to target")
+    goals = sorted({row["target"] for c in r.configs for row in c.rows if row.get("target")})
+    sec.paras.append(
+        f"Target {', '.join(goals)}, checked on the validation split every eval_every steps "
+        "after warmup. Time to target runs from the first step (warmup and compilation "
+        "included) to the end of the step whose validation met it, validation time excluded."
+    )
+    rows = []
+    for c in sorted(r.configs, key=lambda c: _ttt_key(c.stat("time_to_target_s"))):
+        if not c.ok:
+            continue
+        ttt, steps = c.stat("time_to_target_s"), c.stat("steps_to_target")
+        batch = c.stat("global_batch")
+        reached = f"{ttt.n}/{len(c.ok_rows)}" if ttt else f"0/{len(c.ok_rows)}"
+        rows.append(
+            [
+                c.label,
+                f"{ttt.median:.2f}" if ttt else "missed",
+                spread(ttt),
+                f"{steps.median:,.0f}" if steps else "n/a",
+                f"{steps.median * batch.median:,.0f}" if steps and batch else "n/a",
+                rate(c.throughput.median if c.throughput else None),
+                reached,
+            ]
+        )
+    sec.tables.append(
+        Table(
+            [
+                "configuration",
+                "time to target s",
+                "spread",
+                "steps",
+                "samples",
+                "samples/s",
+                "reached",
+            ],
+            rows,
+        )
+    )
+    return sec
+
+
+def _ttt_key(s: Stat | None) -> float:
+    return s.median if s else math.inf
 
 
 def _failures(r: Report) -> Section:

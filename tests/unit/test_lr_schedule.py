@@ -1,0 +1,40 @@
+"""Linear learning-rate scaling with gradual warmup, and the time-to-target rule."""
+
+import pytest
+import torch
+
+from amdahl.harness import LRSchedule, _target_reached, target_label
+
+BASE = {"lr": 0.1, "lr_scaling": "linear", "lr_base_batch": 256, "lr_warmup_steps": 4}
+
+
+def test_linear_scaling_multiplies_by_effective_batch_over_base_batch():
+    assert LRSchedule.for_trial(BASE, effective_batch=1024).peak == pytest.approx(0.4)
+    assert LRSchedule.for_trial(BASE, effective_batch=128).peak == pytest.approx(0.05)
+    unscaled = LRSchedule.for_trial({**BASE, "lr_scaling": "none"}, effective_batch=1024)
+    assert unscaled.peak == pytest.approx(0.1)
+
+
+def test_warmup_ramps_linearly_from_the_base_rate_to_the_peak():
+    schedule = LRSchedule.for_trial(BASE, effective_batch=1024)
+    rates = [schedule.at(step) for step in range(6)]
+    assert rates == pytest.approx([0.1, 0.175, 0.25, 0.325, 0.4, 0.4])
+
+
+def test_apply_sets_every_param_group():
+    a, b = torch.nn.Parameter(torch.ones(1)), torch.nn.Parameter(torch.ones(1))
+    optimizer = torch.optim.SGD([{"params": [a]}, {"params": [b], "lr": 9.0}], lr=1.0)
+    LRSchedule(base=0.1, peak=0.4, warmup_steps=4).apply(optimizer, 2)
+    assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([0.25, 0.25])
+
+
+def test_target_directions():
+    accuracy = {"metric": "val_accuracy", "value": 0.9}
+    loss = {"metric": "val_loss", "value": 0.5}
+    assert _target_reached((1.0, 0.9), accuracy) and not _target_reached((1.0, 0.89), accuracy)
+    assert _target_reached((0.5, None), loss) and not _target_reached((0.51, 0.99), loss)
+    with pytest.raises(ValueError, match="no accuracy"):
+        _target_reached((0.1, None), accuracy)
+    assert target_label(accuracy) == "val_accuracy>=0.9"
+    assert target_label(loss) == "val_loss<=0.5"
+    assert target_label(None) is None
