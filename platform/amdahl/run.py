@@ -80,10 +80,13 @@ def local_nodes() -> list[Node]:
 
 
 def ray_nodes() -> list[Node]:
-    """The alive nodes of the connected Ray cluster."""
+    """The nodes the connected Ray cluster has, or can have: the alive nodes, or, on an
+    autoscaling cluster whose node types add up to more, every node the autoscaler may start
+    (`max_workers` of each type; Ray Train waits while it starts them). Without this, a fresh
+    cluster with `min_workers: 0` would refuse every GPU trial."""
     import ray
 
-    return [
+    alive = [
         Node(
             cpus=n["Resources"].get("CPU", 0.0),
             gpus=n["Resources"].get("GPU", 0.0),
@@ -92,6 +95,26 @@ def ray_nodes() -> list[Node]:
         for n in ray.nodes()
         if n.get("Alive")
     ]
+    possible = autoscaler_nodes(ray._private.state.state.get_cluster_config())
+    capacity = lambda nodes: (sum(n.gpus for n in nodes), sum(n.cpus for n in nodes))  # noqa: E731
+    return possible if capacity(possible) > capacity(alive) else alive
+
+
+#: Nodes planned for a node type whose `max_workers` is unbounded.
+UNBOUNDED_NODE_TYPE = 64
+
+
+def autoscaler_nodes(config: Any) -> list[Node]:
+    """Every node an autoscaler's cluster config (Ray's `autoscaler_pb2.ClusterConfig`, as the
+    autoscaler publishes it in the GCS; None without an autoscaler) may run at once."""
+    if config is None:
+        return []
+    nodes = []
+    for group in config.node_group_configs:
+        count = group.max_count if group.max_count >= 0 else UNBOUNDED_NODE_TYPE
+        cpus, gpus = float(group.resources.get("CPU", 0)), float(group.resources.get("GPU", 0))
+        nodes += [Node(cpus=cpus, gpus=gpus, name=f"{group.name}-{i}") for i in range(count)]
+    return nodes
 
 
 # --------------------------------------------------------------------------- running
