@@ -198,7 +198,8 @@ def served(ray_cluster, tmp_path_factory) -> Iterator[Served]:
 
 def test_one_parent_and_one_child_run_per_trial_with_settings_and_metrics(served: Served):
     rows = {r["trial_id"]: r for r in read_results(served.outcome.sweep_dir).to_pylist()}
-    assert len(rows) == 2 and all(r["status"] == "ok" for r in rows.values())
+    assert len(rows) == 2
+    assert all(r["status"] == "ok" for r in rows.values()), [r["error"] for r in rows.values()]
     assert served.parent.tags["amdahl.kind"] == "sweep"
     assert served.parent.status == "FINISHED"
     assert served.parent.tags["mlflow.runName"] == served.outcome.sweep_dir.name
