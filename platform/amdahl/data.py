@@ -291,8 +291,12 @@ def repeated(shard: Any, rows: int) -> Any:
     task runs. Why: a new pass over a dataset costs every rank 20-120 ms here (a fresh
     iterator, and under Ray Train's streaming split a barrier across ranks), which with the
     D2L MLP's 32-step epochs was 20% of each step."""
-    epochs = min(MAX_EPOCHS_PER_PASS, math.ceil(rows / max(1, shard.count())) + 1)
+    epochs = _epochs_per_pass(rows, shard.count())
     return shard.union(*[shard] * (epochs - 1)).materialize() if epochs > 1 else shard
+
+
+def _epochs_per_pass(rows: int, rows_per_epoch: int) -> int:
+    return min(MAX_EPOCHS_PER_PASS, math.ceil(rows / max(1, rows_per_epoch)) + 1)
 
 
 def preprocessed(
@@ -310,7 +314,7 @@ def preprocessed(
     split then hands its output to the ranks, balancing as it goes."""
     import ray.data
 
-    epochs = min(MAX_EPOCHS_PER_PASS, math.ceil(rows_per_pass / max(1, base.count())) + 1)
+    epochs = _epochs_per_pass(rows_per_pass, base.count())
     ds = base.union(*[base] * (epochs - 1)) if epochs > 1 else base
     ds = ds.map_batches(
         _preprocess_for_training,

@@ -158,7 +158,6 @@ def run_trial(
     batches = worker_batches(shard, per_device_batch, settings["prefetch_batches"], device)
     clock = _Clock(cuda)
     lr = LRSchedule.for_trial(config, per_device_batch * world * strategy.micro_steps)
-    lr.apply(optimizer, 0)
     warm, target = config["warmup_steps"], config["target"]
     total = target["max_steps"] if target else warm + config["steps"]
 
@@ -201,8 +200,7 @@ def run_trial(
                 marks.append(clock.mark())
                 (scaler.scale(loss) if scaler else loss).backward()
                 marks.append(clock.mark())
-        if step < lr.warmup_steps:
-            lr.apply(optimizer, step)
+        lr.update(optimizer, step)
         strategy.step(optimizer, scaler)
         optimizer.zero_grad(set_to_none=True)
         strategy.after_step(model, step)
@@ -404,7 +402,11 @@ class LRSchedule:
             return self.peak
         return self.base + (self.peak - self.base) * step / self.warmup_steps
 
-    def apply(self, optimizer: torch.optim.Optimizer, step: int) -> None:
+    def update(self, optimizer: torch.optim.Optimizer, step: int) -> None:
+        """Set the rate for optimizer step `step` (0-based) while the ramp lasts; the call at
+        step `warmup_steps` sets the peak, later calls return at once (the hot loop)."""
+        if step > self.warmup_steps:
+            return
         rate = self.at(step)
         for group in optimizer.param_groups:
             group["lr"] = rate

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from amdahl.errors import UserError
+from amdahl.spec import AXES
 
 RESULTS_FILE = "results.parquet"
 #: The single key under which a worker reports a row as JSON (Tune adds keys of its own,
@@ -126,16 +127,9 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "started_at": (pa.string(), "UTC ISO time the trial started"),
 }
 
-#: Columns copied straight from a trial's settings (the axes besides batch size).
-SETTING_COLUMNS = (
-    "devices",
-    "precision",
-    "compile",
-    "data_workers",
-    "input",
-    "prefetch_batches",
-    "sync",
-)
+#: Columns copied straight from a trial's settings: the sweep axes besides batch size (whose
+#: column holds the per-device batch, which under strong scaling is not the axis value).
+SETTING_COLUMNS = tuple(axis for axis in AXES if axis != "batch_size")
 
 SCHEMA = pa.schema([pa.field(k, t) for k, (t, _) in COLUMNS.items()]).with_metadata(
     {b"amdahl": SCHEMA_TAG}

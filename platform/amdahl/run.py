@@ -518,7 +518,11 @@ def _failed_row(
 
 def _launch_error(trial: Any) -> str:
     error = trial.get_error() if hasattr(trial, "get_error") else None
-    text = str(error) if error else "the launch's worker group failed"
+    text = (
+        str(error)
+        if error
+        else "the launch's worker group failed without an error; see ray.log in the sweep directory"
+    )
     lines = [ln for ln in text.splitlines() if ln.strip()]
     return "launch failed: " + (lines[-1] if lines else text)[:2000]
 

@@ -21,11 +21,18 @@ def test_warmup_ramps_linearly_from_the_base_rate_to_the_peak():
     assert rates == pytest.approx([0.1, 0.175, 0.25, 0.325, 0.4, 0.4])
 
 
-def test_apply_sets_every_param_group():
+def test_update_sets_every_param_group_and_ends_at_the_peak():
     a, b = torch.nn.Parameter(torch.ones(1)), torch.nn.Parameter(torch.ones(1))
     optimizer = torch.optim.SGD([{"params": [a]}, {"params": [b], "lr": 9.0}], lr=1.0)
-    LRSchedule(base=0.1, peak=0.4, warmup_steps=4).apply(optimizer, 2)
+    schedule = LRSchedule(base=0.1, peak=0.4, warmup_steps=4)
+    schedule.update(optimizer, 2)
     assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([0.25, 0.25])
+    for step in range(3, 10):  # as the training loop calls it
+        schedule.update(optimizer, step)
+    assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([0.4, 0.4])
+    no_ramp = torch.optim.SGD([a], lr=1.0)
+    LRSchedule(base=0.1, peak=0.4, warmup_steps=0).update(no_ramp, 0)
+    assert no_ramp.param_groups[0]["lr"] == pytest.approx(0.4)  # scaled from the first step
 
 
 def test_target_directions():
