@@ -121,3 +121,43 @@ def test_bad_sweep_file_exits_2_with_one_message(tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip() == f"error: {spec}:4: grid.devices[1]: must be >= 1, got 0"
     assert not (ROOT / "runs").exists() or not any((ROOT / "runs").glob("bad-*"))
+
+
+def test_time_to_target_sweep_with_linear_lr_scaling(ray_cluster, tmp_path):
+    """train.target and train.lr_scaling reach the workers: each row records the scaled rate
+    and when validation met the target; the report ranks the configurations by it."""
+    spec = validate_spec(
+        {
+            "name": "ttt",
+            "workload": "mlp",
+            "params": {"hidden": [32], "train_rows": 2048, "val_rows": 256},
+            "train": {
+                "warmup_steps": 2,
+                "lr": 0.05,
+                "lr_scaling": "linear",
+                "lr_base_batch": 32,
+                "lr_warmup_steps": 4,
+                "target": {
+                    "metric": "val_accuracy",
+                    "value": 0.6,
+                    "max_steps": 300,
+                    "eval_every": 5,
+                },
+            },
+            "grid": {"devices": [1], "batch_size": [32, 64], "sync": ["none"]},
+            "resources": {"cpus_per_device": 0.5, "cpus_per_data_worker": 0.5},
+            "tracking": {"enabled": False},
+        }
+    )
+    outcome = run_sweep(spec, runs_dir=tmp_path)
+    rows = {r["batch_size"]: r for r in read_results(outcome.sweep_dir).to_pylist()}
+    for batch, row in rows.items():
+        assert row["status"] == "ok", row["error"]
+        assert row["target"] == "val_accuracy>=0.6"
+        assert row["lr"] == pytest.approx(0.05 * batch / 32)
+        assert row["steps_to_target"] is not None, "the teacher MLP task reaches 60% quickly"
+        assert (row["steps_to_target"] - 2) % 5 == 0  # checked every 5 steps after warmup
+        assert row["steps"] == row["steps_to_target"] - 2
+        assert row["time_to_target_s"] > 0 and row["val_accuracy"] >= 0.6
+    report = (outcome.sweep_dir / "report.md").read_text()
+    assert "## Time to target" in report
