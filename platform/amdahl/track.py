@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 STATE_FILE = "tracking.json"
 #: After a failed write, rows are kept local for this long before MLflow is tried again.
 OFFLINE_RETRY_S = 30.0
+_FAIL_FAST_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 _PARAM_COLUMNS = (
     "workload",
     *SETTING_COLUMNS,
@@ -64,6 +65,7 @@ class Tracker:
         self.offline_reason: str | None = None
         self._offline_until = 0.0
         self._writer: ThreadPoolExecutor | None = None
+        self._env_set: list[str] = []  # environment variables this tracker set, to restore
 
     # ---- public ----------------------------------------------------------------------
 
@@ -108,6 +110,14 @@ class Tracker:
 
     def finish(self, outcome: Any, interrupted: bool = False) -> None:
         """Push what an outage held back, then close the parent run with summary and artifacts."""
+        try:
+            self._finish(outcome, interrupted)
+        finally:
+            for name in self._env_set:
+                os.environ.pop(name, None)
+            self._env_set.clear()
+
+    def _finish(self, outcome: Any, interrupted: bool) -> None:
         if self._writer is not None:
             self._writer.shutdown(wait=True)
             self._writer = None
@@ -142,9 +152,12 @@ class Tracker:
             from mlflow.tracking import MlflowClient
 
             # MLflow's HTTP defaults (7 retries, 120 s timeout) would stall the driver for
-            # minutes per row during an outage; rows are safe locally, so fail fast.
-            os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
-            os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+            # minutes per row during an outage; rows are safe locally, so fail fast. MLflow
+            # reads these from the environment only; `finish` restores the caller's.
+            for name, value in _FAIL_FAST_HTTP.items():
+                if name not in os.environ:
+                    os.environ[name] = value
+                    self._env_set.append(name)
             self._client = MlflowClient(tracking_uri=tracking_uri(self.spec))
         return self._client
 
