@@ -480,6 +480,7 @@ def _ray_batches(
                 batch_size=chunk,
                 prefetch_batches=math.ceil(prefetch * batch_size / chunk),
                 drop_last=False,
+                device="cpu",  # the default, "auto", would copy whole chunks to the GPU
                 pin_memory=cuda,
             )
         )

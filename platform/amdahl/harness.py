@@ -15,6 +15,7 @@ Workers never talk to MLflow.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import math
 import os
@@ -230,6 +231,7 @@ def run_trial(
     final_loss = float(torch.stack(losses[-min(5, len(losses)) :]).float().mean())
     val_loss, val_acc = validate()
     strategy.close()
+    memory = _memory_peak(device, mem_baseline)
     return {
         "window_s": window,
         "step_time_s": steady,
@@ -254,8 +256,8 @@ def run_trial(
         "time_to_target_s": reached[1] if reached else None,
         "comm_s": comm_s,
         "model_state_bytes": sum(model_state_bytes(model, optimizer)),
+        **memory,  # read before _peak_flops allocates its matrices
         "peak_flops": _peak_flops(device, autocast_dtype or weights_dtype or torch.float32),
-        **_memory_peak(device, mem_baseline),
     }
 
 
@@ -281,6 +283,9 @@ def build_trial_model(
     strategy = make_strategy(settings["sync"], settings["options"], device)
     model, optimizer = strategy.prepare(model, make_optimizer_factory(config))
     if settings["compile"] == "inductor":
+        # Dynamo reuses code compiled for an earlier trial's module class (so compile_s would
+        # read ~0) and, past its recompile limit, silently runs eager: start each trial clean.
+        torch._dynamo.reset()
         model = torch.compile(model, mode=settings["options"]["compile_mode"])
     wrap_s = time.perf_counter() - start if settings["compile"] != "eager" else 0.0
     return model, optimizer, strategy, wrap_s
@@ -352,7 +357,7 @@ def _exposed_communication(
     return max(0.0, spans[True] - spans[False])
 
 
-_PEAK_CACHE: dict[tuple[str, torch.dtype], float] = {}
+_PEAK_CACHE: dict[tuple[str, torch.dtype, bool], float] = {}
 
 
 def _peak_flops(device: torch.device, dtype: torch.dtype) -> float:
@@ -361,11 +366,14 @@ def _peak_flops(device: torch.device, dtype: torch.dtype) -> float:
     Labelled as measured, not a datasheet figure: on CPU there is no honest datasheet peak for
     the threads a worker was given, and a measured peak is what the model could reach.
     """
-    key = (str(device), dtype)
+    # tf32 trials compute in float32 with another matmul mode: a peak of their own.
+    key = (str(device), dtype, torch.backends.cuda.matmul.allow_tf32)
     if key not in _PEAK_CACHE:
-        n = 2048 if device.type == "cuda" else 512
-        a = torch.randn(n, n, device=device).to(dtype)
-        b = torch.randn(n, n, device=device).to(dtype)
+        # On GPU a matmul must be long enough (~1 ms at 8192^2 on an H100) that the
+        # synchronisation every 4 of them does not count against the peak.
+        n = 8192 if device.type == "cuda" else 512
+        a = torch.randn(n, n, device=device, dtype=dtype)
+        b = torch.randn(n, n, device=device, dtype=dtype)
         sync = torch.cuda.synchronize if device.type == "cuda" else _nothing
         for _ in range(3):
             a @ b
@@ -533,11 +541,14 @@ class _Clock:
 
 
 def _memory_reset(device: torch.device) -> int:
-    """Reset the peak counters; return the baseline to subtract (CPU: resident bytes now)."""
+    """Reset the peak counters; return the baseline to subtract (bytes still allocated: CUDA
+    memory, or the CPU process's resident bytes). The previous trial's model and optimizer can
+    live on in reference cycles: collect them first so they count in neither."""
+    gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
-        return 0
+        return torch.cuda.memory_allocated(device)
     with contextlib.suppress(OSError):
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")  # resets VmHWM (peak RSS) for this process, Linux >= 4.0
@@ -547,7 +558,7 @@ def _memory_reset(device: torch.device) -> int:
 def _memory_peak(device: torch.device, baseline: int) -> dict[str, float]:
     if device.type == "cuda":
         return {
-            "peak_mem_bytes": float(torch.cuda.max_memory_allocated(device)),
+            "peak_mem_bytes": float(max(0, torch.cuda.max_memory_allocated(device) - baseline)),
             "peak_mem_reserved_bytes": float(torch.cuda.max_memory_reserved(device)),
         }
     return {

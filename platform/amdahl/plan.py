@@ -36,6 +36,7 @@ SUPPORTED: dict[str, frozenset[str]] = {
         {
             "ddp",
             "ddp_fp16",
+            "ddp_bf16",
             "powersgd",
             "accumulate",
             "local_sgd",
@@ -260,6 +261,17 @@ def _data_workers_in_total(settings: dict[str, Any]) -> int:
 
 
 def _capability_problem(spec: SweepSpec, settings: dict[str, Any]) -> str | None:
+    gpus = spec.resources.gpus_per_device
+    if spec.resources.use_gpu and gpus > 1:
+        return (
+            f"resources.gpus_per_device={gpus:g}: each train worker drives one GPU, so the "
+            "others would sit idle; set it to 1 and raise grid.devices"
+        )
+    if spec.resources.use_gpu and gpus < 1 and settings["devices"] > 1:
+        return (
+            f"resources.gpus_per_device={gpus:g} with {settings['devices']} devices: Ray may put "
+            "two workers on one GPU, which NCCL rejects (duplicate GPU); use 1"
+        )
     for axis, supported in SUPPORTED.items():
         value = settings[axis]
         if not spec.resources.use_gpu and (axis, value) in NEEDS_CUDA:

@@ -95,8 +95,8 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "val_accuracy": (pa.float64(), "validation accuracy at the end, when the workload has one"),
     "peak_mem_bytes": (
         pa.float64(),
-        "peak memory during the trial: CUDA max allocated, or on "
-        "CPU peak resident memory above the pre-trial baseline; max over ranks",
+        "peak memory during the trial above the pre-trial baseline: CUDA max allocated, or "
+        "on CPU peak resident memory; max over ranks",
     ),
     "model_state_bytes": (
         pa.float64(),

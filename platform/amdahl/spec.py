@@ -176,7 +176,9 @@ class ResourcesSpec(_Section):
     cpus_per_device: float = Field(
         1.0, gt=0, description="Ray CPUs per train worker; torch threads = max(1, floor(this))."
     )
-    gpus_per_device: float = Field(1.0, gt=0, description="Ray GPUs per train worker (use_gpu).")
+    gpus_per_device: float = Field(
+        1.0, gt=0, description="Ray GPUs per train worker (use_gpu); at most 1, and 1 for d > 1."
+    )
     placement: Literal["pack", "spread"] = Field(
         "pack",
         description="pack: train workers on as few nodes as possible (fast intra-node "

@@ -88,7 +88,7 @@ def test_each_worker_must_fit_on_one_node():
     nodes = [Node(cpus=8, gpus=1, name="a"), Node(cpus=8, gpus=1, name="b")]
     ok = _plan(nodes, grid={"devices": [2]}, resources={"use_gpu": True})
     assert ok.trials[0].refused is None
-    too_big = _plan(nodes, grid={"devices": [2]}, resources={"use_gpu": True, "gpus_per_device": 2})
+    too_big = _plan(nodes, grid={"devices": [4]}, resources={"use_gpu": True})
     assert "needs 4 GPUs" in too_big.trials[0].refused
     nodes = [Node(cpus=3, name="a"), Node(cpus=3, name="b")]
     split = _plan(
@@ -109,6 +109,16 @@ def test_cuda_only_values_refused_on_cpu_with_reason():
     assert reasons[("fp32", "ddp")] is None
     assert "tf32 is a CUDA tensor-core math mode" in reasons[("tf32", "ddp")]
     assert "bf16_compress_hook needs CUDA and NCCL" in reasons[("fp32", "ddp_bf16")]
+    gpus = [Node(cpus=8.0, gpus=2.0)]
+    on_gpu = _plan(gpus, grid={"devices": [2], "sync": ["ddp_bf16"]}, resources={"use_gpu": True})
+    assert on_gpu.trials[0].refused is None
+    shared = _plan(
+        gpus, grid={"devices": [1, 2]}, resources={"use_gpu": True, "gpus_per_device": 0.5}
+    )
+    assert shared.trials[0].refused is None  # one worker on half a GPU is fine
+    assert "NCCL rejects (duplicate GPU)" in shared.trials[1].refused
+    greedy = _plan(gpus, grid={"devices": [1]}, resources={"use_gpu": True, "gpus_per_device": 2})
+    assert "each train worker drives one GPU" in greedy.trials[0].refused
 
 
 def test_launches_group_trials_that_share_a_worker_group_shape():
