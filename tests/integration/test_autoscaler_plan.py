@@ -9,7 +9,7 @@ import pytest
 from ray.core.generated import autoscaler_pb2
 
 from amdahl.plan import plan_sweep
-from amdahl.run import ray_nodes
+from amdahl.run import UNBOUNDED_NODE_TYPE, autoscaler_nodes, ray_nodes
 from amdahl.spec import validate_spec
 from workloads.mlp import MLP
 
@@ -46,6 +46,15 @@ def test_gpu_trials_plan_against_the_nodes_the_autoscaler_may_start(autoscaler_c
     refused = {t.settings["devices"]: t.refused for t in plan.trials}
     assert refused[4] is None and refused[8] is None
     assert "needs 16 GPUs" in refused[16] and "the cluster has 8" in refused[16]
+
+
+def test_unbounded_node_types_are_capped():
+    config = autoscaler_pb2.ClusterConfig()
+    group = config.node_group_configs.add(name="any", max_count=-1)
+    group.resources["GPU"] = 8
+    nodes = autoscaler_nodes(config)
+    assert len(nodes) == UNBOUNDED_NODE_TYPE and nodes[0].gpus == 8.0
+    assert autoscaler_nodes(None) == []
 
 
 def test_without_an_autoscaler_the_alive_nodes_are_planned(ray_cluster):
