@@ -10,7 +10,7 @@ orchestration seconds per trial = (wall - measured) / trials, plus the throughpu
 tracking on / off over the same trials. Goals (GUIDE): efficiency >= 0.6, <= 3 s per trial,
 tracking on/off >= 0.98. Ratios are measured side by side in one run; nothing is asserted.
 
-    python benchmarks/sweep_overhead.py [SPEC] [--rounds N]
+    python benchmarks/sweep_overhead.py [SPEC] [--rounds N] [--skip-raw]
 """
 
 from __future__ import annotations
@@ -30,6 +30,11 @@ def main() -> None:
     parser.add_argument("spec", nargs="?", default=str(ROOT / "sweeps" / "laptop.yaml"))
     parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds per mode")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument(
+        "--skip-raw",
+        action="store_true",
+        help="only grouped and no-tracking (more rounds of tracking on/off in the same time)",
+    )
     args = parser.parse_args()
 
     import ray
@@ -45,6 +50,8 @@ def main() -> None:
         "raw": {"group_launches": False, "tracking": True},
         "no-tracking": {"group_launches": True, "tracking": False},
     }
+    if args.skip_raw:
+        del modes["raw"]
     results: dict[str, list[dict]] = {m: [] for m in modes}
     # One untimed sweep first: the training set gets generated and cached, imports warm up.
     run_sweep(spec, runs_dir=work / "warmup", tracking=False, on_event=None)
