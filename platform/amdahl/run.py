@@ -517,14 +517,24 @@ def _failed_row(
 
 
 def _launch_error(trial: Any) -> str:
-    error = trial.get_error() if hasattr(trial, "get_error") else None
-    text = (
-        str(error)
-        if error
-        else "the launch's worker group failed without an error; see ray.log in the sweep directory"
-    )
+    """The last line of the launch's error (e.g. a worker's exception). Tune writes it to the
+    trial's local error file before calling `on_trial_error`; its storage copy (`get_error`)
+    is synced later, so the local file comes first."""
+    text = ""
+    path = getattr(trial, "error_file", None)
+    if path and os.path.exists(path):
+        with open(path) as f:
+            text = f.read()
+    if not text:
+        error = trial.get_error() if hasattr(trial, "get_error") else None
+        text = str(error) if error else ""
     lines = [ln for ln in text.splitlines() if ln.strip()]
-    return "launch failed: " + (lines[-1] if lines else text)[:2000]
+    if not lines:
+        return (
+            "launch failed: the launch's worker group failed without an error; see ray.log in "
+            "the sweep directory"
+        )
+    return "launch failed: " + lines[-1][:2000]
 
 
 # --------------------------------------------------------------------------- helpers
