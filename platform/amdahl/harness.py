@@ -68,6 +68,7 @@ def train_launch(config: dict[str, Any]) -> None:
             stats, error = _run_guarded(
                 workload, trial["settings"], config, shard, val, device, rank, world
             )
+            _wait_for_every_rank(f"{trial['trial_id']}/{repeat}", error, world)
             gathered = _gather(stats, error, world)
             row = _results_row(config, trial, repeat, gathered, started, stamp, device, threads)
             done.add((trial["trial_id"], repeat))
@@ -583,6 +584,45 @@ def _nothing() -> None:
 
 
 # --------------------------------------------------------------------------- results row
+
+
+#: How long a rank whose trial failed waits for the other ranks to finish theirs.
+FAILED_RANK_WAIT_S = 30.0
+
+
+class RankStranded(RuntimeError):
+    """A trial failed on some ranks while others were left inside a collective operation."""
+
+
+def _wait_for_every_rank(key: str, error: str | None, world: int) -> None:
+    """Before the row's collective: make sure no rank is stranded in a training collective.
+
+    An exception on one rank only (an OOM on one GPU, a bad batch) leaves the others waiting in
+    the step's all-reduce for a rank that will never join; had the failed rank gone on to the
+    next collective, the launch would hang until the process group's timeout (measured: 600 s
+    on gloo) and then report a misleading transport error. So every rank checks in at the end
+    of each trial through the rendezvous store (no collective), and a failed rank waits at most
+    FAILED_RANK_WAIT_S for all of them. If some never come, it raises RankStranded with the
+    original reason: Ray Train then stops the worker group, and the launch is restarted
+    (train.max_failures) or its unfinished trials are recorded as failed with that reason.
+    """
+    if world == 1 or not dist.is_initialized():
+        return
+    store = dist.distributed_c10d._get_default_store()
+    name = f"amdahl/trial-end/{key}"
+    arrived = store.add(name, 1)
+    if error is None:
+        return
+    deadline = time.monotonic() + FAILED_RANK_WAIT_S
+    while arrived < world:
+        if time.monotonic() > deadline:
+            raise RankStranded(
+                f"rank {dist.get_rank()} failed ({error.splitlines()[0]}) while "
+                f"{world - arrived} other rank(s) were still in the trial's collectives; "
+                "the worker group was stopped"
+            )
+        time.sleep(0.05)
+        arrived = store.add(name, 0)
 
 
 def _gather(stats: dict[str, Any], error: str | None, world: int) -> list[dict[str, Any]]:

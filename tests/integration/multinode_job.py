@@ -18,11 +18,17 @@ from amdahl import read_results, run_sweep, validate_spec
 from amdahl.run import make_plan, ray_nodes
 
 
-def _spec(name: str, devices: list[int], placement: str, extra: dict | None = None):
+def _spec(
+    name: str,
+    devices: list[int],
+    placement: str,
+    extra: dict | None = None,
+    workload: str = "mlp",
+):
     return validate_spec(
         {
             "name": name,
-            "workload": "mlp",
+            "workload": workload,
             "params": {"hidden": [32], "train_rows": 2048, "val_rows": 256},
             "train": {"steps": 20, "warmup_steps": 2, **(extra or {})},
             "grid": {"devices": devices, "batch_size": [32]},
@@ -67,6 +73,17 @@ def main(out_dir: Path) -> None:
         ray_nodes(),
     )
     report["refused"] = too_big.trials[0].refused
+
+    # One rank fails while the other waits in the all-reduce (flaky_workload.py, importable
+    # by the workers because this script's directory is on the driver's path, which Ray
+    # passes on): the row must carry the reason, quickly, instead of the launch hanging.
+    outcome = run_sweep(
+        _spec("one-rank", [2], "pack", workload="flaky_workload:OneRankFails"),
+        runs_dir=out_dir,
+        tracking=False,
+    )
+    (row,) = read_results(outcome.sweep_dir).to_pylist()
+    report["one_rank"] = {"status": row["status"], "error": row["error"]}
 
     # A node removed mid-sweep (right after the first trial's row): the launch restarts on
     # the nodes left (train.max_failures) and the sweep goes on.

@@ -49,3 +49,14 @@ def test_node_removed_mid_sweep_does_not_stop_it(multinode):
     removed = multinode["removed"]
     assert len(removed) == 3  # every trial has its row, the sweep finished
     assert all(r["status"] == "ok" for r in removed), removed  # restarted on the node left
+
+
+def test_a_failure_on_one_rank_only_is_recorded_not_hung(multinode):
+    """Rank 1 raises while rank 0 waits in DDP's all-reduce. Before the fix this hung for the
+    process group's 600 s timeout, then recorded a gloo transport error instead of the reason."""
+    one_rank = multinode["one_rank"]
+    assert one_rank["status"] == "failed"
+    assert "RankStranded" in one_rank["error"]
+    # Had the launch hung, the process group's timeout would have ended it with a gloo
+    # transport error in place of this reason.
+    assert "injected failure on rank 1 only" in one_rank["error"]

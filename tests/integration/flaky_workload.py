@@ -1,0 +1,23 @@
+"""A workload that fails on one rank only: the fault that strands the other ranks in DDP's
+all-reduce (imported by name in Ray workers, which share the test driver's sys.path)."""
+
+import torch.distributed as dist
+from torch import nn
+
+from workloads.mlp import MLP
+
+
+class OneRankFails(MLP):
+    """Raises in rank 1's fifth forward pass; rank 0 trains on into the step's all-reduce."""
+
+    def build_model(self) -> nn.Module:
+        model = super().build_model()
+        calls = [0]
+
+        def fail_on_rank_1(module: nn.Module, inputs: tuple) -> None:
+            calls[0] += 1
+            if dist.get_rank() == 1 and calls[0] == 5:
+                raise RuntimeError("injected failure on rank 1 only")
+
+        model.register_forward_pre_hook(fail_on_rank_1)
+        return model
