@@ -300,12 +300,12 @@ def rows_per_rank(config: dict[str, Any]) -> int:
     """Training rows the largest trial of a launch reads on one rank (warmup, measured steps
     with their micro-batches, exposed-communication calibration): how much data the launch's
     input streams in one pass, so that no epoch boundary falls inside a trial."""
+    target = config["target"]
+    steps = target["max_steps"] if target else config["warmup_steps"] + config["steps"]
     most = 0
     for trial in config["trials"]:
         s = trial["settings"]
         micro = s["options"]["accumulate_steps"] if s["sync"] == "accumulate" else 1
-        target = config["target"]
-        steps = target["max_steps"] if target else config["warmup_steps"] + config["steps"]
         passes = steps * micro + CALIBRATION_PAIRS
         most = max(most, passes * s["per_device_batch"])
     return most

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -17,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from mlflow_server import free_port, start_mlflow, stop
 
 from amdahl import read_results, run_sweep, validate_spec
 
@@ -168,74 +168,24 @@ def test_killed_worker_is_retried_or_recorded(ray_cluster, tmp_path, max_failure
         assert failed and all(r["error"].startswith("launch failed: ") for r in failed)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _start_mlflow(port: int, store: Path) -> subprocess.Popen:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mlflow",
-            "server",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--backend-store-uri",
-            f"sqlite:///{store / 'server.db'}",
-            "--artifacts-destination",
-            str(store / "artifacts"),
-            "--workers",
-            "1",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    import urllib.request
-
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
-                return proc
-        except OSError:
-            time.sleep(0.5)
-    _stop(proc)
-    raise RuntimeError("mlflow server did not start")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    os.killpg(proc.pid, signal.SIGTERM)  # our own server's process group, by its handle
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
 def test_mlflow_outage_mid_sweep_then_sync(tmp_path):
-    port = _free_port()
+    port = free_port()
     store = tmp_path / "mlflow"
     store.mkdir()
     (tmp_path / "faults.yaml").write_text(SPEC)
     uri = f"http://127.0.0.1:{port}"
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "PYTHONUNBUFFERED": "1"}
-    server = _start_mlflow(port, store)
+    server = start_mlflow(port, store)
     try:
         sweep = _cli("sweep", "faults.yaml", env=env, cwd=tmp_path)
         _wait_for_rows(tmp_path / "runs", 1, sweep)
-        _stop(server)  # outage mid-sweep
+        stop(server)  # outage mid-sweep
         out, err = sweep.communicate(timeout=600)
         assert sweep.returncode == 0, err  # the sweep went on
         rows = _rows(tmp_path / "runs")
         assert len(rows) == 6 and all(r["status"] == "ok" for r in rows)
 
-        server = _start_mlflow(port, store)
+        server = start_mlflow(port, store)
         sweep_dir = next((tmp_path / "runs").glob("faults-*"))
         synced = subprocess.run(
             [sys.executable, "-m", "amdahl.cli", "sync", str(sweep_dir)],
@@ -258,4 +208,4 @@ def test_mlflow_outage_mid_sweep_then_sync(tmp_path):
             r["trial_id"] for r in rows
         )
     finally:
-        _stop(server)
+        stop(server)

@@ -12,12 +12,6 @@ downloadable from the server.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -26,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mlflow_server import free_port, start_mlflow, stop
 
 from amdahl import read_results, run_sweep, validate_spec
 from amdahl.run import SweepOutcome
@@ -39,63 +34,6 @@ SPEC: dict[str, Any] = {
     "grid": {"devices": [1], "batch_size": [32, 64], "sync": ["ddp"]},
     "resources": {"cpus_per_device": 0.5, "cpus_per_data_worker": 0.5},
 }
-
-
-# ---- the server: a child process we own, stopped by its handle --------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _start_mlflow(port: int, store: Path) -> subprocess.Popen:
-    log = (store / "server.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mlflow",
-            "server",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--backend-store-uri",
-            f"sqlite:///{store / 'mlflow.db'}",
-            "--serve-artifacts",
-            "--artifacts-destination",
-            str(store / "artifacts"),
-            "--workers",
-            "1",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    log.close()  # the child holds its own copy
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
-                return proc
-        except OSError:
-            time.sleep(0.5)
-    _stop(proc)
-    tail = (store / "server.log").read_text(errors="replace")[-3000:]
-    raise RuntimeError(f"mlflow server did not start (exit {proc.returncode}):\n{tail}")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is not None:
-        return
-    os.killpg(proc.pid, signal.SIGTERM)  # our own server's process group, by its handle
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 # ---- plain HTTP reads ---------------------------------------------------------------------
@@ -173,9 +111,9 @@ def served(ray_cluster, tmp_path_factory) -> Iterator[Served]:
     tmp = tmp_path_factory.mktemp("served")
     store = tmp / "mlflow"
     store.mkdir()
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
-    server = _start_mlflow(port, store)
+    server = start_mlflow(port, store)
     try:
         with pytest.MonkeyPatch.context() as mp:
             mp.delenv("MLFLOW_TRACKING_URI", raising=False)  # the sweep file's uri is used
@@ -193,7 +131,7 @@ def served(ray_cluster, tmp_path_factory) -> Iterator[Served]:
         assert len(children) + 1 == len(runs)  # nothing else in the experiment
         yield Served(base, store, outcome, parents[0], children)
     finally:
-        _stop(server)
+        stop(server)
 
 
 def test_one_parent_and_one_child_run_per_trial_with_settings_and_metrics(served: Served):
