@@ -158,7 +158,10 @@ class Tracker:
                 if name not in os.environ:
                     os.environ[name] = value
                     self._env_set.append(name)
-            self._client = MlflowClient(tracking_uri=tracking_uri(self.spec))
+            uri = tracking_uri(self.spec)
+            if uri and uri.startswith("sqlite:///"):
+                create_sqlite_store_atomically(uri)
+            self._client = MlflowClient(tracking_uri=uri)
         return self._client
 
     def _ensure_parent(self) -> tuple[Any, str]:
@@ -254,6 +257,46 @@ class Tracker:
         tmp = self.state_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.state, indent=1))
         os.replace(tmp, self.state_path)
+
+
+def create_sqlite_store_atomically(uri: str) -> None:
+    """Create a new SQLite tracking store under a temporary name and link it into place.
+
+    MLflow builds a new store by running its schema migrations one by one, each committed on its
+    own; a driver killed during them (a sweep stopped in its first seconds) leaves a file that
+    every later client rejects ("table ... already exists"). Linked into place whole, the store
+    either exists complete or not at all. A store that already exists is left alone.
+    """
+    from urllib.parse import unquote
+
+    from mlflow.tracking import MlflowClient
+
+    path = Path(unquote(uri[len("sqlite:///") :].split("?")[0]))
+    if path.exists() or str(path) in ("", ":memory:"):
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for leftover in path.parent.glob(f".{path.name}.*.creating"):  # from a killed creator
+        if not _process_alive(int(leftover.name.split(".")[-2])):
+            leftover.unlink(missing_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.creating")
+    try:
+        MlflowClient(tracking_uri=f"sqlite:///{tmp}").search_experiments(max_results=1)
+        try:
+            os.link(tmp, path)  # fails, harmlessly, if another process created it meanwhile
+        except FileExistsError:
+            pass
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -7,6 +7,7 @@ strategy makes them agree). Each test spawns one process group and loops over st
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 from pathlib import Path
 from typing import Any
@@ -65,8 +66,13 @@ def _entry(rank: int, fn: Any, port: int, out_dir: Path) -> None:
     )
     try:
         torch.save(fn(rank), out_dir / f"rank{rank}.pt")
+        dist.barrier()  # no rank tears gloo down while its peer still reads from it
     finally:
         dist.destroy_process_group()
+    # torch 2.13 (CPU) sometimes aborts in its C++ static destructors at interpreter exit after
+    # DDP + gloo ("terminate called without an active exception", about 1 run in 20 here, with
+    # plain torch DDP too). The result is saved; skip the destructors so that cannot fail a test.
+    os._exit(0)
 
 
 def _spawn(fn: Any, out_dir: Path) -> list[Any]:
