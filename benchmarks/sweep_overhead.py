@@ -1,14 +1,18 @@
 """Where a sweep's wall time goes: measured steps vs orchestration, grouped vs raw launches.
 
 Runs sweeps/laptop.yaml (or the file given) in one process on one local Ray, interleaving:
-  grouped      the platform: trials sharing a worker-group shape run in one TorchTrainer
+  grouped      the platform: trials sharing a worker-group shape run in one TorchTrainer; on
+               one node, one worker group serves every device count (worlds.py)
+  by-devices   one worker group per device count (the grouping before worlds.py)
   raw          the raw Tune+Train pattern: a Tune function trainable fits one TorchTrainer
                per trial (same harness, same trials)
   no-tracking  grouped, with the MLflow mirror off
 and prints, per mode, sweep efficiency = seconds inside measured steps / sweep wall seconds and
-orchestration seconds per trial = (wall - measured) / trials, plus the throughput ratio of
-tracking on / off over the same trials. Goals (GUIDE): efficiency >= 0.6, <= 3 s per trial,
-tracking on/off >= 0.98. Ratios are measured side by side in one run; nothing is asserted.
+orchestration seconds per trial = (wall - measured) / trials, plus throughput ratios over the
+same trials: tracking on / off, and grouped / by-devices (a trial on fewer devices than its
+worker group must measure what a group of its own would: the ratio should be 1 within noise).
+Goals (GUIDE): efficiency >= 0.6, <= 3 s per trial, tracking on/off >= 0.98. Ratios are
+measured side by side in one run; nothing is asserted.
 
     python benchmarks/sweep_overhead.py [SPEC] [--rounds N] [--skip-raw]
 """
@@ -33,7 +37,7 @@ def main() -> None:
     parser.add_argument(
         "--skip-raw",
         action="store_true",
-        help="only grouped and no-tracking (more rounds of tracking on/off in the same time)",
+        help="leave out raw and by-devices (more rounds of tracking on/off in the same time)",
     )
     args = parser.parse_args()
 
@@ -47,11 +51,12 @@ def main() -> None:
     ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     modes = {
         "grouped": {"group_launches": True, "tracking": True},
+        "by-devices": {"share_across_devices": False, "tracking": True},
         "raw": {"group_launches": False, "tracking": True},
         "no-tracking": {"group_launches": True, "tracking": False},
     }
     if args.skip_raw:
-        del modes["raw"]
+        del modes["raw"], modes["by-devices"]
     results: dict[str, list[dict]] = {m: [] for m in modes}
     # One untimed sweep first: the training set gets generated and cached, imports warm up.
     run_sweep(spec, runs_dir=work / "warmup", tracking=False, on_event=None)
@@ -83,15 +88,22 @@ def main() -> None:
         eff = statistics.median(x["measured"] / x["wall"] for x in runs)
         per = statistics.median((x["wall"] - x["measured"]) / x["trials"] for x in runs)
         print(f"{mode:12s} {eff:10.2f} {per:22.1f}")
+    _print_ratio("tracking on / off", results["grouped"], results["no-tracking"])
+    if "by-devices" in results:
+        _print_ratio("grouped / by-devices", results["grouped"], results["by-devices"])
+
+
+def _print_ratio(name: str, a_runs: list[dict], b_runs: list[dict]) -> None:
+    """Median throughput ratio of the same trials measured in two modes, round by round."""
     ratios = []
-    for on, off in zip(results["grouped"], results["no-tracking"], strict=True):
+    for a, b in zip(a_runs, b_runs, strict=True):
         ratios += [
-            on["throughput"][t] / off["throughput"][t]
-            for t in on["throughput"]
-            if on["throughput"][t] and off["throughput"].get(t)
+            a["throughput"][t] / b["throughput"][t]
+            for t in a["throughput"]
+            if a["throughput"][t] and b["throughput"].get(t)
         ]
     print(
-        f"throughput tracking on / off: median {statistics.median(ratios):.3f} "
+        f"throughput {name}: median {statistics.median(ratios):.3f} "
         f"over {len(ratios)} trial pairs (min {min(ratios):.3f}, max {max(ratios):.3f})"
     )
 

@@ -282,7 +282,7 @@ def rank_shards(base: Any, world: int) -> list[Any]:
     """`base` split into `world` equal, materialised shards, one per rank. Called in the
     driver before any worker group holds CPUs: splitting a block runs Ray tasks, which a
     started worker group could leave without a CPU (seen: a 2-CPU box hung)."""
-    return base.split(world, equal=True)
+    return [base] if world == 1 else base.split(world, equal=True)
 
 
 def repeated(shard: Any, rows: int) -> Any:
@@ -434,14 +434,19 @@ class _PreprocessedBatches:
 
 
 def train_source(config: dict[str, Any], workload: Workload, rank: int, world: int) -> Any:
-    """This rank's training input for the launch: its own shard (`train_shards`), Ray Train's
-    streaming split of the preprocessed dataset, or a LoaderSource."""
+    """This rank's training input for trials on `world` ranks: its own shard (`train_shards`,
+    per world size), Ray Train's streaming split of the preprocessed dataset, or a LoaderSource."""
     if config["input"] == "torch_loader":
         return LoaderSource(config["train_rows"], workload, rank, world, config["data_workers"])
     if config.get("train_shards"):
-        return config["train_shards"][rank].iterator()
+        return config["train_shards"][world][rank].iterator()
     import ray.train
 
+    if world != config["resources"]["workers"]:
+        raise RuntimeError(
+            f"Ray Train's dataset split serves {config['resources']['workers']} workers, not a "
+            f"trial on {world}: the planner must not share this launch across device counts"
+        )
     return ray.train.get_dataset_shard("train")
 
 

@@ -101,12 +101,14 @@ class Trial:
     resources: ResourcePlan
     refused: str | None = None  # why it will not run, or None
 
-    @property
-    def launch_key(self) -> str:
-        """Trials with equal keys share one worker group (same shape, same dataset)."""
+    def launch_key(self, across_devices: bool = False) -> str:
+        """Trials with equal keys share one worker group (same worker shape, same dataset);
+        `across_devices` leaves the device count out (see SweepPlan.shares_across_devices)."""
         s = self.settings
         r = self.resources
-        key = [s["devices"], r.cpus_per_worker, r.gpus_per_worker, s["data_workers"], s["input"]]
+        key = [r.cpus_per_worker, r.gpus_per_worker, s["data_workers"], s["input"]]
+        if not across_devices:
+            key.insert(0, s["devices"])
         return _hash([*key, s["params"]])
 
     def label(self) -> str:
@@ -124,14 +126,20 @@ class Trial:
 
 @dataclass(frozen=True)
 class Launch:
-    """One Ray Train worker group running several trials one after another."""
+    """One Ray Train worker group running several trials one after another, fewest devices
+    first. It holds the workers of its largest trial; a trial on fewer devices runs on the
+    first ranks (see worlds.py)."""
 
     launch_id: str
     trials: tuple[Trial, ...]
 
     @property
     def resources(self) -> ResourcePlan:
-        return self.trials[0].resources
+        return max((t.resources for t in self.trials), key=lambda r: r.workers)
+
+    @property
+    def device_counts(self) -> list[int]:
+        return sorted({t.settings["devices"] for t in self.trials})
 
 
 @dataclass
@@ -139,6 +147,8 @@ class SweepPlan:
     spec: SweepSpec
     trials: list[Trial]
     nodes: list[Node] = field(default_factory=list)
+    #: the workload preprocesses its rows in the input pipeline (Ray Train's streaming split)
+    preprocesses: bool = False
 
     @property
     def runnable(self) -> list[Trial]:
@@ -149,27 +159,50 @@ class SweepPlan:
         return [t for t in self.trials if t.refused is not None]
 
     def launches(
-        self, skip: set[str] | frozenset[str] = frozenset(), group: bool = True
+        self,
+        skip: set[str] | frozenset[str] = frozenset(),
+        group: bool = True,
+        across_devices: bool = True,
     ) -> list[Launch]:
-        """Runnable trials not in `skip`, grouped by worker-group shape, smallest groups first.
+        """Runnable trials not in `skip`, grouped by worker-group shape (and across device
+        counts where `shares_across_devices`), launches and their trials fewest devices first.
 
-        `group=False` gives every trial a worker group of its own (the raw Tune+Train pattern,
-        kept for comparison in benchmarks/sweep_overhead.py).
+        `group=False` gives every trial a worker group of its own (the raw Tune+Train pattern),
+        `across_devices=False` one per device count; both are kept for comparisons in
+        benchmarks/sweep_overhead.py.
         """
+        across = across_devices and self.shares_across_devices
         groups: dict[str, list[Trial]] = {}
         for t in self.runnable:
             if t.trial_id not in skip:
-                groups.setdefault(t.launch_key if group else t.trial_id, []).append(t)
-        ordered = sorted(groups.items(), key=lambda kv: kv[1][0].settings["devices"])
-        return [Launch(key, tuple(ts)) for key, ts in ordered]
+                groups.setdefault(t.launch_key(across) if group else t.trial_id, []).append(t)
+        devices = lambda t: t.settings["devices"]  # noqa: E731
+        launches = [Launch(key, tuple(sorted(ts, key=devices))) for key, ts in groups.items()]
+        return sorted(launches, key=lambda launch: devices(launch.trials[0]))
+
+    @property
+    def shares_across_devices(self) -> bool:
+        """Whether trials of different device counts may share one worker group (sized to the
+        largest). Starting a worker group costs seconds of new processes; sharing one is only
+        honest where a trial on the first d ranks runs as a d-worker group would: on a single
+        node (across nodes a subset's placement differs), one launch at a time (exclusive
+        isolation: the idle ranks' resources are taken from no one), and with per-rank shards
+        (not Ray Train's streaming split of a preprocessing workload, fixed to the group size).
+        """
+        return self.spec.isolation == "exclusive" and len(self.nodes) == 1 and not self.preprocesses
 
 
-def plan_sweep(spec: SweepSpec, nodes: list[Node], workload_defaults: dict[str, Any]) -> SweepPlan:
+def plan_sweep(
+    spec: SweepSpec,
+    nodes: list[Node],
+    workload_defaults: dict[str, Any],
+    preprocesses: bool = False,
+) -> SweepPlan:
     """Expand the grid, give every trial its resources and, where it cannot run, the reason."""
     trials = [
         _make_trial(spec, settings, nodes) for settings in expand_grid(spec, workload_defaults)
     ]
-    return SweepPlan(spec=spec, trials=trials, nodes=nodes)
+    return SweepPlan(spec=spec, trials=trials, nodes=nodes, preprocesses=preprocesses)
 
 
 def expand_grid(spec: SweepSpec, workload_defaults: dict[str, Any]) -> list[dict[str, Any]]:

@@ -122,15 +122,32 @@ def test_cuda_only_values_refused_on_cpu_with_reason():
 
 
 def test_launches_group_trials_that_share_a_worker_group_shape():
-    plan = _plan(
-        grid={"devices": [1, 2], "batch_size": [64, 128], "sync": ["ddp", "none"]},
-        resources={"cpus_per_device": 0.5, "cpus_per_data_worker": 0.5},
-    )
-    launches = plan.launches()
-    assert [len(launch.trials) for launch in launches] == [4, 4]
-    assert [launch.trials[0].settings["devices"] for launch in launches] == [1, 2]
-    skip = {launches[0].trials[0].trial_id}
-    assert [len(launch.trials) for launch in plan.launches(skip)] == [3, 4]
+    sections = {
+        "grid": {"devices": [1, 2], "batch_size": [64, 128], "sync": ["ddp", "none"]},
+        "resources": {"cpus_per_device": 0.5, "cpus_per_data_worker": 0.5},
+    }
+    # One node, one launch at a time: every device count shares one worker group, sized to
+    # its largest trial, trials fewest devices first.
+    (shared,) = _plan(**sections).launches()
+    assert [t.settings["devices"] for t in shared.trials] == [1, 1, 1, 1, 2, 2, 2, 2]
+    assert shared.resources.workers == 2 and shared.device_counts == [1, 2]
+    skip = {shared.trials[0].trial_id}
+    assert [len(launch.trials) for launch in _plan(**sections).launches(skip)] == [7]
+    assert len(_plan(**sections).launches(group=False)) == 8
+
+    # Otherwise one worker group per device count: across nodes a subset's placement differs,
+    # side-by-side launches would lose the idle ranks' resources, and a preprocessing
+    # workload's streaming split is fixed to its group's size.
+    two_nodes = [Node(cpus=2.0, name="a"), Node(cpus=2.0, name="b")]
+    for plan in (
+        _plan(two_nodes, **sections),
+        _plan(**sections, isolation="shared"),
+        plan_sweep(_spec(**sections), TWO_CPUS, MLP.defaults, preprocesses=True),
+    ):
+        launches = plan.launches()
+        assert [len(launch.trials) for launch in launches] == [4, 4]
+        assert [launch.device_counts for launch in launches] == [[1], [2]]
+        assert [launch.resources.workers for launch in launches] == [1, 2]
 
 
 def test_unknown_workload_params_are_rejected_before_launch():
