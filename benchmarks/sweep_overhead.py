@@ -37,7 +37,7 @@ def main() -> None:
     parser.add_argument(
         "--skip-raw",
         action="store_true",
-        help="leave out raw and by-devices (more rounds of tracking on/off in the same time)",
+        help="leave out raw (more rounds of the other modes in the same time)",
     )
     args = parser.parse_args()
 
@@ -56,7 +56,7 @@ def main() -> None:
         "no-tracking": {"group_launches": True, "tracking": False},
     }
     if args.skip_raw:
-        del modes["raw"], modes["by-devices"]
+        del modes["raw"]
     results: dict[str, list[dict]] = {m: [] for m in modes}
     # One untimed sweep first: the training set gets generated and cached, imports warm up.
     run_sweep(spec, runs_dir=work / "warmup", tracking=False, on_event=None)

@@ -180,6 +180,7 @@ def run_sweep(
         spec, sweep_dir, enabled=spec.tracking.enabled if tracking is None else tracking
     )
     tracker.sync(read_results(sweep_dir).to_pylist())  # rows an outage kept from MLflow
+    tracker.open_soon()
     outcome = SweepOutcome(sweep_dir=sweep_dir, plan=plan)
     repeats = range(spec.train.repeats)
     done_ids = {
@@ -190,10 +191,20 @@ def run_sweep(
     )
     interrupt = _InterruptFlag()
     try:
-        if launches:
-            with interrupt.installed():
-                _run_launches(
-                    spec, launches, sweep_dir, finished, outcome, tracker, emit, interrupt
+        with interrupt.installed():
+            attempt = 0
+            while launches:
+                done = finished | {(row["trial_id"], row["repeat"]) for row in outcome.rows}
+                relaunch = _run_launches(
+                    spec, launches, sweep_dir, done, outcome, tracker, emit, interrupt, attempt
+                )
+                if interrupt.is_set() or not relaunch:
+                    break
+                attempt += 1
+                launches = plan.launches(
+                    skip={t.trial_id for t in plan.runnable} - relaunch,
+                    group=group_launches,
+                    across_devices=share_across_devices,
                 )
     finally:
         outcome.wall_s = time.perf_counter() - started
@@ -257,9 +268,15 @@ def _run_launches(
     tracker: Any,
     emit: EventHandler,
     interrupt: _InterruptFlag,
-) -> None:
+    attempt: int = 0,
+) -> set[str]:
+    """Run these launches under one Tuner; returns the ids of trials to launch again (those a
+    crashed launch had not reached, see `_ResultSink.on_trial_error`). `attempt` > 0: such a
+    relaunch."""
     session = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
     configs = [_launch_config(spec, launch, sweep_dir, finished, session) for launch in launches]
+    for config in configs:
+        config["relaunch"] = attempt > 0
     datasets = _materialise_datasets(spec, configs)
     by_launch = {launch.launch_id: launch for launch in launches}
     sink = _ResultSink(sweep_dir, by_launch, outcome, tracker, emit)
@@ -275,7 +292,7 @@ def _run_launches(
             trial_dirname_creator=_launch_name,
         ),
         run_config=tune.RunConfig(
-            name="tune",
+            name="tune" if attempt == 0 else f"tune-relaunch-{attempt}",
             storage_path=str((sweep_dir / "ray").resolve()),
             callbacks=[sink],
             stop=interrupt,
@@ -283,6 +300,7 @@ def _run_launches(
         ),
     )
     tuner.fit()
+    return sink.relaunch
 
 
 def _write_report(sweep_dir: Path) -> None:
@@ -318,11 +336,10 @@ def _materialise_datasets(spec: SweepSpec, configs: list[dict[str, Any]]) -> dic
                 if config["input"] == "ray_data"
                 else shared_rows(config["train_path"])
             )
-        for world in config["device_counts"]:
-            shards = f"shards:{key}:{world}"
-            if config["input"] == "ray_data" and not config["preprocesses"]:
-                if shards not in datasets:
-                    datasets[shards] = rank_shards(datasets[train], world)
+        if config["input"] == "ray_data" and not config["preprocesses"]:
+            for world in config["device_counts"]:
+                if f"shards:{key}:{world}" not in datasets:
+                    datasets[f"shards:{key}:{world}"] = rank_shards(datasets[train], world)
         if config["val_path"] and f"val:{config['val_path']}" not in datasets:
             datasets[f"val:{config['val_path']}"] = shared_rows(config["val_path"])
     return datasets
@@ -479,6 +496,7 @@ class _ResultSink(tune.Callback):
         self.sweep_dir, self.launches, self.outcome = sweep_dir, launches, outcome
         self.tracker, self.emit = tracker, emit
         self.reported: dict[str, set[tuple[str, int]]] = {}
+        self.relaunch: set[str] = set()  # trial ids a crashed launch had not reached
 
     def __getstate__(self) -> dict[str, Any]:
         # Tune pickles its callbacks into its experiment state; this one lives only in the
@@ -500,14 +518,28 @@ class _ResultSink(tune.Callback):
         self._record(row)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        """The launch died: every trial repeat it had not reported is recorded as failed."""
+        """The launch died (its worker group crashed past train.max_failures).
+
+        Its trials run in order, so the first repeat it had not reported is the one it died
+        in: that one is recorded as failed with the reason, and the trials it had not reached
+        go to a new launch (`relaunch`), so one crash costs one trial, not the whole group. A
+        relaunch that dies in its first trial again has a cause no trial escapes (a worker
+        group that cannot start, say): then every repeat it had left is recorded as failed.
+        """
         config = trial.config["launch"]
         error = _launch_error(trial)
-        done = self.reported.get(config["launch_id"], set())
-        for t in config["trials"]:
-            for repeat in range(config["repeats"]):
-                if (t["trial_id"], repeat) not in done:
-                    self._record(_failed_row(config, t, repeat, error))
+        reported = self.reported.get(config["launch_id"], set())
+        done = reported | {(t, r) for t, r in config["skip"]}
+        pending = [
+            (t, repeat)
+            for t in config["trials"]
+            for repeat in range(config["repeats"])
+            if (t["trial_id"], repeat) not in done
+        ]
+        failing = pending if config["relaunch"] and not reported else pending[:1]
+        self.relaunch.update(t["trial_id"] for t, _ in pending[len(failing) :])
+        for t, repeat in failing:
+            self._record(_failed_row(config, t, repeat, error))
 
     def _record(self, row: dict[str, Any]) -> None:
         append_rows(self.sweep_dir, [row])

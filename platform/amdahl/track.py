@@ -91,13 +91,29 @@ class Tracker:
         self._save_state()
         return True
 
+    def open_soon(self) -> None:
+        """Connect and create the parent run on the tracker's own thread now, while Ray starts
+        the first launch: creating a new SQLite store takes ~3 s of CPU here, which beside the
+        first measured trials slowed them (on 2 cores) by up to 25%."""
+        if self.enabled:
+            self._submit(self._open)
+
     def log_trial_soon(self, row: dict[str, Any]) -> None:
         """Log a row on the tracker's own thread, so MLflow latency never holds up the caller
         (Tune's event loop: a slow callback there lets reported rows pile up, and Ray 2.60's
         function trainable can deadlock flushing them). `finish` waits for these writes."""
+        self._submit(self.log_trial, row)
+
+    def _submit(self, fn: Any, *args: Any) -> None:
         if self._writer is None:
             self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="amdahl-mlflow")
-        self._writer.submit(self.log_trial, row)
+        self._writer.submit(fn, *args)
+
+    def _open(self) -> None:
+        try:
+            self._ensure_parent()
+        except Exception as e:  # noqa: BLE001 - rows stay local; `finish` tries again
+            self._offline(e)
 
     def sync(self, rows: list[dict[str, Any]]) -> int:
         """Push every row MLflow lacks (or holds in an older state); returns how many."""

@@ -160,12 +160,14 @@ def test_killed_worker_is_retried_or_recorded(ray_cluster, tmp_path, max_failure
     by_devices = {}
     for r in rows:
         by_devices.setdefault(r["devices"], []).append(r)
-    assert all(r["status"] == "ok" for r in by_devices[2])  # the next launch ran normally
+    # one worker group serves both device counts here; the trials the crash had not reached
+    # ran in a new launch
+    assert all(r["status"] == "ok" for r in by_devices[2])
     if expect_ok:
         assert all(r["status"] == "ok" for r in rows)
-    else:
-        failed = [r for r in rows if r["status"] == "failed"]
-        assert failed and all(r["error"].startswith("launch failed: ") for r in failed)
+    else:  # one crash costs the trial it hit, with the reason, and nothing else
+        failed = [r for r in rows if r["status"] != "ok"]
+        assert len(failed) == 1 and failed[0]["error"].startswith("launch failed: ")
 
 
 def test_mlflow_outage_mid_sweep_then_sync(tmp_path):
