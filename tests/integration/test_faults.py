@@ -118,10 +118,17 @@ def test_ctrl_c_stops_cleanly_and_prints_the_resume_command(workdir):
     assert len({r["trial_id"] for r in _rows(tmp / "runs")}) == 6
 
 
-def _kill_first_train_worker(stop: threading.Event) -> None:
-    """SIGKILL one Ray Train worker of this session's cluster, found by its actor record."""
+def _kill_first_train_worker(stop: threading.Event, runs: Path) -> None:
+    """SIGKILL one Ray Train worker of this session's cluster (found by its actor record) in
+    the middle of the sweep's second trial: after the first row, so inside the trials rather
+    than in Ray Train's process-group setup (a worker dying there leaves its peers in
+    init_process_group until the 600 s timeout: Ray Train waits for them before it polls)."""
     from ray._private.state import actors
 
+    while not stop.is_set() and not any(
+        (d / "results.parquet").exists() for d in runs.glob("workerkill-*")
+    ):
+        time.sleep(0.1)
     while not stop.is_set():
         workers = [
             a
@@ -129,7 +136,7 @@ def _kill_first_train_worker(stop: threading.Event) -> None:
             if a["ActorClassName"] == "RayTrainWorker" and a["State"] == "ALIVE"
         ]
         if workers and workers[0].get("Pid"):
-            time.sleep(2.0)  # let it get into its trials
+            time.sleep(0.5)  # into the next trial's measured steps
             os.kill(workers[0]["Pid"], signal.SIGKILL)
             return
         time.sleep(0.2)
@@ -148,7 +155,7 @@ def test_killed_worker_is_retried_or_recorded(ray_cluster, tmp_path, max_failure
         }
     )
     stop = threading.Event()
-    killer = threading.Thread(target=_kill_first_train_worker, args=(stop,), daemon=True)
+    killer = threading.Thread(target=_kill_first_train_worker, args=(stop, tmp_path), daemon=True)
     killer.start()
     try:
         outcome = run_sweep(spec, runs_dir=tmp_path, tracking=False)
@@ -157,15 +164,9 @@ def test_killed_worker_is_retried_or_recorded(ray_cluster, tmp_path, max_failure
     rows = read_results(outcome.sweep_dir).to_pylist()
     keys = [(r["trial_id"], r["repeat"]) for r in rows]
     assert len(keys) == len(set(keys)) == 4  # every trial recorded once, the sweep went on
-    by_devices = {}
-    for r in rows:
-        by_devices.setdefault(r["devices"], []).append(r)
-    # one worker group serves both device counts here; the trials the crash had not reached
-    # ran in a new launch
-    assert all(r["status"] == "ok" for r in by_devices[2])
     if expect_ok:
         assert all(r["status"] == "ok" for r in rows)
-    else:  # one crash costs the trial it hit, with the reason, and nothing else
+    else:  # one crash costs the trial it hit, with the reason; the rest ran in a new launch
         failed = [r for r in rows if r["status"] != "ok"]
         assert len(failed) == 1 and failed[0]["error"].startswith("launch failed: ")
 
