@@ -23,6 +23,7 @@ import platform as _stdlib_platform
 import statistics
 import time
 import traceback
+from collections import deque
 from datetime import datetime, timezone
 from typing import Any
 
@@ -70,7 +71,7 @@ def train_launch(config: dict[str, Any]) -> None:
     # each trial's memory reset runs (a full collection of torch's and Ray's ~380k objects
     # took 0.15-0.2 s per trial; a trial's own garbage is still collected).
     gc.freeze()
-    reported_at = [-math.inf, -math.inf]  # monotonic times of this rank's reports
+    reported_at = deque([-math.inf, -math.inf], maxlen=2)  # this rank's last two reports
     for trial in config["trials"]:
         for repeat in range(config["repeats"]):
             if (trial["trial_id"], repeat) in done:

@@ -8,6 +8,7 @@ tracking server never stops a sweep: the rows stay in results.parquet and are pu
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -297,21 +298,19 @@ def create_sqlite_store_atomically(uri: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.creating")
     try:
         MlflowClient(tracking_uri=f"sqlite:///{tmp}").search_experiments(max_results=1)
-        try:
-            os.link(tmp, path)  # fails, harmlessly, if another process created it meanwhile
-        except FileExistsError:
-            pass
+        with contextlib.suppress(FileExistsError):  # another process created it meanwhile
+            os.link(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
 
 
 def _process_alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # signal 0: existence check only
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass  # alive, owned by someone else
     return True
 
 
