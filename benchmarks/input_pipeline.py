@@ -2,7 +2,7 @@
 
 Both inputs are the platform's own (amdahl.data): the ResNet workload's Fashion-MNIST-format rows
 (raw uint8 bytes in parquet), decoded, augmented and normalised by `ResNet.preprocess`, fed as
-torch batches through `worker_batches`:
+torch batches through `host_batches` (on CPU the device feed passes them through):
   ray_data      the materialised rows + a map_batches operator of `workers` tasks, streamed by
                 iter_torch_batches with prefetch (what a ray_data trial runs)
   torch_loader  a DataLoader over the same parquet with num_workers = `workers`, persistent
@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from amdahl.data import LoaderSource, dataset_path, preprocessed, ray_dataset, worker_batches
+from amdahl.data import LoaderSource, dataset_path, host_batches, preprocessed, ray_dataset
 from workloads.resnet import ResNet
 
 CPU = torch.device("cpu")
@@ -48,8 +48,8 @@ def _source(name: str, base: Any, workload: ResNet, path: str, workers: int, arg
 
 def ingest(name: str, base: Any, workload: ResNet, path: str, workers: int, args) -> float:
     """Rows/s into a consumer that does nothing (two epochs, after warmup batches)."""
-    batches = worker_batches(
-        _source(name, base, workload, path, workers, args), args.batch, args.prefetch, CPU
+    batches = host_batches(
+        _source(name, base, workload, path, workers, args), args.batch, args.prefetch, False
     )
     for _ in range(args.warmup):
         next(batches)
@@ -66,8 +66,8 @@ def train(
     name: str, base: Any, workload: ResNet, path: str, workers: int, args
 ) -> tuple[float, float]:
     """(data wait / step time, samples/s) while the consumer trains ResNet-18."""
-    batches = worker_batches(
-        _source(name, base, workload, path, workers, args), args.batch, args.prefetch, CPU
+    batches = host_batches(
+        _source(name, base, workload, path, workers, args), args.batch, args.prefetch, False
     )
     torch.manual_seed(0)
     model = workload.build_model()

@@ -1,19 +1,33 @@
 """amdahl: sweep PyTorch training configurations on Ray and explain the speedup against ideal.
 
-The public Python API. Heavy modules (ray, torch, mlflow) load only when first used, so
-`import amdahl` and `platform --help` stay fast.
+The public Python API. Every name but `Workload` and `UserError` loads on first use: a Ray
+worker's `from amdahl import Workload` must not load the planner and the report stack, and
+heavy modules (ray, torch, mlflow) load only when first used, so `platform --help` stays fast.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from amdahl.errors import UserError
-from amdahl.plan import SweepPlan, Trial, plan_sweep
-from amdahl.report import build_report, write_reports
-from amdahl.results import COLUMNS, read_results
-from amdahl.spec import SweepSpec, load_spec, validate_spec
 from amdahl.workload import Workload
+
+#: Public name -> the module that defines it (imported when the name is first used).
+_LAZY = {
+    "COLUMNS": "amdahl.results",
+    "read_results": "amdahl.results",
+    "SweepPlan": "amdahl.plan",
+    "Trial": "amdahl.plan",
+    "plan_sweep": "amdahl.plan",
+    "build_report": "amdahl.report",
+    "write_reports": "amdahl.report",
+    "SweepSpec": "amdahl.spec",
+    "load_spec": "amdahl.spec",
+    "validate_spec": "amdahl.spec",
+    "run_sweep": "amdahl.run",
+    "make_plan": "amdahl.run",
+}
 
 __all__ = [
     "COLUMNS",
@@ -34,8 +48,6 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("run_sweep", "make_plan"):
-        from amdahl import run
-
-        return getattr(run, name)
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'amdahl' has no attribute {name!r}")

@@ -2,10 +2,13 @@
 
 Worker side (`calibration_worker`, inside a Ray Train worker group): all-reduce latency and bus
 bandwidth over a range of message sizes, on whatever torch.distributed backend Ray Train
-initialised (gloo on CPU, NCCL on GPU); rank 0 also times a matmul alone for a measured peak.
-Driver side (`run_calibration`): one `TorchTrainer` with `devices` workers, the ring model
-t = 2(p-1) alpha + 2(p-1)/p * bytes / bandwidth fitted to the times (report.compute), the model's
-gradient bytes when the sweep directory says which model, and `<sweep dir>/calibration.json`.
+initialised (gloo on CPU, NCCL on GPU); rank 0 also measures a peak per precision with the probe
+the harness uses (amdahl.peak).
+Driver side (`run_calibration`): the sweep's workload checked first (an import error costs no
+measurement), one `TorchTrainer` with `devices` workers, the ring model
+t = 2(p-1) alpha + 2(p-1)/p * bytes / bandwidth fitted to the times (report.compute),
+`<sweep dir>/calibration.json` written as soon as that is known, then rewritten with the model's
+gradient bytes when the sweep directory says which model.
 
 ray and torch are imported inside the functions, so `import amdahl.calibrate` stays cheap.
 """
@@ -24,11 +27,16 @@ from typing import Any
 import yaml
 
 from amdahl.errors import UserError
+from amdahl.files import private_dir, write_private
 from amdahl.report.compute import bus_bandwidth, fit_alpha_beta
 from amdahl.report.inputs import CALIBRATION_FILE, PLAN_FILE, SPEC_FILE
 
-#: Message sizes in bytes: 4 B to 16 MiB in steps of 4x.
-DEFAULT_SIZES = [4**k for k in range(1, 13)]
+#: Largest message on CPU (gloo): enough for its bandwidth, small enough for a quick CI run.
+CPU_MAX_BYTES = 16 * 2**20
+#: Largest message on GPU (NCCL): past the gradients the sweeps all-reduce (sweeps/scaling.yaml's
+#: model has 143 MB of them), well inside the sizes where NCCL runs its bulk protocol and the
+#: time is bytes over the link's bandwidth.
+GPU_MAX_BYTES = 512 * 2**20
 #: The key rank 0 reports its measurements under (as JSON: one value, whatever Ray adds).
 RESULT_KEY = "amdahl_calibration"
 #: Each size is timed in _ROUNDS rounds of about _ROUND_S; the median round is kept, so a
@@ -36,6 +44,18 @@ RESULT_KEY = "amdahl_calibration"
 _ROUNDS = 5
 _ROUND_S = 0.05
 _MAX_ITERS = 100
+
+
+def message_sizes(max_bytes: int) -> list[int]:
+    """All-reduce message sizes, 4 B to `max_bytes`: powers of 4 below 1 MiB (latency: a few
+    points suffice), every power of 2 from 1 MiB (the bandwidth fit's range), and `max_bytes`
+    itself, rounded down to whole float32s."""
+    if max_bytes < 16:
+        raise UserError(f"--max-bytes {max_bytes}: needs at least 16 (two message sizes)")
+    sizes = [4**k for k in range(1, 10) if 4**k < min(2**20, max_bytes)]
+    sizes += [2**k for k in range(20, 64) if 2**k <= max_bytes]
+    top = max_bytes // 4 * 4
+    return sorted(set(sizes) | {top})
 
 
 # --------------------------------------------------------------------------- worker side
@@ -62,7 +82,7 @@ def calibration_worker(config: dict[str, Any]) -> None:
     if dist.is_initialized():
         dist.barrier()
     if rank == 0:
-        result.update(measure_peak(device))
+        result.update(measure_peaks(device))
     if dist.is_initialized():
         dist.barrier()
     if rank != 0:
@@ -123,29 +143,20 @@ def measure_all_reduce(sizes: list[int], device: Any) -> list[dict[str, float]]:
     return out
 
 
-def measure_peak(device: Any) -> dict[str, Any]:
-    """Matmul FLOP/s on this device alone (fp32, and bf16), as the MFU denominator."""
+def measure_peaks(device: Any) -> dict[str, Any]:
+    """Matmul FLOP/s on this device alone per precision (fp32, tf32, bf16, and fp16 on CUDA),
+    the MFU denominators: the same probe as the harness's per-trial peak (amdahl.peak)."""
     import torch
 
+    from amdahl.peak import matrix_size, measure_peak_flops
+
     cuda = device.type == "cuda"
-    n = 4096 if cuda else 1024
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
-    peaks = {}
-    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-        a = torch.randn(n, n, device=device).to(dtype)
-        b = torch.randn(n, n, device=device).to(dtype)
-        torch.mm(a, b)
-        sync()
-        best = 0.0
-        for _ in range(5):  # a peak: the best of five rounds of about 0.1 s
-            iters, t0 = 0, time.perf_counter()
-            while time.perf_counter() - t0 < 0.1 or iters < 2:
-                torch.mm(a, b)
-                iters += 1
-            sync()
-            best = max(best, 2.0 * n**3 * iters / (time.perf_counter() - t0))
-        peaks[name] = best
-    what = f"{device.type} {'GPU' if cuda else f'{torch.get_num_threads()} thread(s)'}"
+    kinds = ("fp32", "tf32", "bf16", "fp16") if cuda else ("fp32", "tf32", "bf16")
+    peaks = {kind: measure_peak_flops(device, kind) for kind in kinds}
+    n = matrix_size(device)
+    what = f"{device.type} GPU" if cuda else f"cpu {torch.get_num_threads()} thread(s)"
+    if not cuda:
+        what += "; tf32 is fp32 there"
     memory = torch.cuda.get_device_properties(device).total_memory if cuda else None
     return {
         "peak_flops": peaks,
@@ -164,36 +175,47 @@ def run_calibration(
     resources_per_worker: dict[str, float] | None = None,
     use_gpu: bool = False,
     sizes: list[int] | None = None,
+    max_bytes: int | None = None,
     address: str | None = None,
 ) -> dict[str, Any]:
     """Measure on `devices` Ray Train workers and write `<sweep_dir>/calibration.json`.
 
+    Message sizes: `sizes`, else 4 B to `max_bytes` (default GPU_MAX_BYTES with `use_gpu`, else
+    CPU_MAX_BYTES). The sweep's workload and parameter sets are checked before anything is
+    measured; the measurement is written as soon as it is fitted, and the file rewritten with
+    the gradient bytes after, so a model that fails to build loses no measurement.
+
     Uses the Ray already initialised in this process, else connects to `address`, else starts
-    (and afterwards stops) a local Ray. Returns what was written.
+    (and afterwards stops) a local Ray of its own, never joining one it happens to find.
+    Returns what was written.
     """
     if devices < 2:
         raise UserError(
             f"--devices {devices}: an all-reduce needs at least 2 workers to measure anything"
         )
     sweep_dir = Path(sweep_dir)
-    sweep_dir.mkdir(parents=True, exist_ok=True)
     resources = dict(resources_per_worker or {"CPU": 0.5})
-    sizes = list(sizes or DEFAULT_SIZES)
+    if not sizes:
+        sizes = message_sizes(max_bytes or (GPU_MAX_BYTES if use_gpu else CPU_MAX_BYTES))
+    models = _sweep_models(sweep_dir)  # before measuring: a bad workload costs nothing
+    private_dir(sweep_dir, exist_ok=True)
 
+    os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
     import ray
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
+    from amdahl.run import _init_ray
+
     started = not ray.is_initialized()
     if started:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        _init_ray(address, sweep_dir / "ray.log", verbose=False)
     try:
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         trainer = TorchTrainer(
             calibration_worker,
             train_loop_config={
-                "sizes": sizes,
+                "sizes": list(sizes),
                 "threads": max(1, int(resources.get("CPU", 1))),
             },
             scaling_config=ScalingConfig(
@@ -212,14 +234,24 @@ def run_calibration(
         raise RuntimeError("calibration workers reported no measurements")
     result = json.loads(metrics[RESULT_KEY])
     result.update(_fit(result))
-    result.update(_grad_bytes(sweep_dir))
     result["created_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     result["resources_per_worker"] = resources
-    path = sweep_dir / CALIBRATION_FILE
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=1))
-    tmp.replace(path)
+    path = _write(sweep_dir, result)
+    if models:
+        try:
+            result.update(_grad_bytes_of(models))
+        except Exception as e:
+            raise RuntimeError(
+                f"the measurement is in {path}, but building the sweep's models for their "
+                f"gradient bytes failed: {e}"
+            ) from e
+        _write(sweep_dir, result)
     return result
+
+
+def _write(sweep_dir: Path, result: dict[str, Any]) -> Path:
+    """calibration.json, replaced whole (a reader never sees half a file), owner-only."""
+    return write_private(sweep_dir / CALIBRATION_FILE, json.dumps(result, indent=1))
 
 
 def _fit(result: dict[str, Any]) -> dict[str, Any]:
@@ -228,9 +260,11 @@ def _fit(result: dict[str, Any]) -> dict[str, Any]:
     return {"alpha_s": ab.alpha_s, "bandwidth_Bps": ab.bandwidth_Bps, "fit_rel_rmse": ab.rel_rmse}
 
 
-def _grad_bytes(sweep_dir: Path) -> dict[str, Any]:
-    """Gradient bytes (fp32) of every model the sweep trains, keyed by the results table's
-    `params` JSON; nothing when the directory does not say which workload it is."""
+def _sweep_models(sweep_dir: Path) -> dict[str, Any]:
+    """Every model the sweep trains, as workload instances keyed by the results table's
+    `params` JSON (the spec's own first); {} when the directory does not say which workload.
+    Instantiating imports the workload and checks each parameter set (UserError), without
+    building a model."""
     spec_path = sweep_dir / SPEC_FILE
     if not spec_path.exists():
         return {}
@@ -240,21 +274,50 @@ def _grad_bytes(sweep_dir: Path) -> dict[str, Any]:
     name = spec.get("workload")
     if not name:
         return {}
-    all_params = [make_workload(name, spec.get("params") or {}).params]
+    first = make_workload(name, spec.get("params") or {})
+    all_params = [first.params]
     plan_path = sweep_dir / PLAN_FILE
     if plan_path.exists():
         plan = json.loads(plan_path.read_text())
         all_params += [t["settings"]["params"] for t in plan.get("trials", [])]
-    by_params: dict[str, float] = {}
+    models: dict[str, Any] = {}
     for params in all_params:
         key = json.dumps(params, sort_keys=True)
-        if key not in by_params:
-            model = make_workload(name, params).build_model()
-            by_params[key] = float(
-                sum(p.numel() * 4 for p in model.parameters() if p.requires_grad)
-            )
-    first = json.dumps(all_params[0], sort_keys=True)
-    return {"grad_bytes": by_params[first], "grad_bytes_by_params": by_params}
+        if key not in models:
+            models[key] = first if not models else make_workload(name, params)
+    return models
+
+
+def _grad_bytes_of(models: dict[str, Any]) -> dict[str, Any]:
+    """Gradient bytes (fp32) and trainable parameter shapes (the step-time model's PowerSGD
+    factors) of each model; the first key is the spec's own model. Built on the meta device
+    (shapes, no memory) where the workload allows, else for real."""
+    import torch
+
+    by_params: dict[str, float] = {}
+    shapes: dict[str, list[list[int]]] = {}
+    for key, workload in models.items():
+        try:
+            with torch.device("meta"):
+                model = workload.build_model()
+        except Exception:  # a workload that needs real tensors to build
+            model = workload.build_model()
+        trained = [p for p in model.parameters() if p.requires_grad]
+        by_params[key] = float(sum(p.numel() * 4 for p in trained))
+        shapes[key] = [list(p.shape) for p in trained]
+        del model
+    return {
+        "grad_bytes": by_params[next(iter(models))],
+        "grad_bytes_by_params": by_params,
+        "param_shapes_by_params": shapes,
+    }
+
+
+def _grad_bytes(sweep_dir: Path) -> dict[str, Any]:
+    """Gradient bytes (fp32) of every model the sweep trains, keyed by the results table's
+    `params` JSON; nothing when the directory does not say which workload it is."""
+    models = _sweep_models(sweep_dir)
+    return _grad_bytes_of(models) if models else {}
 
 
 def summary(result: dict[str, Any]) -> str:

@@ -1,7 +1,7 @@
 """The `platform` command: parse arguments, call the Python API, render. No logic lives here.
 
 Exit codes: 0 every trial ran ok; 1 the sweep ran but some trials failed; 2 bad input (one message,
-no traceback; --debug shows it); 130 interrupted.
+no traceback; --debug shows it); 130 interrupted (Ctrl-C); 143 stopped by SIGTERM (`ray job stop`).
 """
 
 from __future__ import annotations
@@ -97,9 +97,15 @@ def plan(spec_path: str, overrides: tuple[str, ...], address: str | None, as_jso
     flag_value="latest",
     default=None,
     metavar="[DIR]",
-    help="Run only what is missing in DIR (default: the newest runs/<name>-* directory).",
+    help="Run only what is missing in DIR (default: the newest runs/<name>-<UTC time>).",
 )
 @click.option("--retry-failed", is_flag=True, help="With --resume, run failed trials again.")
+@click.option(
+    "--new-if-changed",
+    is_flag=True,
+    help="With --resume, start a new sweep directory when the settings differ from DIR's "
+    "(instead of refusing).",
+)
 @click.option("--no-tracking", is_flag=True, help="Do not mirror results to MLflow.")
 @click.option("-v", "--verbose", is_flag=True, help="Stream Ray's logs to the terminal.")
 def sweep(
@@ -109,6 +115,7 @@ def sweep(
     runs_dir: str,
     resume: str | None,
     retry_failed: bool,
+    new_if_changed: bool,
     no_tracking: bool,
     verbose: bool,
 ) -> None:
@@ -120,6 +127,8 @@ def sweep(
     spec = load_spec(spec_path, overrides)
     if retry_failed and resume is None:
         raise UserError("--retry-failed only makes sense with --resume")
+    if new_if_changed and resume is None:
+        raise UserError("--new-if-changed only makes sense with --resume")
     if resume == "latest":
         resume = str(latest_sweep_dir(runs_dir, spec.name))
     try:
@@ -130,21 +139,38 @@ def sweep(
                 runs_dir=runs_dir,
                 resume=resume,
                 retry_failed=retry_failed,
+                new_if_changed=new_if_changed,
                 on_event=progress.event,
                 verbose=verbose,
                 tracking=False if no_tracking else None,
             )
     except SweepInterrupted as e:
-        sets = "".join(f" --set {o}" for o in overrides)
+        import shlex
+
+        sets = [part for o in overrides for part in ("--set", o)]  # quoted: copy-paste safe
+        again = ["platform", "sweep", spec_path, *sets, "--resume", str(e.sweep_dir)]
         click.echo(
-            f"\ninterrupted: finished trials are saved in {e.sweep_dir}\n"
-            f"resume with: platform sweep {spec_path}{sets} --resume {e.sweep_dir}",
+            f"\n{e.reason}: finished trials are saved in {e.sweep_dir}\n"
+            f"resume with: {shlex.join(again)}",
             err=True,
         )
-        sys.exit(130)
+        sys.exit(e.exit_code)
     print_outcome(outcome)
     if outcome.failed:
         sys.exit(EXIT_TRIALS_FAILED)
+
+
+@main.command()
+@click.argument("directory", default=".", type=click.Path(file_okay=False))
+def init(directory: str) -> None:
+    """Write a commented workload (myworkload.py) and a sweep file (sweep.yaml) that runs as
+    written, into DIRECTORY (default: here); existing files are never overwritten."""
+    from amdahl.scaffold import write_scaffold
+
+    written = write_scaffold(directory)
+    click.echo(f"written: {', '.join(str(p) for p in written)}")
+    here = "" if Path(directory).resolve() == Path.cwd() else f"cd {directory} && "
+    click.echo(f"next:    {here}platform plan sweep.yaml && platform sweep sweep.yaml")
 
 
 @main.command()
@@ -192,6 +218,53 @@ def report(sweep_dirs: tuple[str, ...]) -> None:
         print_sections([comparison(reports)], console)
 
 
+def _counts(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int] | None:
+    """`16,32,64` -> [16, 32, 64]; anything else is a usage error (exit 2)."""
+    if value is None:
+        return None
+    try:
+        counts = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise click.BadParameter(f"{value!r}: give positive whole numbers separated by commas")
+    return counts
+
+
+@main.command()
+@click.argument("sweep_dir", type=click.Path())
+@click.option(
+    "--devices",
+    required=True,
+    callback=_counts,
+    metavar="N,N,...",
+    help="Device counts to predict, e.g. 16,32,64.",
+)
+@click.option(
+    "--batch-size",
+    "batch_sizes",
+    default=None,
+    callback=_counts,
+    metavar="B,B,...",
+    help="Batch sizes as the grid means them (per device; global under strong scaling) "
+    "[default: each family's measured ones].",
+)
+@click.option(
+    "--nodes", type=click.IntRange(min=1), default=1, show_default=True, help="Nodes spanned."
+)
+def predict(sweep_dir: str, devices: list[int], batch_sizes: list[int] | None, nodes: int) -> None:
+    """Predict throughput, speedup, efficiency and cost at device counts, batch sizes and node
+    counts SWEEP_DIR did not measure, from its results.parquet and calibration.json (no Ray)."""
+    from rich.console import Console
+
+    from amdahl.report.document import prediction_sections
+    from amdahl.report.render_text import print_sections
+    from amdahl.report.stepmodel import predict_sweep
+
+    result = predict_sweep(Path(sweep_dir), devices, batch_sizes, nodes)
+    print_sections(prediction_sections(result), Console())
+
+
 @main.command()
 @click.argument("sweep_dir", type=click.Path(file_okay=False))
 @click.option("--devices", default=2, show_default=True, help="Workers taking part (>= 2).")
@@ -199,9 +272,21 @@ def report(sweep_dirs: tuple[str, ...]) -> None:
     "--cpus-per-worker", default=0.5, show_default=True, help="Ray CPUs per calibration worker."
 )
 @click.option("--gpu", "use_gpu", is_flag=True, help="One GPU per worker (NCCL).")
+@click.option(
+    "--max-bytes",
+    type=click.IntRange(min=16),
+    default=None,
+    help="Largest all-reduce message in bytes [default: 536870912 (512 MiB) with --gpu, "
+    "16777216 (16 MiB) on CPU].",
+)
 @click.option("--address", default=None, help="Ray cluster address (default: start local Ray).")
 def calibrate(
-    sweep_dir: str, devices: int, cpus_per_worker: float, use_gpu: bool, address: str | None
+    sweep_dir: str,
+    devices: int,
+    cpus_per_worker: float,
+    use_gpu: bool,
+    max_bytes: int | None,
+    address: str | None,
 ) -> None:
     """Measure all-reduce latency/bandwidth and peak FLOP/s into SWEEP_DIR/calibration.json."""
     from amdahl.calibrate import run_calibration, summary
@@ -211,6 +296,7 @@ def calibrate(
         Path(sweep_dir),
         resources_per_worker={"CPU": cpus_per_worker},
         use_gpu=use_gpu,
+        max_bytes=max_bytes,
         address=address,
     )
     click.echo(summary(result))

@@ -9,7 +9,8 @@ Two inputs (the `input` axis), the same preprocessing (`Workload.preprocess`) in
 - ray_data: the sweep driver reads the parquet once into the object store. A workload without
   preprocessing gets static, equal per-rank shards of those blocks (`rank_shards`); one with
   preprocessing gets a `map_batches` stage with `data_workers` concurrent tasks of
-  `cpus_per_data_worker` CPUs behind Ray Train's streaming split. Each rank takes block-sized
+  `cpus_per_data_worker` CPUs behind Ray Train's streaming split. A static shard is fetched
+  onto its rank's node before the rank's first trial (`local_shard`). Each rank takes block-sized
   chunks through `iter_torch_batches`, `prefetch_batches` ahead, and slices them into batches
   (pinned memory and device transfer on GPU);
 - torch_loader: each rank reads its own slice of the parquet into a torch DataLoader with
@@ -21,11 +22,13 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import logging
 import math
 import os
 import shutil
 import struct
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +57,11 @@ _VAL_CHUNK = 4096
 #: Most epochs one pass of a launch's input streams (each adds a block reference per block);
 #: a trial that needs more starts a new pass, at one epoch boundary's cost.
 MAX_EPOCHS_PER_PASS = 64
+#: Most of its node's object store a rank's shard may hold pinned (`local_shard`); a larger
+#: shard is read as before, each block fetched when the loop reaches it.
+_MAX_PINNED_SHARE = 0.5
+
+_log = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------------------- storage
@@ -71,8 +79,21 @@ def stored_dataset(
         json.dumps([name, workload.data_key(), split, seed], sort_keys=True, default=str).encode()
     ).hexdigest()[:12]
     out = cache / f"{name}-{split}-{key}"
-    if not (out / "_COMPLETE").exists():
-        _write_parquet_dir(workload.generate(split, workload.rows(split), seed), out)
+    if (out / _COMPLETE).exists():
+        return out
+    # A copy appears whole, by rename, with its marker; a non-empty directory without one is
+    # damaged or not amdahl's, and the rename would fail on it, so say so before generating.
+    if out.exists() and not _is_empty_dir(out):
+        raise UserError(
+            f"{out}: a cached dataset directory without its {_COMPLETE} marker (damaged, or "
+            "not written by amdahl); remove it and run again to regenerate it"
+        )
+    _write_parquet_dir(workload.generate(split, workload.rows(split), seed), out)
+    if not (out / _COMPLETE).exists():
+        raise UserError(
+            f"{out}: could not store the generated dataset there (no {_COMPLETE} after the "
+            "write); check that the directory is writable, or set AMDAHL_DATA_DIR elsewhere"
+        )
     return out
 
 
@@ -208,23 +229,54 @@ FASHION_MNIST_FILES = {
     "val": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
 }
 _IDX_DTYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+#: Largest IDX payload read (Fashion-MNIST's largest file holds 47 MB). The header's sizes fix
+#: how much is read, so a gzip bomb or a damaged header cannot make the reader allocate more.
+MAX_IDX_BYTES = 2**30
+#: What `_write_parquet_dir` puts into a directory it has finished writing.
+_COMPLETE = "_COMPLETE"
 
 
 def read_idx(path: str | Path) -> np.ndarray:
     """An IDX file (the MNIST format, gzipped or not): magic = 0, 0, dtype code, ndim; then
-    ndim big-endian uint32 sizes; then the data, big-endian, row-major."""
+    ndim big-endian uint32 sizes; then the data, big-endian, row-major.
+
+    Reads exactly what the header announces (at most MAX_IDX_BYTES); anything else (a short or
+    long file, a damaged gzip stream, an unreadable path) is a UserError naming the file."""
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as f:
-        raw = f.read()
-    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_DTYPES:
-        raise UserError(f"{path}: not an IDX file (bad magic number {raw[:4].hex()})")
-    ndim = raw[3]
-    dims = struct.unpack(f">{ndim}I", raw[4 : 4 + 4 * ndim])
-    dtype = np.dtype(_IDX_DTYPES[raw[2]])
-    data = np.frombuffer(raw, dtype=dtype, offset=4 + 4 * ndim)
-    if data.size != math.prod(dims):
-        raise UserError(f"{path}: header says {dims} but the file holds {data.size} values")
+    try:
+        with opener(path, "rb") as f:
+            magic = f.read(4)
+            if len(magic) < 4 or magic[0] != 0 or magic[1] != 0 or magic[2] not in _IDX_DTYPES:
+                raise UserError(f"{path}: not an IDX file (bad magic number {magic.hex()})")
+            ndim = magic[3]
+            header = f.read(4 * ndim)
+            if len(header) < 4 * ndim:
+                raise UserError(
+                    f"{path}: truncated IDX header (the magic number announces {ndim} "
+                    f"dimensions, {4 * ndim} bytes of sizes, but the file ends after "
+                    f"{len(header)}); download the file again"
+                )
+            dims = struct.unpack(f">{ndim}I", header)
+            dtype = np.dtype(_IDX_DTYPES[magic[2]])
+            expected = math.prod(dims) * dtype.itemsize
+            # sizes of 0 beside huge ones hold nothing but still make no array shape
+            if math.prod(max(d, 1) for d in dims) * dtype.itemsize > MAX_IDX_BYTES:
+                raise UserError(
+                    f"{path}: header says {dims} {dtype.name} values ({expected:,} bytes), "
+                    f"over the {MAX_IDX_BYTES:,}-byte limit of this reader; not an IDX file "
+                    "amdahl converts (a damaged header?)"
+                )
+            raw = f.read(expected + 1)
+    except (OSError, EOFError, zlib.error) as e:
+        raise UserError(f"{path}: cannot read it as an IDX file ({e})") from None
+    if len(raw) != expected:
+        held = f"only {len(raw):,} bytes" if len(raw) < expected else "more bytes than that"
+        raise UserError(
+            f"{path}: header says {dims} {dtype.name} values ({expected:,} bytes) but the file "
+            f"holds {held}; the file is truncated or damaged, download it again"
+        )
+    data = np.frombuffer(raw, dtype=dtype)
     return data.reshape(dims).astype(dtype.newbyteorder("="))
 
 
@@ -233,21 +285,71 @@ def convert_fashion_mnist(src: str | Path, out: str | Path) -> Path:
     (`image`: 784 raw uint8 bytes, 28x28 row-major; `label`: int64), the layout `params.data`
     reads. The 10,000 t10k rows become the validation split."""
     src, out = Path(src), Path(out)
+    splits = {}
     for split, (images_name, labels_name) in FASHION_MNIST_FILES.items():
         images = read_idx(_find(src, images_name))
         labels = read_idx(_find(src, labels_name))
-        if images.ndim != 3 or len(images) != len(labels):
+        if (
+            images.ndim != 3
+            or images.dtype != np.uint8
+            or labels.ndim != 1
+            or labels.dtype.kind not in "iu"
+            or len(images) != len(labels)
+        ):
             raise UserError(
-                f"{src}: {images_name} holds {images.shape} and {labels_name} "
-                f"{labels.shape}; expected (n, rows, cols) images and n labels"
+                f"{src}: {images_name} holds {images.dtype} {images.shape} and {labels_name} "
+                f"{labels.dtype} {labels.shape}; expected (n, rows, cols) uint8 images and n "
+                "integer labels"
             )
-        flat = np.ascontiguousarray(images, dtype=np.uint8).reshape(len(images), -1)
+        splits[split] = (images, labels)
+    targets = {split: out / split for split in splits}
+    for target in targets.values():  # all checked before anything is removed
+        _check_replaceable(target)
+    for split, (images, labels) in splits.items():
+        flat = np.ascontiguousarray(images).reshape(len(images), -1)
         encoded = np.empty(len(flat), dtype=object)
         encoded[:] = [row.tobytes() for row in flat]
-        target = out / split
-        shutil.rmtree(target, ignore_errors=True)
-        _write_parquet_dir({"image": encoded, "label": labels.astype(np.int64)}, target)
+        target = targets[split]
+        try:
+            if target.exists():
+                shutil.rmtree(target)
+            _write_parquet_dir({"image": encoded, "label": labels.astype(np.int64)}, target)
+        except OSError as e:
+            raise UserError(f"{target}: cannot write the {split} split there ({e})") from None
+        if not (target / _COMPLETE).exists():  # the rename into place did not happen
+            raise UserError(
+                f"{target}: the {split} split was not written (another process holds the "
+                "directory?); check it and run again"
+            )
     return out
+
+
+def _is_empty_dir(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink() and next(path.iterdir(), None) is None
+
+
+def _check_replaceable(target: Path) -> None:
+    """`target` may be replaced: it does not exist, is an empty directory, or is a split this
+    converter wrote (its `_COMPLETE` marker and part-*.parquet files, nothing else)."""
+    if not target.exists() and not target.is_symlink():
+        return
+    if _is_empty_dir(target):
+        return
+    ours = (
+        target.is_dir()
+        and not target.is_symlink()
+        and (target / _COMPLETE).is_file()
+        and all(
+            p.name == _COMPLETE or (p.name.startswith("part-") and p.suffix == ".parquet")
+            for p in target.iterdir()
+        )
+    )
+    if not ours:
+        raise UserError(
+            f"{target}: exists and is not a dataset split amdahl wrote (no {_COMPLETE} marker "
+            "beside only part-*.parquet files), so it is left alone; choose another --out, or "
+            "move it away yourself"
+        )
 
 
 def _find(src: Path, name: str) -> Path:
@@ -302,6 +404,83 @@ def repeated(shard: Any, rows: int) -> Any:
 
 def _epochs_per_pass(rows: int, rows_per_epoch: int) -> int:
     return min(MAX_EPOCHS_PER_PASS, math.ceil(rows / max(1, rows_per_epoch)) + 1)
+
+
+def local_shard(shard: Any) -> Any:
+    """A rank's static shard (`rank_shards`, `repeated`) as the DataIterator its timed loop
+    reads, with every block already in this node's object store. Called in the train worker
+    (`train_source`) when the rank first gets a world size's shard, before that trial starts.
+
+    Why: local training data becomes blocks in the driver's object store (`ray_dataset`) and
+    the equal split leaves them there, so a rank on another node would pull its shard over
+    the head node's link inside its first timed epoch; the d1 baseline that every speedup
+    divides by, which reads the whole training set, most of all.
+
+    How: one `ray.get` of the shard's distinct blocks (`shard_blocks`): the same objects, not
+    copies, pulled onto this node in parallel from wherever copies are. The values are kept
+    on the iterator (`local_blocks`) for the launch: a value read from the object store is
+    zero-copy, and an object in use is never evicted, so the local copies stay pinned and the
+    loop's own `ray.get` of the same references reads them here (the multi-node test checks
+    that Ray Data counts every block local, none remote). `local_fetch_s` is how long the
+    fetch took, None when nothing was fetched. Cost: this node's store holds the shard for
+    the launch; shards of several world sizes share their whole blocks.
+
+    Not chosen: copying the blocks with a task pinned to the rank's node
+    (NodeAffinitySchedulingStrategy) makes new objects (twice the memory, new datasets) and
+    needs each rank's node, which only Ray Train's placement decides, after the driver made
+    the shards; `ray.wait(fetch_local=True)` fetches too but pins nothing, so a busy store
+    could evict the copy before the loop reads it.
+
+    Not done: a shard over `_MAX_PINNED_SHARE` of this node's object store is read as before
+    (pinning it would make the store spill). Ray Train's streaming split of a preprocessing
+    workload (`get_dataset_shard`) cannot be fetched ahead like this: its blocks are made by
+    the map tasks while the ranks iterate, and the split hands them to ranks as it goes.
+    """
+    import ray
+
+    blocks = shard_blocks(shard)
+    iterator = shard.iterator()
+    iterator.local_blocks, iterator.local_fetch_s = None, None
+    size, store = sum(blocks.values()), _object_store_bytes(ray.get_runtime_context().get_node_id())
+    if size > _MAX_PINNED_SHARE * store:
+        _log.warning(
+            "a rank's shard (%.0f MB) is over %.0f%% of its node's object store (%.0f MB): its "
+            "blocks are fetched as the training loop reads them",
+            size / 1e6,
+            100 * _MAX_PINNED_SHARE,
+            store / 1e6,
+        )
+        return iterator
+    start = time.perf_counter()
+    iterator.local_blocks = ray.get(list(blocks))
+    iterator.local_fetch_s = time.perf_counter() - start
+    return iterator
+
+
+def shard_blocks(dataset: Any) -> dict[Any, int]:
+    """A materialised dataset's distinct blocks, in reading order: reference -> bytes (a
+    `repeated` shard lists each block several times). Read from the dataset's plan, which
+    holds them; the DeveloperAPI `iter_internal_ref_bundles` gives the same bundles but starts
+    a streaming executor for them (0.2 s and a log line per worker, measured here)."""
+    dag = getattr(getattr(dataset, "_logical_plan", None), "dag", None)
+    bundles = dag.output_data() if hasattr(dag, "output_data") else None
+    if bundles is None:
+        bundles = dataset.iter_internal_ref_bundles()
+    blocks: dict[Any, int] = {}
+    for bundle in bundles:
+        for entry in bundle.blocks:
+            blocks.setdefault(entry.ref, entry.metadata.size_bytes or 0)
+    return blocks
+
+
+def _object_store_bytes(node_id: str) -> float:
+    """The object store's capacity on node `node_id` (unbounded when Ray does not say)."""
+    import ray
+
+    for node in ray.nodes():
+        if node["NodeID"] == node_id:
+            return node["Resources"].get("object_store_memory", math.inf)
+    return math.inf
 
 
 def preprocessed(
@@ -396,6 +575,10 @@ class LoaderSource:
     def table(self) -> pa.Table:
         """This rank's rows (read once per launch): its contiguous share of an object-store
         table; of files, every world-th file when there are enough, else every world-th row."""
+        if self._table is None and isinstance(self.rows, pa.Table):
+            n = len(self.rows)  # rows in this process (tests, and GPU checks without Ray)
+            start, stop = self.rank * n // self.world, (self.rank + 1) * n // self.world
+            self._table = self.rows.slice(start, stop - start)
         if self._table is None and not isinstance(self.rows, str):
             import ray
 
@@ -440,11 +623,12 @@ class _PreprocessedBatches:
 
 def train_source(config: dict[str, Any], workload: Workload, rank: int, world: int) -> Any:
     """This rank's training input for trials on `world` ranks: its own shard (`train_shards`,
-    per world size), Ray Train's streaming split of the preprocessed dataset, or a LoaderSource."""
+    per world size) fetched onto this node (`local_shard`), Ray Train's streaming split of the
+    preprocessed dataset, or a LoaderSource."""
     if config["input"] == "torch_loader":
         return LoaderSource(config["train_rows"], workload, rank, world, config["data_workers"])
     if config.get("train_shards"):
-        return config["train_shards"][world][rank].iterator()
+        return local_shard(config["train_shards"][world][rank])
     import ray.train
 
     if world != config["resources"]["workers"]:
@@ -455,21 +639,22 @@ def train_source(config: dict[str, Any], workload: Workload, rank: int, world: i
     return ray.train.get_dataset_shard("train")
 
 
-def worker_batches(
-    source: Any, batch_size: int, prefetch: int, device: torch.device
+def host_batches(
+    source: Any, batch_size: int, prefetch: int, pin: bool
 ) -> Iterator[dict[str, torch.Tensor]]:
-    """Endless stream of per-rank batches on `device`: epochs one after another.
+    """Endless stream of this rank's training batches in host memory: epochs one after another.
 
-    `source` is a Ray Data shard (input ray_data) or a LoaderSource (input torch_loader). On GPU
-    both pin host memory and copy to the device ahead of the step that needs the batch.
+    `source` is a Ray Data shard (input ray_data) or a LoaderSource (input torch_loader). With
+    `pin` (a CUDA device) the batches are in pinned memory, so that `feed.DeviceFeed` can copy
+    them to the device asynchronously, overlapped with the previous step.
     """
     if isinstance(source, LoaderSource):
-        return _loader_batches(source, batch_size, prefetch, device)
-    return _ray_batches(source, batch_size, prefetch, device)
+        return _loader_batches(source, batch_size, prefetch, pin)
+    return _ray_batches(source, batch_size, prefetch, pin)
 
 
 def _ray_batches(
-    shard: Any, batch_size: int, prefetch: int, device: torch.device
+    shard: Any, batch_size: int, prefetch: int, pin: bool
 ) -> Iterator[dict[str, torch.Tensor]]:
     """Training batches sliced from block-sized chunks of the shard.
 
@@ -478,11 +663,10 @@ def _ray_batches(
     step when batches are small: the D2L MLP waited 2.7 ms of an 11 ms step. Fetching one
     block-sized chunk and slicing it into batches (views, no copies) pays that once per chunk.
     `prefetch` batches ahead become ceil(prefetch * batch / chunk) chunks ahead (0 stays 0).
-    Chunks stay on the host (pinned on GPU) and each batch is copied to the device as it is
-    taken, so a chunk never costs device memory beyond one batch.
+    Chunks stay on the host (pinned for a GPU); the feed copies one batch at a time, so a chunk
+    never costs device memory beyond a batch.
     """
     chunk = max(batch_size, _ROWS_PER_BLOCK // batch_size * batch_size)
-    cuda = device.type == "cuda"
     while True:
         yielded = False
         epoch = iter(
@@ -491,7 +675,7 @@ def _ray_batches(
                 prefetch_batches=math.ceil(prefetch * batch_size / chunk),
                 drop_last=False,
                 device="cpu",  # the default, "auto", would copy whole chunks to the GPU
-                pin_memory=cuda,
+                pin_memory=pin,
             )
         )
         try:
@@ -499,10 +683,7 @@ def _ray_batches(
                 n = len(next(iter(rows.values())))
                 for start in range(0, n - batch_size + 1, batch_size):
                     yielded = True
-                    yield {
-                        k: v[start : start + batch_size].to(device, non_blocking=cuda)
-                        for k, v in rows.items()
-                    }
+                    yield {k: v[start : start + batch_size] for k, v in rows.items()}
         finally:
             # A trial that stops mid-epoch stops its preprocessing now, not when the
             # iterator is garbage-collected (its prefetch threads keep it alive).
@@ -514,7 +695,7 @@ def _ray_batches(
 
 
 def _loader_batches(
-    source: LoaderSource, batch_size: int, prefetch: int, device: torch.device
+    source: LoaderSource, batch_size: int, prefetch: int, pin: bool
 ) -> Iterator[dict[str, torch.Tensor]]:
     """A DataLoader over this rank's rows; prefetch_batches is spread over its workers
     (prefetch_factor = ceil(prefetch / workers), at least 1, as DataLoader requires)."""
@@ -523,20 +704,18 @@ def _loader_batches(
     batches = _PreprocessedBatches(source.table(), batch_size, source.workload)
     if len(batches) == 0:
         raise RuntimeError(_too_few_rows(batch_size))
-    cuda = device.type == "cuda"
     workers = source.workers
     loader = DataLoader(
         batches,
         batch_size=None,
         shuffle=False,
         num_workers=workers,
-        pin_memory=cuda,
+        pin_memory=pin,
         persistent_workers=workers > 0,
         prefetch_factor=max(1, math.ceil(prefetch / workers)) if workers else None,
     )
     while True:
-        for batch in loader:
-            yield {k: v.to(device, non_blocking=cuda) for k, v in batch.items()}
+        yield from loader
 
 
 def _too_few_rows(batch_size: int) -> str:

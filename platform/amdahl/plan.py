@@ -6,6 +6,9 @@ gets a reason *here*, before anything launches: a value this build lacks, a valu
 do, or resources the cluster does not have (including GUIDE's two hang cases: Ray Data left with
 no CPU beside the train workers, and the Tune trial's own default CPU).
 
+A plan as a whole is refused for one thing only: spanning several nodes while Ray's storage is
+the sweep directory on one node's disk (`check_storage`).
+
 Pure: imports neither ray nor torch. The cluster is described by `Node`s that run/ passes in.
 """
 
@@ -18,6 +21,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from amdahl.errors import UserError
 from amdahl.spec import AXES, GridSpec, SweepSpec
 
 #: CPUs the Tune function trainable holds while it drives one launch. Ray rejects 0; a tiny
@@ -53,6 +57,13 @@ NEEDS_CUDA: dict[tuple[str, str], str] = {
     ("precision", "tf32"): "tf32 is a CUDA tensor-core math mode; set resources.use_gpu: true",
     ("sync", "ddp_bf16"): "bf16_compress_hook needs CUDA and NCCL (it raises TypeError on gloo); "
     "use ddp_fp16 on CPU",
+}
+
+#: Combinations of axis values that cannot run together, with the reason (seen on an H100:
+#: FSDP2's `fully_shard` registers forward pre-hooks, which TorchScript modules refuse).
+INCOMPATIBLE: dict[tuple[tuple[str, str], tuple[str, str]], str] = {
+    (("compile", "torchscript"), ("sync", "fsdp")): "FSDP2 shards a module through forward "
+    "hooks, which TorchScript modules do not support; use compile eager or inductor with fsdp",
 }
 
 
@@ -149,6 +160,8 @@ class SweepPlan:
     nodes: list[Node] = field(default_factory=list)
     #: the workload preprocesses its rows in the input pipeline (Ray Train's streaming split)
     preprocesses: bool = False
+    #: what `resources: auto` chose and why (plan.auto_resources), None when nothing was auto
+    resource_note: str | None = None
 
     @property
     def runnable(self) -> list[Trial]:
@@ -198,11 +211,100 @@ def plan_sweep(
     workload_defaults: dict[str, Any],
     preprocesses: bool = False,
 ) -> SweepPlan:
-    """Expand the grid, give every trial its resources and, where it cannot run, the reason."""
-    trials = [
-        _make_trial(spec, settings, nodes) for settings in expand_grid(spec, workload_defaults)
-    ]
-    return SweepPlan(spec=spec, trials=trials, nodes=nodes, preprocesses=preprocesses)
+    """Expand the grid, give every trial its resources and, where it cannot run, the reason.
+
+    `resources` fields left to auto are chosen first (`auto_resources`); the plan's `spec` holds
+    the numbers chosen, which is what runs and what trial ids hash.
+    """
+    grid = expand_grid(spec, workload_defaults)
+    spec, note = auto_resources(spec, grid, nodes)
+    trials = [_make_trial(spec, settings, nodes) for settings in grid]
+    return SweepPlan(
+        spec=spec, trials=trials, nodes=nodes, preprocesses=preprocesses, resource_note=note
+    )
+
+
+#: resources: auto, on CPU: a train worker gets at most 1 CPU (a CPU "device" is one core, one
+#: torch thread) and an input-pipeline worker 0.5, the defaults before auto existed (so sweeps
+#: that fitted keep their trial ids); both shrink together when the largest trial would not fit.
+AUTO_CPUS_PER_DEVICE = 1.0
+AUTO_CPUS_PER_DATA_WORKER = 0.5
+#: The furthest auto shrinks them (as a share of the values above): a trial that would need
+#: less is left to its refusal rather than squeezing every other trial onto slivers of a CPU.
+AUTO_MIN_SHARE = 0.25
+#: resources: auto with use_gpu: CPUs of each GPU node left for Ray itself (the input
+#: pipeline's tasks, the Tune trial) before the rest is divided among the node's GPUs.
+AUTO_GPU_NODE_RESERVE = 1.0
+
+
+def auto_resources(
+    spec: SweepSpec, grid: list[dict[str, Any]], nodes: list[Node]
+) -> tuple[SweepSpec, str | None]:
+    """`spec` with `cpus_per_device` and `cpus_per_data_worker` chosen where left to auto, and
+    a line saying what was chosen and why (None when both were set).
+
+    CPU trials: the largest trial that can run at all (its train workers, its input workers
+    and DRIVER_CPUS for the Tune trial) must fit the cluster's CPUs, so neither hang case
+    (Ray Data left no CPU, the trial's own CPU) can arise from a default; both values shrink
+    in proportion from AUTO_CPUS_PER_DEVICE / AUTO_CPUS_PER_DATA_WORKER, rounded down to
+    0.01, no lower than AUTO_MIN_SHARE of them. GPU trials: each worker gets its GPU node's
+    CPUs, less AUTO_GPU_NODE_RESERVE (or the largest trial's input CPUs, if more), divided by
+    the workers the node holds; the smallest GPU node type decides. A value the user set is
+    kept as set, and `_resource_problem` still refuses what does not fit.
+    """
+    r = spec.resources
+    if r.cpus_per_device is not None and r.cpus_per_data_worker is not None:
+        return spec, None
+    runnable = [s for s in grid if _capability_problem(spec, s) is None] or grid
+    data = [_data_workers_in_total(s) for s in runnable]
+    dw_auto = r.cpus_per_data_worker is None
+    dev_auto = r.cpus_per_device is None
+    dw = AUTO_CPUS_PER_DATA_WORKER if dw_auto else r.cpus_per_data_worker
+    why = ""
+    if r.use_gpu and dev_auto and any(n.gpus > 0 for n in nodes):
+        reserve = max(AUTO_GPU_NODE_RESERVE, DRIVER_CPUS + max(data, default=1) * dw)
+        per_worker = lambda n: (n.cpus - reserve) / (n.gpus / r.gpus_per_device)  # noqa: E731
+        node = min((n for n in nodes if n.gpus > 0), key=per_worker)
+        cpd = _round_down(max(per_worker(node), 0.01))
+        why = f"({node.cpus:g} CPUs less {reserve:g} for Ray, over {node.gpus:g} GPUs"
+        why += f" of {node.name})"
+    else:
+        c0 = AUTO_CPUS_PER_DEVICE if dev_auto else r.cpus_per_device
+        budget = sum(n.cpus for n in nodes) - DRIVER_CPUS
+        share = 1.0
+        if nodes:
+            fits = []
+            for s, k in zip(runnable, data, strict=True):
+                fixed = (0 if dev_auto else s["devices"] * c0) + (0 if dw_auto else k * dw)
+                scaled = (s["devices"] * c0 if dev_auto else 0) + (k * dw if dw_auto else 0)
+                fits.append(min(1.0, (budget - fixed) / scaled))
+            possible = [f for f in fits if f >= AUTO_MIN_SHARE]
+            share = min(possible) if possible else 1.0
+        cpd = _round_down(c0 * share) if dev_auto else c0
+        dw = _round_down(dw * share) if dw_auto else dw
+        needs = [
+            (DRIVER_CPUS + s["devices"] * cpd + k * dw, s["devices"], k)
+            for s, k in zip(runnable, data, strict=True)
+        ]
+        fitting = [n for n in needs if n[0] <= budget + DRIVER_CPUS + 1e-9]
+        if nodes and fitting:
+            need, d, k = max(fitting)
+            why = (
+                f"(the largest trial that fits, {d} device{'s' * (d > 1)} with {k} input "
+                f"worker{'s' * (k > 1)}, needs {need:.2f} of {budget + DRIVER_CPUS:g} CPUs)"
+            )
+    chosen = {"cpus_per_device": cpd, "cpus_per_data_worker": dw}
+    resolved = r.model_copy(update=chosen)
+    auto = [f"{k} {v:g}" for k, v in chosen.items() if getattr(r, k) is None]
+    note = f"resources auto: {', '.join(auto)} {why}".rstrip()
+    return spec.model_copy(update={"resources": resolved}), note
+
+
+def _round_down(value: float) -> float:
+    """Whole CPUs from 1 up (torch threads are whole), else hundredths of one."""
+    if value >= 1:
+        return float(math.floor(value + 1e-9))
+    return max(math.floor(value * 100 + 1e-9) / 100, 0.01)
 
 
 def expand_grid(spec: SweepSpec, workload_defaults: dict[str, Any]) -> list[dict[str, Any]]:
@@ -238,11 +340,25 @@ _OPTIONS_USED_BY: dict[str, tuple[str, ...]] = {
 }
 
 
+#: Options added after sweeps were run with their default behaviour: they enter a trial's
+#: settings (and so its id) only when set to something else, so earlier sweeps keep their ids.
+_OPTIONS_ONLY_WHEN_SET = {"compile_cache": "cold"}
+
+
 def _relevant_options(spec: SweepSpec, settings: dict[str, Any]) -> dict[str, Any]:
     names: list[str] = []
     for value in (settings["compile"], settings["sync"]):
         names.extend(_OPTIONS_USED_BY.get(value, ()))
-    return {n: getattr(spec.options, n) for n in names}
+    options = {n: getattr(spec.options, n) for n in names}
+    if settings["compile"] == "inductor":
+        options.update(
+            {
+                n: getattr(spec.options, n)
+                for n, default in _OPTIONS_ONLY_WHEN_SET.items()
+                if getattr(spec.options, n) != default
+            }
+        )
+    return options
 
 
 def trial_id(spec: SweepSpec, settings: dict[str, Any]) -> str:
@@ -314,6 +430,9 @@ def _capability_problem(spec: SweepSpec, settings: dict[str, Any]) -> str | None
                 f"{axis}={value}: not supported yet in this build "
                 f"(supported: {', '.join(sorted(supported))})"
             )
+    for (a, b), reason in INCOMPATIBLE.items():
+        if settings[a[0]] == a[1] and settings[b[0]] == b[1]:
+            return f"{a[0]}={a[1]} with {b[0]}={b[1]}: {reason}"
     return None
 
 
@@ -355,6 +474,42 @@ def _resource_problem(res: ResourcePlan, nodes: list[Node]) -> str | None:
                 f"{res.cpus_per_worker:g} CPU + {res.gpus_per_worker:g} GPU each"
             )
     return None
+
+
+def launch_hosts(plan: SweepPlan) -> list[Node]:
+    """The nodes that could run part of one of the plan's launches: its Tune trainable, which
+    holds DRIVER_CPUS and starts the launch's Ray Train controller on its own node, or one of
+    its train workers (any worker needs CPUs too). A node without CPUs (cluster.yaml's head,
+    which runs only the sweep driver) hosts neither."""
+    return [n for n in plan.nodes if n.cpus + 1e-9 >= DRIVER_CPUS] if plan.runnable else []
+
+
+def check_storage(plan: SweepPlan) -> None:
+    """Refuse a plan that spans several nodes while Ray's storage is the sweep directory.
+
+    The rule: more than one node could run part of a launch (`launch_hosts`). Ray Train makes
+    a launch's storage directory on its controller's node, and rank 0 writes its checkpoint of
+    finished trials (read back after a `train.max_failures` restart) from its own node; on a
+    node-local path each node sees only its own files. Whether one launch's workers fit on one
+    node does not matter: the controller may sit on another, and a restart may place rank 0
+    anywhere. The nodes are the cluster's as planned (alive, or all the autoscaler may start),
+    so a cluster that may grow to several such nodes is refused before it has grown.
+
+    `storage` set is the user's statement that it is shared (a URI, or a filesystem mounted on
+    every node); it is not probed here.
+    """
+    hosts = launch_hosts(plan)
+    if plan.spec.storage is not None or len(hosts) <= 1:
+        return
+    names = ", ".join(n.name for n in hosts[:4]) + (", ..." if len(hosts) > 4 else "")
+    raise UserError(
+        f"storage: not set, so Ray keeps this sweep's run state in the sweep directory on "
+        f"the driver's disk, but the plan spans {len(hosts)} nodes that can run its launches "
+        f"({names}): rank 0 writes its checkpoint of finished trials from whichever node it "
+        "runs on, and a restart reads it back from another, so every node must reach the "
+        "same storage; set `storage: s3://bucket/amdahl` (or gs://...), or the absolute path "
+        "of a filesystem every node mounts (NFS, EFS), e.g. --set storage=s3://bucket/amdahl"
+    )
 
 
 def _hash(obj: Any) -> str:

@@ -7,7 +7,9 @@ from typing import Any
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from amdahl.plan import SweepPlan
 
@@ -16,17 +18,19 @@ console = Console()
 
 def print_plan(plan: SweepPlan) -> None:
     table = Table(
-        title=f"{plan.spec.name}: {len(plan.runnable)} of {len(plan.trials)} trials "
+        title=f"{escape(plan.spec.name)}: {len(plan.runnable)} of {len(plan.trials)} trials "
         f"will run in {len(plan.launches())} launches"
     )
     for col in ("trial", "settings", "resources", "status"):
         table.add_column(col)
     for t in plan.trials:
         status = "[green]will run[/]" if t.refused is None else "[red]refused[/]"
-        table.add_row(t.trial_id, t.label(), t.resources.describe(), status)
+        table.add_row(Text(t.trial_id), Text(t.label()), Text(t.resources.describe()), status)
     console.print(table)
     nodes = ", ".join(f"{n.name} {n.cpus:g} CPU {n.gpus:g} GPU" for n in plan.nodes)
-    console.print(f"cluster: {nodes}", soft_wrap=True)
+    console.print(f"cluster: {nodes}", soft_wrap=True, markup=False)
+    if plan.resource_note:
+        console.print(plan.resource_note, soft_wrap=True, markup=False, highlight=False)
     if plan.refused:
         console.print("will not run:")
         for t in plan.refused:  # one unwrapped line each, so the reason stays greppable
@@ -39,7 +43,11 @@ def print_plan(plan: SweepPlan) -> None:
 
 
 class LiveProgress:
-    """A live table of trials (status, throughput) with elapsed time and an ETA."""
+    """A live table of trials (status, throughput) with elapsed time and an ETA.
+
+    Drawn from the "planned" event on, not on entering: whatever fails before there is a
+    plan (the workload's import and checks, Ray's start, planning) prints its error alone.
+    """
 
     def __init__(self) -> None:
         self.rows: dict[str, dict[str, Any]] = {}
@@ -49,15 +57,18 @@ class LiveProgress:
         self.live = Live(self._table(), console=console, refresh_per_second=2, transient=False)
 
     def __enter__(self) -> LiveProgress:
-        self.live.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.live.__exit__(*exc)
+        if self.live.is_started:
+            self.live.__exit__(*exc)
 
     def event(self, kind: str, payload: dict[str, Any]) -> None:
         if kind == "planned":
             plan: SweepPlan = payload["plan"]
+            if plan.resource_note:
+                console.print(plan.resource_note, soft_wrap=True, markup=False, highlight=False)
+            self.live.start()
             self.sweep_dir = str(payload["sweep_dir"])
             for t in plan.trials:
                 for r in range(plan.spec.train.repeats):
@@ -98,8 +109,12 @@ class LiveProgress:
         todo = [r for r in self.rows.values() if r["status"] in ("pending", "running")]
         elapsed = time.perf_counter() - self.started
         eta = f", ETA {elapsed / len(done) * len(todo):.0f} s" if done and todo else ""
+        # Labels, notes (error text) and the directory are data, not markup: an error such as
+        # "[/data]" would make rich raise, and "[batch, 784]" would vanish as an unknown tag.
         table = Table(
-            title=f"{self.sweep_dir} - {len(done)} done, {len(todo)} to go, {elapsed:.0f} s{eta}"
+            title=Text(
+                f"{self.sweep_dir} - {len(done)} done, {len(todo)} to go, {elapsed:.0f} s{eta}"
+            )
         )
         for col in ("trial", "status", "samples/s", "note"):
             table.add_column(col)
@@ -107,7 +122,9 @@ class LiveProgress:
         for key in self.order:
             r = self.rows[key]
             c = colours.get(r["status"], "red")
-            table.add_row(r["label"], f"[{c}]{r['status']}[/]", r["throughput"], r["note"])
+            table.add_row(
+                Text(r["label"]), Text(r["status"], style=c), Text(r["throughput"]), Text(r["note"])
+            )
         return table
 
 
@@ -120,14 +137,15 @@ def print_outcome(outcome: Any) -> None:
         f"({measured:.1f} s inside measured steps, "
         f"{(outcome.wall_s - measured) / max(len(rows), 1):.1f} s per trial outside them)."
     )
-    console.print(f"results: {outcome.sweep_dir}/results.parquet")
+    console.print(f"results: {outcome.sweep_dir}/results.parquet", markup=False)
     html = outcome.sweep_dir / "report.html"
     if html.exists():
         console.print(
-            f"report:  {html} (and report.md); terminal view: platform report {outcome.sweep_dir}"
+            f"report:  {html} (and report.md); terminal view: platform report {outcome.sweep_dir}",
+            markup=False,
         )
     else:
-        console.print(f"report:  platform report {outcome.sweep_dir}")
+        console.print(f"report:  platform report {outcome.sweep_dir}", markup=False)
     if outcome.failed:
         console.print(
             f"[red]{len(outcome.failed)} trial runs did not succeed[/]; reasons are in "

@@ -7,7 +7,7 @@ Pure: imports neither ray nor torch.
 
 from __future__ import annotations
 
-import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from amdahl.errors import UserError
+from amdahl.files import write_private
 from amdahl.spec import AXES
 
 RESULTS_FILE = "results.parquet"
@@ -38,6 +39,10 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "micro_steps": (pa.int64(), "forward/backward passes per optimizer step"),
     "precision": (pa.string(), "precision axis value"),
     "compile": (pa.string(), "compile axis value"),
+    "compile_cache": (
+        pa.string(),
+        "inductor only: cold (fresh compile caches per trial) or warm (shared on-disk caches)",
+    ),
     "data_workers": (pa.int64(), "input-pipeline concurrency"),
     "input": (pa.string(), "input pipeline: ray_data or torch_loader"),
     "prefetch_batches": (pa.int64(), "batches each device's input prefetches"),
@@ -48,8 +53,23 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "throughput": (pa.float64(), "samples/s over all ranks, measured steps only"),
     "step_time_s": (pa.float64(), "median seconds per measured step (slowest rank)"),
     "step_time_max_s": (pa.float64(), "slowest measured step on any rank"),
-    "data_wait_s": (pa.float64(), "mean seconds per step waiting for input, median over ranks"),
+    "data_wait_s": (
+        pa.float64(),
+        "mean seconds per step the device sat idle between steps waiting for input (on a GPU "
+        "the gap between one step's end event and the next one's start, which holds a late "
+        "host-to-device copy; on CPU the host's wait), median over ranks",
+    ),
     "data_wait_max_s": (pa.float64(), "same, slowest rank"),
+    "data_wait_host_s": (
+        pa.float64(),
+        "mean host seconds per step inside the input iterator (hidden on a GPU whenever the "
+        "host runs ahead of the device), median over ranks",
+    ),
+    "transfer_s": (
+        pa.float64(),
+        "mean device seconds per step copying input to the GPU on a side stream, overlapped "
+        "with the previous step's compute (GPU only), median over ranks",
+    ),
     "forward_s": (pa.float64(), "mean seconds per step in forward + loss, median over ranks"),
     "backward_s": (
         pa.float64(),
@@ -136,6 +156,16 @@ SCHEMA = pa.schema([pa.field(k, t) for k, (t, _) in COLUMNS.items()]).with_metad
 )
 
 
+_OOM_REASON = re.compile(r"(launch failed: \S*RankStranded: )?oom: ")
+
+
+def failure_status(reason: str) -> str:
+    """The status of a row whose trial failed with `reason`: `oom` when a rank ran out of
+    memory (also when it reached the driver as a stopped worker group's last error line,
+    e.g. `launch failed: RankStranded: oom: rank 1: ...`), else `failed`."""
+    return "oom" if _OOM_REASON.match(reason) else "failed"
+
+
 def read_results(sweep_dir: str | Path) -> pa.Table:
     """The sweep's rows; a missing file is an empty table, a foreign or broken one a UserError."""
     path = Path(sweep_dir) / RESULTS_FILE
@@ -154,7 +184,7 @@ def read_results(sweep_dir: str | Path) -> pa.Table:
         ) from None
     if (table.schema.metadata or {}).get(b"amdahl") != SCHEMA_TAG:
         raise UserError(f"{path}: not an amdahl results table (no {SCHEMA_TAG.decode()} tag)")
-    return _conform(table)
+    return _conform(table, path)
 
 
 def append_rows(sweep_dir: str | Path, rows: list[dict[str, Any]]) -> pa.Table:
@@ -173,20 +203,39 @@ def append_rows(sweep_dir: str | Path, rows: list[dict[str, Any]]) -> pa.Table:
         old = old.filter(pa.array(kept))
     new = pa.Table.from_pylist([{k: r.get(k) for k in COLUMNS} for r in rows], schema=SCHEMA)
     table = pa.concat_tables([old, new]).replace_schema_metadata(SCHEMA.metadata)
-    tmp = path.with_suffix(".parquet.tmp")
-    pq.write_table(table, tmp)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    # Owner-only (the params column holds configuration), through a temporary file no other
+    # process writes: a fixed name would let two writers replace each other's half-written file.
+    buffer = pa.BufferOutputStream()
+    pq.write_table(table, buffer)
+    write_private(path, buffer.getvalue().to_pybytes())
     return table
 
 
-def _conform(table: pa.Table) -> pa.Table:
-    """Old sweeps stay readable: add columns they lack as nulls, keep the known order."""
+def _conform(table: pa.Table, path: str | Path = RESULTS_FILE) -> pa.Table:
+    """Old sweeps stay readable: add columns they lack as nulls, keep the known order.
+
+    A column that is there twice, or whose values do not convert to its type (a damaged or
+    hand-edited file), is a UserError naming `path` and the column."""
     arrays = []
     for name, (typ, _) in COLUMNS.items():
-        if name in table.column_names:
-            arrays.append(table[name].cast(typ))
-        else:
+        found = table.schema.get_all_field_indices(name)
+        if len(found) > 1:
+            raise UserError(
+                f"{path}: column {name!r} appears {len(found)} times; not a results table "
+                "amdahl wrote: restore it or start a new sweep directory"
+            )
+        if not found:
             arrays.append(pa.nulls(len(table), typ))
+            continue
+        column = table.column(found[0])
+        try:
+            conformed = column.cast(typ)
+            conformed.validate(full=True)  # e.g. bytes that are not UTF-8 in a string column
+        except (pa.ArrowException, ValueError, TypeError) as e:
+            raise UserError(
+                f"{path}: column {name!r} ({column.type}) does not hold valid {typ} values "
+                f"({str(e).splitlines()[0] if str(e) else type(e).__name__}); the file is "
+                "damaged or not amdahl's: restore it or start a new sweep directory"
+            ) from None
+        arrays.append(conformed)
     return pa.Table.from_arrays(arrays, schema=SCHEMA)

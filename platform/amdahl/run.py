@@ -10,11 +10,16 @@ MLflow. The driver is the only writer of both.
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
+import itertools
 import json
 import logging
 import os
+import re
 import shutil
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,10 +32,18 @@ import yaml
 from ray import tune
 
 from amdahl.errors import UserError
-from amdahl.plan import DRIVER_CPUS, Launch, Node, SweepPlan, Trial, plan_sweep
-from amdahl.results import RESULTS_FILE, ROW_KEY, SETTING_COLUMNS, append_rows, read_results
+from amdahl.files import private_dir, touch_private, write_private
+from amdahl.plan import DRIVER_CPUS, Launch, Node, SweepPlan, Trial, check_storage, plan_sweep
+from amdahl.results import (
+    RESULTS_FILE,
+    ROW_KEY,
+    SETTING_COLUMNS,
+    append_rows,
+    failure_status,
+    read_results,
+)
 from amdahl.spec import SweepSpec
-from amdahl.workload import make_workload
+from amdahl.workload import locate_spec_workload, make_workload
 
 #: Events the runner emits for whoever renders progress: (kind, payload).
 EventHandler = Callable[[str, dict[str, Any]], None]
@@ -56,20 +69,34 @@ class SweepOutcome:
 
 
 def make_plan(spec: SweepSpec, nodes: list[Node] | None = None) -> SweepPlan:
-    """Validate the workload and its parameters, then plan against `nodes` (default: this host)."""
-    from amdahl.data import check_source
+    """Validate the workload and its parameters, then plan against `nodes` (default: this host);
+    a plan spanning several nodes without shared `storage` is refused (plan.check_storage).
 
+    The workload is imported from the user's folder where it lives there (workload_path, the
+    sweep file's directory, the working directory: workload.locate_workload), must implement
+    every abstract method, and its data path runs on a few rows of every parameter set
+    (workload.check_workload): all before anything is drawn or launched.
+    """
+    from amdahl.data import check_source
+    from amdahl.workload import check_workload
+
+    locate_spec_workload(spec)
     workload = make_workload(spec.workload, spec.params)
     for name, values in spec.grid.param_axes().items():
         for v in values:
-            check_source(make_workload(spec.workload, {**spec.params, name: v}))
+            variant = make_workload(spec.workload, {**spec.params, name: v})
+            check_source(variant)
+            check_workload(variant, spec.train.seed, "ray_data" in spec.grid.input)
     check_source(workload)
-    return plan_sweep(
+    check_workload(workload, spec.train.seed, "ray_data" in spec.grid.input)
+    plan = plan_sweep(
         spec,
         nodes if nodes is not None else local_nodes(),
         workload.defaults,
         preprocesses=workload.preprocesses,
     )
+    check_storage(plan)
+    return plan
 
 
 def local_nodes() -> list[Node]:
@@ -126,11 +153,18 @@ def autoscaler_nodes(config: Any) -> list[Node]:
 
 
 class SweepInterrupted(Exception):
-    """Ctrl-C stopped the sweep; everything finished so far is saved in `sweep_dir`."""
+    """Ctrl-C (SIGINT) or SIGTERM (`ray job stop`, a batch scheduler) stopped the sweep;
+    everything finished so far is saved in `sweep_dir`. `exit_code`: 128 + the signal number."""
 
-    def __init__(self, sweep_dir: Path):
-        super().__init__(f"interrupted; finished trials are saved in {sweep_dir}")
-        self.sweep_dir = sweep_dir
+    def __init__(self, sweep_dir: Path, signum: int = signal.SIGINT):
+        self.sweep_dir, self.signum = sweep_dir, int(signum)
+        self.exit_code = 128 + int(signum)
+        self.reason = (
+            "interrupted"
+            if signum == signal.SIGINT
+            else f"stopped by {signal.Signals(signum).name}"
+        )
+        super().__init__(f"{self.reason}; finished trials are saved in {sweep_dir}")
 
 
 def run_sweep(
@@ -140,6 +174,7 @@ def run_sweep(
     runs_dir: str | Path = "runs",
     resume: str | Path | None = None,
     retry_failed: bool = False,
+    new_if_changed: bool = False,
     on_event: EventHandler | None = None,
     verbose: bool = False,
     tracking: bool | None = None,
@@ -150,28 +185,63 @@ def run_sweep(
 
     Uses the Ray already initialised in this process if any, else connects to `address`, else
     starts a local Ray sized to this machine. With `resume` (a sweep directory), only trial
-    repeats without a final row there run (failed ones too with `retry_failed`).
+    repeats without a final row there run (failed ones too with `retry_failed`); a resume whose
+    measurement settings differ from the directory's is refused (see `spec_changes`), or with
+    `new_if_changed` starts a new directory instead. The sweep directory is locked for the
+    whole run (see `lock_sweep_dir`): a second driver there is refused.
     `group_launches=False` starts one worker group per trial, `share_across_devices=False` one
     per device count (both for overhead comparisons).
-    Raises SweepInterrupted after a first Ctrl-C has stopped it cleanly.
+    Raises SweepInterrupted after a first Ctrl-C or SIGTERM has stopped it cleanly.
     """
+    sweep_dir, finished, lock, created = _open_sweep_dir(
+        spec, Path(runs_dir), resume, retry_failed, new_if_changed
+    )
+    try:
+        return _run_locked(
+            spec,
+            sweep_dir,
+            finished,
+            created,
+            address=address,
+            on_event=on_event,
+            verbose=verbose,
+            tracking=tracking,
+            group_launches=group_launches,
+            share_across_devices=share_across_devices,
+        )
+    finally:
+        lock.release()
+
+
+def _run_locked(
+    spec: SweepSpec,
+    sweep_dir: Path,
+    finished: set[tuple[str, int]],
+    created: bool,
+    *,
+    address: str | None,
+    on_event: EventHandler | None,
+    verbose: bool,
+    tracking: bool | None,
+    group_launches: bool,
+    share_across_devices: bool,
+) -> SweepOutcome:
+    """`run_sweep` in a directory this driver holds (`created`: made by it, removed again if
+    planning fails)."""
     emit = on_event or (lambda kind, payload: None)
     started = time.perf_counter()
-    if resume is not None:
-        sweep_dir = Path(resume)
-        finished = finished_trials(sweep_dir, retry_failed)  # a broken table fails here
-    else:
-        sweep_dir, finished = _new_sweep_dir(Path(runs_dir), spec.name), set()
     try:
-        _init_ray(address, sweep_dir / "ray.log", verbose)
+        code = locate_spec_workload(spec)  # an import error costs no Ray start
+        _init_ray(address, sweep_dir / "ray.log", verbose, code.runtime_env())
         plan = make_plan(spec, ray_nodes())
         if not plan.runnable:
             raise UserError(_nothing_runs(plan))
     except BaseException:
-        if resume is None:
+        if created:
             shutil.rmtree(sweep_dir, ignore_errors=True)  # never leave a half-made sweep
         raise
-    _write_sweep_files(sweep_dir, spec, plan)
+    _write_sweep_files(sweep_dir, spec, plan)  # as given: a resume compares with that
+    spec = plan.spec  # with `resources: auto` chosen (plan.auto_resources)
     emit("planned", {"plan": plan, "sweep_dir": sweep_dir, "finished": finished})
 
     from amdahl.track import Tracker
@@ -211,19 +281,25 @@ def run_sweep(
         _write_report(sweep_dir)
         tracker.finish(outcome, interrupted=interrupt.is_set())
     if interrupt.is_set():
-        raise SweepInterrupted(sweep_dir)
+        raise SweepInterrupted(sweep_dir, interrupt.signum or signal.SIGINT)
     emit("finished", {"outcome": outcome})
     return outcome
 
 
 class _InterruptFlag(tune.Stopper):
-    """First Ctrl-C: Tune stops scheduling and ends the running launch. Second: stop at once.
+    """First Ctrl-C or SIGTERM (what `ray job stop` and batch schedulers send): Tune stops
+    scheduling and ends the running launch, and the sweep closes as after Ctrl-C (rows kept,
+    report written, MLflow parent run marked KILLED). Second signal: stop at once.
 
     Rows already written stay intact: results.parquet is only ever replaced atomically.
     """
 
+    #: The signals that stop a sweep cleanly; `signum` is the first one received.
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
     def __init__(self) -> None:
         self._event = threading.Event()
+        self.signum: int | None = None
 
     def is_set(self) -> bool:
         return self._event.is_set()
@@ -239,24 +315,32 @@ class _InterruptFlag(tune.Stopper):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._event = threading.Event()
+        self.signum = None
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
         if threading.current_thread() is not threading.main_thread():
             yield
             return
-        previous = signal.getsignal(signal.SIGINT)
+        # Handlers set outside Python read as None; SIG_DFL is what they stand for here.
+        previous = {s: signal.getsignal(s) or signal.SIG_DFL for s in self.SIGNALS}
 
         def first(signum: int, frame: Any) -> None:
+            self.signum = signum
             self._event.set()
+            # A second signal stops at once: Ctrl-C raises KeyboardInterrupt, SIGTERM gets
+            # the handler it had before (Ray's driver exits on it).
             signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGTERM, previous[signal.SIGTERM])
 
         os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
-        signal.signal(signal.SIGINT, first)
+        for s in self.SIGNALS:
+            signal.signal(s, first)
         try:
             yield
         finally:
-            signal.signal(signal.SIGINT, previous)
+            for s, handler in previous.items():
+                signal.signal(s, handler)
 
 
 def _run_launches(
@@ -293,7 +377,7 @@ def _run_launches(
         ),
         run_config=tune.RunConfig(
             name="tune" if attempt == 0 else f"tune-relaunch-{attempt}",
-            storage_path=str((sweep_dir / "ray").resolve()),
+            storage_path=ray_storage(spec, sweep_dir),
             callbacks=[sink],
             stop=interrupt,
             verbose=0,
@@ -353,7 +437,6 @@ def _launch_trainable(config: dict[str, Any], datasets: dict[str, Any]) -> None:
 
     from amdahl.data import preprocessed, repeated
     from amdahl.harness import rows_per_rank, train_launch
-    from amdahl.worlds import PROCESS_GROUP_TIMEOUT_S
 
     # Train's controller polls workers for reported rows at this interval (default 2 s): a
     # worker's next report waits for the last one to be collected, so keep it short.
@@ -394,7 +477,7 @@ def _launch_trainable(config: dict[str, Any], datasets: dict[str, Any]) -> None:
     trainer = TorchTrainer(
         train_launch,
         train_loop_config=launch,
-        torch_config=TorchConfig(timeout_s=PROCESS_GROUP_TIMEOUT_S),
+        torch_config=TorchConfig(timeout_s=launch["collective_timeout_s"]),
         scaling_config=ray.train.ScalingConfig(
             num_workers=res["workers"],
             use_gpu=bool(res["gpus_per_worker"]),
@@ -423,6 +506,7 @@ def _launch_config(
 ) -> dict[str, Any]:
     """Everything the workers need, as plain data (it crosses process boundaries)."""
     from amdahl.data import dataset_path
+    from amdahl.worlds import collective_timeout_s
 
     r = launch.resources
     t = spec.train
@@ -438,6 +522,7 @@ def _launch_config(
         "sweep": spec.name,
         "workload": spec.workload,
         "trials": trials,
+        "collective_timeout_s": collective_timeout_s(trials),
         "device_counts": launch.device_counts,
         "skip": sorted(
             [tr.trial_id, r]
@@ -472,7 +557,7 @@ def _launch_config(
             "cpus_per_data_worker": spec.resources.cpus_per_data_worker,
         },
         "placement": spec.resources.placement.upper(),
-        "storage_path": str((sweep_dir / "ray" / "train").resolve()),
+        "storage_path": ray_storage(spec, sweep_dir, "train"),
         # Unique per driver session: a worker group restarted by train.max_failures resumes
         # from this run's checkpoint, but a resumed sweep must trust results.parquet alone
         # (the old driver may have died between a worker's report and the row's write).
@@ -562,7 +647,7 @@ def _failed_row(
         **{k: s[k] for k in SETTING_COLUMNS},
         "batch_size": s["per_device_batch"],
         "scaling": config["scaling"],
-        "status": "failed",
+        "status": failure_status(error),
         "error": error,
         "steps": config["steps"],
         "warmup_steps": config["warmup_steps"],
@@ -594,8 +679,20 @@ def _launch_error(trial: Any) -> str:
 # --------------------------------------------------------------------------- helpers
 
 
-def _init_ray(address: str | None, log_path: Path, verbose: bool) -> None:
-    """Connect (or start local Ray) with Ray's chatter kept out of the terminal unless -v."""
+def _init_ray(
+    address: str | None,
+    log_path: Path,
+    verbose: bool,
+    runtime_env: dict[str, Any] | None = None,
+) -> None:
+    """Connect (or start local Ray) with Ray's chatter kept out of the terminal unless -v.
+
+    `runtime_env` (WorkloadCode.runtime_env: the user's workload code as py_modules) becomes
+    the job's, so every Ray worker of the sweep (train workers, Ray Data tasks, Tune trials) on
+    every node imports the same code. A Ray this process initialised before keeps its own
+    runtime_env: whoever called ray.init passes `runtime_env=locate_spec_workload(spec)
+    .runtime_env()` to it (else workers import the code only where their sys.path has it).
+    """
     import ray
 
     os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
@@ -605,12 +702,20 @@ def _init_ray(address: str | None, log_path: Path, verbose: bool) -> None:
         os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
         _route_ray_logs(log_path)
     if ray.is_initialized():
+        if runtime_env and not ray.get_runtime_context().runtime_env.get("py_modules"):
+            logging.getLogger(__name__).warning(
+                "Ray was initialised without the workload's code in its runtime_env (%s): "
+                "workers import it only where their sys.path finds it",
+                runtime_env["py_modules"],
+            )
         return
     kwargs: dict[str, Any] = {
         "log_to_driver": verbose,
         "include_dashboard": False,
         "logging_level": logging.INFO if verbose else logging.WARNING,
     }
+    if runtime_env:
+        kwargs["runtime_env"] = runtime_env
     if address:
         ray.init(address=address, **kwargs)
     else:
@@ -618,7 +723,7 @@ def _init_ray(address: str | None, log_path: Path, verbose: bool) -> None:
 
 
 def _route_ray_logs(log_path: Path) -> None:
-    handler = logging.FileHandler(log_path)
+    handler = logging.FileHandler(touch_private(log_path))
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     for name in ("ray", "ray.tune", "ray.train", "ray.data"):
         logger = logging.getLogger(name)
@@ -626,20 +731,40 @@ def _route_ray_logs(log_path: Path) -> None:
         logger.propagate = False
 
 
+def ray_storage(spec: SweepSpec, sweep_dir: Path, *sub: str) -> str:
+    """Where Ray Tune and Train keep this sweep's state: `<storage>/<sweep dir name>/...` when
+    the spec names shared storage (one folder per sweep, so sweeps never collide), else
+    `<sweep dir>/ray/...` on the driver's disk (single-node plans only, see check_storage)."""
+    if spec.storage is None:
+        return str(Path(sweep_dir, "ray", *sub).resolve())
+    return "/".join([spec.storage.rstrip("/"), Path(sweep_dir).name, *sub])
+
+
+#: The UTC time in a sweep directory's name, `<name>-<stamp>` (then `-2`, `-3`... when several
+#: sweeps of one name start in the same second).
+STAMP_FORMAT = "%Y%m%dT%H%M%SZ"
+_STAMP = r"\d{8}T\d{6}Z(?:-\d+)?"
+
+
 def _new_sweep_dir(runs_dir: Path, name: str) -> Path:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    path = runs_dir / f"{name}-{stamp}"
-    suffix = 1
-    while path.exists():
-        suffix += 1
-        path = runs_dir / f"{name}-{stamp}-{suffix}"
-    path.mkdir(parents=True)
-    return path
+    """A new `<name>-<UTC time>` directory that this call alone made: mkdir refuses one that
+    exists (another driver's, started in the same second), and the next suffix is tried."""
+    stamp = datetime.now(timezone.utc).strftime(STAMP_FORMAT)
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    for suffix in itertools.count(1):
+        path = runs_dir / (f"{name}-{stamp}" if suffix == 1 else f"{name}-{stamp}-{suffix}")
+        try:
+            private_dir(path)  # owner-only: the files inside can hold configuration
+        except FileExistsError:
+            continue
+        return path
+    raise AssertionError("unreachable")
 
 
 def _write_sweep_files(sweep_dir: Path, spec: SweepSpec, plan: SweepPlan) -> None:
-    (sweep_dir / SPEC_FILE).write_text(yaml.safe_dump(spec.model_dump(), sort_keys=False))
-    (sweep_dir / PLAN_FILE).write_text(json.dumps(plan_summary(plan), indent=1))
+    write_private(sweep_dir / SPEC_FILE, yaml.safe_dump(spec.model_dump(), sort_keys=False))
+    write_private(sweep_dir / PLAN_FILE, json.dumps(plan_summary(plan), indent=1))
+    write_fingerprint(sweep_dir, spec)
 
 
 def plan_summary(plan: SweepPlan) -> dict[str, Any]:
@@ -656,6 +781,8 @@ def plan_summary(plan: SweepPlan) -> dict[str, Any]:
 
     return {
         "nodes": [vars(n) for n in plan.nodes],
+        "resources": plan.spec.resources.model_dump(),
+        "resource_note": plan.resource_note,
         "trials": [trial(t) for t in plan.trials],
         "launches": [
             {"launch_id": launch.launch_id, "trials": [t.trial_id for t in launch.trials]}
@@ -672,14 +799,18 @@ def _nothing_runs(plan: SweepPlan) -> str:
     return "\n".join(lines)
 
 
-def finished_trials(sweep_dir: Path, retry_failed: bool = False) -> set[tuple[str, int]]:
-    """(trial_id, repeat) pairs with a final row in a sweep directory (ok ones only, when
-    failed ones are to be retried)."""
+def _check_resumable(sweep_dir: Path) -> None:
     if not (Path(sweep_dir) / RESULTS_FILE).exists() and not (Path(sweep_dir) / SPEC_FILE).exists():
         raise UserError(
             f"{sweep_dir}: nothing to resume (no {RESULTS_FILE} or {SPEC_FILE}); "
             "pass a directory made by `platform sweep`"
         )
+
+
+def finished_trials(sweep_dir: Path, retry_failed: bool = False) -> set[tuple[str, int]]:
+    """(trial_id, repeat) pairs with a final row in a sweep directory (ok ones only, when
+    failed ones are to be retried)."""
+    _check_resumable(sweep_dir)
     table = read_results(sweep_dir)
     ids, repeats, status = (table[c].to_pylist() for c in ("trial_id", "repeat", "status"))
     return {
@@ -690,11 +821,283 @@ def finished_trials(sweep_dir: Path, retry_failed: bool = False) -> set[tuple[st
 
 
 def latest_sweep_dir(runs_dir: str | Path, name: str) -> Path:
-    """The newest `runs/<name>-*` directory, for `--resume` without a directory."""
-    candidates = sorted(Path(runs_dir).glob(f"{name}-*"), key=lambda p: p.stat().st_mtime)
+    """The newest `runs/<name>-<UTC time>` directory, for `--resume` without a directory: the
+    name must match exactly, so sweep `scaling` never picks `scaling-big-<UTC time>`. Newest
+    is the last written to; a directory whose driver still runs is picked, then refused by
+    its lock (see `lock_sweep_dir`)."""
+    own = re.compile(re.escape(name) + "-" + _STAMP)
+    candidates = sorted(
+        (p for p in Path(runs_dir).glob(f"{name}-*") if own.fullmatch(p.name) and p.is_dir()),
+        key=lambda p: p.stat().st_mtime,
+    )
     if not candidates:
         raise UserError(
-            f"--resume: no earlier sweep named {name!r} under {runs_dir}/; "
+            f"--resume: no earlier sweep named {name!r} under {runs_dir}/ (a directory named "
+            f"{name}-<UTC time>, e.g. {name}-20250101T120000Z); "
             "pass the sweep directory explicitly"
         )
     return candidates[-1]
+
+
+# --------------------------------------------------------------------------- the run directory
+
+#: Held (flock) by the driver writing a sweep directory, for its whole run; it names that
+#: driver (pid, host, start) for the next one that tries.
+LOCK_FILE = "driver.lock"
+#: The settings a sweep directory's rows were measured under, and their hash.
+FINGERPRINT_FILE = "fingerprint.json"
+#: Sweep-file fields that do not change what a trial measures, left out of the fingerprint so
+#: a resume may change them: names and bookkeeping (`name`, `tracking`, `report`, `storage`),
+#: retries of a crashed launch (`train.max_failures`), the number of repeats (a resume with
+#: more runs the missing ones) and which trials exist (`grid`, `exclude`: a resume with a larger
+#: grid runs the new trials; each row records its own axis values). Everything else
+#: (`workload`, `params`, the rest of `train`, `options`, `resources`, `isolation`) is in it.
+UNMEASURED_FIELDS = (
+    "name",
+    "tracking",
+    "report",
+    "storage",
+    "grid",
+    "exclude",
+    "train.repeats",
+    "train.max_failures",
+)
+
+
+class DirLock:
+    """A sweep directory held by this process (see `lock_sweep_dir`) until `release`."""
+
+    def __init__(self, path: Path, file: Any):
+        self.path, self._file = path, file
+
+    def release(self) -> None:
+        self._file.close()  # closing the file drops the lock
+
+
+def lock_sweep_dir(sweep_dir: Path) -> DirLock:
+    """Hold `sweep_dir` for this driver: an exclusive flock on `driver.lock` inside it.
+
+    A second driver (a `--resume` of a sweep that still runs, in another terminal or on another
+    host of a shared filesystem) is refused with exit 2, naming the holder's pid and host. The
+    kernel drops the lock when its process ends, however it ends (SIGKILL, OOM kill), so a
+    killed driver's directory resumes at once; the file stays and names the last holder.
+    """
+    path = Path(sweep_dir) / LOCK_FILE
+    try:
+        file = open(path, "a+")  # noqa: SIM115 - stays open as long as the lock is held
+    except OSError as e:
+        raise UserError(
+            f"{sweep_dir}: cannot create {LOCK_FILE} there ({e.strerror or e}); a sweep "
+            "directory must be writable by the driver"
+        ) from None
+    try:
+        fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _lock_holder(file)
+        file.close()
+        raise UserError(
+            f"{sweep_dir} is in use by another sweep driver ({holder}); two drivers in one "
+            "directory would run the same trials twice, spoil each other's timings and "
+            "overwrite each other's files. Wait for it to end, or stop it (Ctrl-C in its "
+            "terminal, or `kill -INT <pid>` on its host) and resume then; or drop --resume "
+            "to start a new sweep directory"
+        ) from None
+    except OSError as e:
+        file.close()
+        raise UserError(
+            f"{sweep_dir}: cannot lock {LOCK_FILE} ({e.strerror or e}); keep sweep "
+            "directories on a filesystem with file locks (a local disk, or NFS with locking)"
+        ) from None
+    since = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    file.seek(0)
+    file.truncate()
+    file.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": since}))
+    file.flush()
+    return DirLock(path, file)
+
+
+def _lock_holder(file: Any) -> str:
+    """Who holds the lock, as its lock file says (the holder writes it just after locking)."""
+    for _ in range(20):
+        file.seek(0)
+        try:
+            holder = json.loads(file.read() or "null")
+        except ValueError:
+            holder = None
+        if isinstance(holder, dict) and "pid" in holder:
+            return (
+                f"pid {holder['pid']} on host {holder.get('host', '?')}, "
+                f"running since {holder.get('since', '?')}"
+            )
+        time.sleep(0.05)
+    return f"pid and host not recorded in {file.name}"
+
+
+def _open_sweep_dir(
+    spec: SweepSpec,
+    runs_dir: Path,
+    resume: str | Path | None,
+    retry_failed: bool,
+    new_if_changed: bool,
+) -> tuple[Path, set[tuple[str, int]], DirLock, bool]:
+    """The sweep directory this driver writes, locked (see `lock_sweep_dir`); the trial
+    repeats already finished there; whether this call made it."""
+    if resume is not None:
+        sweep_dir = Path(resume)
+        _check_resumable(sweep_dir)  # before locking: no lock file in a foreign directory
+        lock = lock_sweep_dir(sweep_dir)
+        try:
+            changes = spec_changes(sweep_dir, spec)
+            if not changes:  # a broken results table fails here
+                return sweep_dir, finished_trials(sweep_dir, retry_failed), lock, False
+            if not new_if_changed:
+                raise UserError(_changed_message(sweep_dir, changes))
+        except BaseException:
+            lock.release()
+            raise
+        lock.release()
+        logging.getLogger(__name__).warning(
+            "%s was measured with other settings (%s): starting a new sweep directory",
+            sweep_dir,
+            "; ".join(_show_change(c) for c in changes[:3]),
+        )
+    sweep_dir = _new_sweep_dir(runs_dir, spec.name)
+    try:
+        return sweep_dir, set(), lock_sweep_dir(sweep_dir), True
+    except BaseException:
+        shutil.rmtree(sweep_dir, ignore_errors=True)
+        raise
+
+
+def spec_fingerprint(spec: SweepSpec) -> tuple[str, dict[str, Any]]:
+    """A hash of what `spec` sets that changes what is measured (all but UNMEASURED_FIELDS),
+    and that content, as written to `fingerprint.json`."""
+    measured = _measured(spec.model_dump(mode="json"))
+    blob = json.dumps(measured, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16], measured
+
+
+def write_fingerprint(sweep_dir: Path, spec: SweepSpec) -> None:
+    """Record in `sweep_dir` the settings its rows are measured under (written whole, through
+    a temporary file of its own)."""
+    fingerprint, measured = spec_fingerprint(spec)
+    record = {"fingerprint": fingerprint, "measured": measured}
+    write_private(Path(sweep_dir) / FINGERPRINT_FILE, json.dumps(record, indent=1))
+
+
+def spec_changes(sweep_dir: Path, spec: SweepSpec) -> list[tuple[str, Any, Any]]:
+    """(dotted path, old value, new value) for each measured setting that `spec` changes from
+    those `sweep_dir`'s rows were measured under; [] when none (or the directory records
+    none). The record is `fingerprint.json`, else (a directory written before it existed)
+    `spec.yaml`. A field the record lacks counts as changed only when `spec` sets it to other
+    than its default (fields added to amdahl later do not block a resume)."""
+    recorded = _recorded_measurement(Path(sweep_dir))
+    if recorded is None:
+        return []
+    fingerprint, measured = spec_fingerprint(spec)
+    if recorded[0] == fingerprint:
+        return []
+    default_spec = SweepSpec.model_validate({"workload": spec.workload})
+    defaults = _measured(default_spec.model_dump(mode="json"))
+    return [
+        (path, old, new)
+        for path, old, new in _differences(recorded[1], measured)
+        if not _only_a_default(path, old, new, defaults)
+    ]
+
+
+_ABSENT = object()
+
+
+def _measured(dumped: dict[str, Any]) -> dict[str, Any]:
+    out = json.loads(json.dumps(dumped, default=str))
+    for dotted in UNMEASURED_FIELDS:
+        *parents, leaf = dotted.split(".")
+        node: Any = out
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(leaf, None)
+    return out
+
+
+def _recorded_measurement(sweep_dir: Path) -> tuple[str | None, dict[str, Any]] | None:
+    problems = []
+    fingerprint_path, spec_path = sweep_dir / FINGERPRINT_FILE, sweep_dir / SPEC_FILE
+    if fingerprint_path.exists():
+        try:
+            record = json.loads(fingerprint_path.read_text())
+            fingerprint, measured = record.get("fingerprint"), record.get("measured")
+            if isinstance(fingerprint, str) and isinstance(measured, dict):
+                return fingerprint, measured
+            problems.append(f"{fingerprint_path}: not a fingerprint record")
+        except (OSError, ValueError, AttributeError) as e:
+            problems.append(f"{fingerprint_path}: unreadable ({_one_line(e)})")
+    if spec_path.exists():
+        from amdahl.spec import validate_spec
+
+        try:
+            raw = yaml.safe_load(spec_path.read_text())
+        except (OSError, yaml.YAMLError) as e:
+            problems.append(f"{spec_path}: unreadable ({_one_line(e)})")
+        else:
+            if isinstance(raw, dict):
+                try:
+                    raw = validate_spec(raw, source=str(spec_path)).model_dump(mode="json")
+                except UserError:
+                    pass  # written by another amdahl version: compare what it says
+                return None, _measured(raw)
+            problems.append(f"{spec_path}: not a sweep file")
+    if problems:
+        raise UserError(
+            f"--resume {sweep_dir}: cannot tell which settings its rows were measured under "
+            f"({'; '.join(problems)}); restore the file, or add --new-if-changed to start a "
+            "new sweep directory"
+        )
+    return None
+
+
+def _one_line(error: Exception) -> str:
+    return " ".join(str(error).split())
+
+
+def _differences(old: Any, new: Any, path: str = "") -> Iterator[tuple[str, Any, Any]]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in sorted(old.keys() | new.keys(), key=str):
+            sub = f"{path}.{key}" if path else str(key)
+            yield from _differences(old.get(key, _ABSENT), new.get(key, _ABSENT), sub)
+    elif old != new:
+        yield path, old, new
+
+
+def _only_a_default(path: str, old: Any, new: Any, defaults: dict[str, Any]) -> bool:
+    if old is not _ABSENT and new is not _ABSENT:
+        return False
+    node: Any = defaults
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return (new if old is _ABSENT else old) == node
+
+
+def _show_change(change: tuple[str, Any, Any]) -> str:
+    path, old, new = change
+    show = lambda v: "(unset)" if v is _ABSENT else json.dumps(v)  # noqa: E731
+    return f"{path}: {show(old)} -> {show(new)}"
+
+
+def _changed_message(sweep_dir: Path, changes: list[tuple[str, Any, Any]]) -> str:
+    lines = [
+        f"--resume {sweep_dir}: these settings differ from the ones its rows were measured "
+        "under (old -> new):"
+    ]
+    lines += [f"  {_show_change(c)}" for c in changes[:12]]
+    if len(changes) > 12:
+        lines.append(f"  ... and {len(changes) - 12} more")
+    lines.append(
+        "resuming would put rows measured under different settings side by side. Resume "
+        f"with the settings in {sweep_dir / SPEC_FILE}, or add --new-if-changed to start a "
+        "new sweep directory with these (as running without --resume does)"
+    )
+    return "\n".join(lines)

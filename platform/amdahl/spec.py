@@ -8,13 +8,23 @@ Pure: imports neither ray nor torch.
 from __future__ import annotations
 
 import difflib
+import math
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+)
 
 from amdahl.errors import UserError
+from amdahl.files import redact_uris, uri_passwords
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "bf16_weights"]
 Compile = Literal["eager", "inductor", "torchscript"]
@@ -35,6 +45,7 @@ Isolation = Literal["exclusive", "shared"]
 Scaling = Literal["weak", "strong"]
 _Positive = Annotated[int, Field(ge=1)]
 _NonNegative = Annotated[int, Field(ge=0)]
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://.")
 
 #: The axes every sweep can vary; `params.<name>` axes come on top.
 AXES = (
@@ -50,7 +61,9 @@ AXES = (
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+    # allow_inf_nan=False: "inf" and "nan" (strings pydantic would turn into floats) are refused
+    # like YAML's .inf and .nan (see _check_finite): no count, rate or price is infinite.
+    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
 
 
 class TargetSpec(_Section):
@@ -158,6 +171,12 @@ class OptionsSpec(_Section):
     compile_mode: Literal["default", "reduce-overhead", "max-autotune"] = Field(
         "default", description="torch.compile mode for compile=inductor."
     )
+    compile_cache: Literal["cold", "warm"] = Field(
+        "cold",
+        description="compile=inductor: cold gives every trial empty inductor/Triton caches, so "
+        "compile_s counts every compilation; warm reuses the on-disk caches of earlier trials "
+        "and runs (what a user's second run pays).",
+    )
     bucket_cap_mb: float = Field(25.0, gt=0, description="DDP gradient bucket size (ddp*).")
     powersgd_rank: int = Field(1, ge=1, description="PowerSGD matrix rank (sync=powersgd).")
     accumulate_steps: int = Field(
@@ -173,8 +192,11 @@ class ResourcesSpec(_Section):
     """What each trial asks Ray for."""
 
     use_gpu: bool = Field(False, description="Train on GPUs (NCCL) instead of CPUs (gloo).")
-    cpus_per_device: float = Field(
-        1.0, gt=0, description="Ray CPUs per train worker; torch threads = max(1, floor(this))."
+    cpus_per_device: float | None = Field(
+        None,
+        gt=0,
+        description="Ray CPUs per train worker; torch threads = max(1, floor(this)). auto "
+        "(null, the default): the planner picks it so the largest trial fits (plan.py).",
     )
     gpus_per_device: float = Field(
         1.0, gt=0, description="Ray GPUs per train worker (use_gpu); at most 1, and 1 for d > 1."
@@ -184,9 +206,21 @@ class ResourcesSpec(_Section):
         description="pack: train workers on as few nodes as possible (fast intra-node "
         "links); spread: one per node where possible (Ray Train's placement strategy).",
     )
-    cpus_per_data_worker: float = Field(
-        0.5, gt=0, description="Ray CPUs kept free for each input-pipeline worker."
+    cpus_per_data_worker: float | None = Field(
+        None,
+        gt=0,
+        description="Ray CPUs kept free for each input-pipeline worker. auto (null, the "
+        "default): the planner picks it with cpus_per_device.",
     )
+
+    @field_validator("cpus_per_device", "cpus_per_data_worker", mode="before")
+    @classmethod
+    def _auto_is_none(cls, value: Any) -> Any:
+        if value == "auto":
+            return None
+        if isinstance(value, str):
+            raise ValueError(f"got {value!r}: give a number of CPUs > 0, or auto")
+        return value
 
 
 class TrackingSpec(_Section):
@@ -219,7 +253,17 @@ class SweepSpec(_Section):
     exclude: list[dict[str, Any]] = Field(
         [], description="Partial settings; a trial matching every key of one entry is skipped."
     )
-    resources: ResourcesSpec = ResourcesSpec()
+    resources: ResourcesSpec = Field(
+        ResourcesSpec(),
+        description="auto (the default) or a mapping; every field left out or auto is "
+        "chosen by the planner to fit the machine or cluster.",
+    )
+    workload_path: str | None = Field(
+        None,
+        description="A directory holding the workload's code, searched before the sweep "
+        "file's directory and the working directory (relative: to the sweep file); the "
+        "workload's top-level package is shipped from there to every Ray worker.",
+    )
     isolation: Isolation = Field(
         "exclusive",
         description="exclusive: one launch at a time (honest timing); shared: "
@@ -227,6 +271,39 @@ class SweepSpec(_Section):
     )
     tracking: TrackingSpec = TrackingSpec()
     report: ReportSpec = ReportSpec()
+    storage: str | None = Field(
+        None,
+        description="Where Ray keeps a sweep's run state (Tune's experiment, rank 0's "
+        "checkpoint of finished trials): a URI (s3://bucket/amdahl, gs://...) or an absolute "
+        "path on a filesystem every node mounts (NFS, EFS); each sweep writes under "
+        "<storage>/<sweep directory name>/. null: the sweep directory, on the driver's disk, "
+        "which a plan spanning several nodes refuses.",
+    )
+
+    #: The sweep file's directory (load_spec), searched for the workload's code.
+    _source_dir: Path | None = PrivateAttr(None)
+
+    @field_validator("resources", mode="before")
+    @classmethod
+    def _resources_auto(cls, value: Any) -> Any:
+        if isinstance(value, str) and value != "auto":
+            raise ValueError(f"got {value!r}: give auto, or a mapping such as {{use_gpu: true}}")
+        return {} if value in ("auto", None) else value
+
+    @field_validator("storage")
+    @classmethod
+    def _storage_is_uri_or_absolute(cls, value: str | None) -> str | None:
+        if value is None or _URI.match(value) or value.startswith("/"):
+            return value
+        raise ValueError(
+            f"got {value!r}: give a URI such as s3://bucket/amdahl, or an absolute path on a "
+            "filesystem every node mounts (NFS, EFS); a relative path would differ per process"
+        )
+
+    @property
+    def source_dir(self) -> Path | None:
+        """The sweep file's directory (load_spec), None for a spec built in Python."""
+        return self._source_dir
 
     @property
     def experiment(self) -> str:
@@ -247,16 +324,29 @@ def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
     except OSError as e:
         raise UserError(f"{path}: cannot read sweep file ({e.strerror or e})") from None
     try:
-        raw = yaml.safe_load(text)
-        lines = _line_numbers(yaml.compose(text, Loader=yaml.SafeLoader))
-    except yaml.YAMLError as e:
-        raise UserError(f"{path}: not valid YAML: {e}") from None
+        node, raw = _parse_yaml(text)
+        lines = _line_numbers(node)
+    except _YamlProblem as p:
+        raise UserError(f"{path}:{p.line}: {p.message}") from None
+    except _YAML_ERRORS as e:
+        raise UserError(f"{path}: not valid YAML: {_yaml_error(e)}") from None
     if not isinstance(raw, dict):
         raise UserError(f"{path}: a sweep file is a mapping with at least `workload:`")
     overridden: set[tuple[str | int, ...]] = set()
     for item in overrides:
         overridden.add(_apply_override(raw, item))
-    return validate_spec(raw, source=str(path), lines=lines, overridden=overridden)
+    spec = validate_spec(raw, source=str(path), lines=lines, overridden=overridden)
+    spec._source_dir = path.resolve().parent
+    if spec.workload_path is not None:  # relative to the sweep file, recorded absolute
+        try:
+            where = (spec._source_dir / Path(spec.workload_path).expanduser()).resolve()
+        except (ValueError, RuntimeError, OSError) as e:  # a NUL byte, ~unknown-user
+            raise UserError(
+                f"{path}: workload_path: {spec.workload_path!r} is not a usable directory "
+                f"path ({e}); give a directory, absolute or relative to the sweep file"
+            ) from None
+        spec.workload_path = str(where)
+    return spec
 
 
 def validate_spec(
@@ -269,6 +359,8 @@ def validate_spec(
     lines = lines or {}
     overridden = overridden or set()
     try:
+        _check_no_passwords(raw)  # first: a refused value is never echoed or written
+        _check_finite(raw)
         spec = SweepSpec.model_validate(raw)
         _check_grid_keys(spec)
         _check_cross_fields(spec)
@@ -284,6 +376,64 @@ def validate_spec(
 class _SpecProblem(Exception):
     def __init__(self, loc: tuple[str | int, ...], message: str):
         self.loc, self.message = loc, message
+
+
+def _check_no_passwords(raw: Any) -> None:
+    """Refuse a password inside a URI in any string of the sweep file: spec.yaml, plan.json,
+    the results' `params` column, MLflow and the report would all copy it."""
+    stack: list[tuple[tuple[str | int, ...], Any]] = [((), raw)]
+    seen: set[int] = set()
+    while stack:
+        loc, node = stack.pop()
+        if isinstance(node, str) and uri_passwords(node):
+            raise _SpecProblem(loc, _password_fix(loc, node))
+        if isinstance(node, dict | list) and id(node) not in seen:
+            seen.add(id(node))
+            items = node.items() if isinstance(node, dict) else enumerate(node)
+            stack += [((*loc, k), v) for k, v in reversed(list(items))]
+
+
+def _password_fix(loc: tuple[str | int, ...], value: str) -> str:
+    shown = redact_uris(value)
+    if loc == ("tracking", "uri"):
+        how = (
+            "give the tracking server's credentials through the environment instead: "
+            "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN)"
+        )
+    elif shown.lower().startswith(("s3://", "s3a://")):
+        how = (
+            "leave the credentials to AWS's own chain instead: AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in the environment, ~/.aws/credentials, "
+            "or the node's instance role"
+        )
+    else:
+        how = (
+            "give the credentials through that service's environment variables or credential "
+            "file instead (for s3:// AWS_* or ~/.aws/credentials; for gs:// "
+            "GOOGLE_APPLICATION_CREDENTIALS; for the tracking server MLFLOW_TRACKING_USERNAME "
+            "and MLFLOW_TRACKING_PASSWORD)"
+        )
+    return (
+        f"holds a password inside a URI ({shown}), which would be copied into spec.yaml, "
+        f"plan.json, results.parquet, MLflow and the report; drop its user:password@ part and "
+        f"{how}"
+    )
+
+
+def _check_finite(raw: Any) -> None:
+    """Refuse inf and nan anywhere in the sweep (YAML's .inf, .nan), params included: a
+    learning rate, a CPU count or a workload parameter that is not a finite number would only
+    fail later, inside a trial, or plan nonsense."""
+    stack: list[tuple[tuple[str | int, ...], Any]] = [((), raw)]
+    seen: set[int] = set()
+    while stack:
+        loc, node = stack.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            raise _SpecProblem(loc, f"must be a finite number, got {node!r}")
+        if isinstance(node, dict | list) and id(node) not in seen:
+            seen.add(id(node))
+            items = node.items() if isinstance(node, dict) else enumerate(node)
+            stack += [((*loc, k), v) for k, v in reversed(list(items))]
 
 
 def _check_grid_keys(spec: SweepSpec) -> None:
@@ -406,6 +556,114 @@ def _did_you_mean(word: str, candidates: list[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+#: What parsing a YAML text can raise besides _YamlProblem: PyYAML's own errors, ValueError for
+#: a date such as 2024-13-01, RecursionError for nesting deeper than Python's stack.
+_YAML_ERRORS = (yaml.YAMLError, ValueError, OverflowError, RecursionError)
+#: Most nodes a document may expand to through its aliases ("billion laughs" documents).
+_MAX_YAML_NODES = 100_000
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class _YamlProblem(yaml.YAMLError):
+    """A YAML document PyYAML accepts but a sweep file must not be: `line` is 1-based."""
+
+    def __init__(self, line: int, message: str):
+        super().__init__(message)
+        self.line, self.message = line, message
+
+
+class _SweepLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a key given twice in one mapping. YAML requires unique
+    keys, but PyYAML keeps the last one silently, so a second `grid:` replaced the first.
+    Keys that a `<<` merge brings in may still be overridden, as YAML allows."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == _MERGE_TAG:
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                try:
+                    first = seen.get(key)
+                except TypeError:
+                    continue  # an unhashable key: SafeLoader refuses it itself
+                if first is not None:
+                    raise _YamlProblem(
+                        line,
+                        f"duplicate key {key!r} (first on line {first}); a key may appear "
+                        "only once in a mapping: merge the two into one",
+                    )
+                seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def _parse_yaml(text: str) -> tuple[yaml.Node | None, Any]:
+    """The document's node graph and its Python value, through _SweepLoader, after refusing
+    recursive and exponentially expanding aliases (_check_aliases)."""
+    loader = _SweepLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None, None
+        _check_aliases(node)
+        try:
+            return node, loader.construct_document(node)
+        except yaml.YAMLError:
+            raise
+        except Exception as e:  # PyYAML's constructors fail raw on some explicit tags
+            raise yaml.YAMLError(  # (`!!timestamp ''`: AttributeError; `!!int x`: ValueError)
+                f"cannot build a value ({type(e).__name__}: {e}); quote it if it is text, or "
+                "fix its explicit !!tag"
+            ) from None
+    finally:
+        loader.dispose()
+
+
+def _check_aliases(root: yaml.Node) -> None:
+    """An alias names a node, so a node holding an alias of itself (`a: &x [*x]`) is a cycle,
+    which gave a RecursionError traceback; and aliases of aliases can expand a short file to
+    billions of nodes. Both are refused, naming the line."""
+    count = 0
+    ancestors: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, True)]
+    while stack:
+        node, entering = stack.pop()
+        if not entering:
+            ancestors.discard(id(node))
+            continue
+        line = node.start_mark.line + 1
+        if id(node) in ancestors:
+            raise _YamlProblem(
+                line,
+                "this node contains an alias of itself (a recursive anchor); an alias "
+                "(*name) may only repeat a node defined before and outside it",
+            )
+        count += 1
+        if count > _MAX_YAML_NODES:
+            raise _YamlProblem(
+                line,
+                f"the document's aliases expand to over {_MAX_YAML_NODES:,} values; a sweep "
+                "file is far smaller: repeat fewer aliases",
+            )
+        if isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        else:
+            continue
+        ancestors.add(id(node))
+        stack.append((node, False))
+        stack += [(child, True) for child in reversed(children)]
+
+
+def _yaml_error(error: BaseException) -> str:
+    if isinstance(error, RecursionError):
+        return "nested too deeply"
+    return str(error)
+
+
 def _line_numbers(node: yaml.Node | None) -> dict[tuple[str | int, ...], int]:
     """Map each dotted path in the YAML document to its 1-based line number."""
     out: dict[tuple[str | int, ...], int] = {}
@@ -431,9 +689,11 @@ def _apply_override(raw: dict[str, Any], item: str) -> tuple[str, ...]:
     if not sep or not key:
         raise UserError(f"--set {item!r}: expected KEY.PATH=VALUE, e.g. --set train.steps=20")
     try:
-        parsed = yaml.safe_load(value)
-    except yaml.YAMLError as e:
-        raise UserError(f"--set {item!r}: value is not valid YAML ({e})") from None
+        _, parsed = _parse_yaml(value)
+    except _YamlProblem as p:
+        raise UserError(f"--set {item!r}: {p.message}") from None
+    except _YAML_ERRORS as e:
+        raise UserError(f"--set {item!r}: value is not valid YAML ({_yaml_error(e)})") from None
     parts = key.split(".")
     if parts[0] == "grid" and len(parts) == 3 and parts[1] == "params":
         parts = ["grid", f"params.{parts[2]}"]

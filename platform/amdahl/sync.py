@@ -131,8 +131,9 @@ class SyncStrategy:
     def after_step(self, model: nn.Module, step: int) -> None:
         """Called after every optimizer step."""
 
-    def close(self) -> None:
-        """Release what the strategy holds (actors, hooks' state)."""
+    def close(self, clean: bool = True) -> None:
+        """Release what the strategy holds (actors, hooks' state). `clean` is False after a
+        failed trial: then no rank may wait for the others (some never come)."""
 
 
 class DDPSync(SyncStrategy):
@@ -381,11 +382,12 @@ class ParamServerSync(SyncStrategy):
             for k, value in answer.items():
                 _copy_into(self._params[k], value)
 
-    def close(self) -> None:
-        """Kill the server actors once every rank is past its last step (a barrier)."""
+    def close(self, clean: bool = True) -> None:
+        """Kill the server actors once every rank is past its last step (a barrier); after a
+        failed trial at once, without the barrier."""
         import ray
 
-        if self._actors:
+        if self._actors and clean:
             dist.barrier()
         if self._owner:
             for actor in self._actors:

@@ -19,15 +19,31 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-#: Process-group timeout for the launch's groups (Ray Train's TorchConfig and the rebuilt ones).
-PROCESS_GROUP_TIMEOUT_S = 600
+#: Process-group timeout (seconds) for a launch's groups (Ray Train's TorchConfig and the rebuilt
+#: ones), by the slowest compilation its trials may run before their first collective: a rank
+#: compiling longer than this leaves its peers' collective to time out, and then NCCL's error
+#: handling aborts the process. max-autotune benchmarks many kernels per graph (tens of minutes
+#: for a large model is not unusual).
+COLLECTIVE_TIMEOUT_S = {"eager": 600, "torchscript": 600, "inductor": 1800, "max-autotune": 3600}
+
+
+def collective_timeout_s(trials: list[dict]) -> int:
+    """The longest collective timeout any of a launch's trials needs."""
+    longest = COLLECTIVE_TIMEOUT_S["eager"]
+    for trial in trials:
+        s = trial["settings"]
+        kind = s["compile"]
+        if kind == "inductor" and s["options"].get("compile_mode") == "max-autotune":
+            kind = "max-autotune"
+        longest = max(longest, COLLECTIVE_TIMEOUT_S[kind])
+    return longest
 
 
 class TrialWorlds:
     """This rank's view of the launch's changing default process group."""
 
-    def __init__(self, rank: int, size: int):
-        self.rank, self.size = rank, size
+    def __init__(self, rank: int, size: int, timeout_s: int):
+        self.rank, self.size, self.timeout_s = rank, size, timeout_s
         self._rebuilds = 0
         self._backend = dist.get_backend() if dist.is_initialized() else None
         # Ray Train's rendezvous store; kept referenced so that it outlives the first group
@@ -56,7 +72,7 @@ class TrialWorlds:
                 store=dist.PrefixStore(f"amdahl/world-{self._rebuilds}", self._store),
                 rank=self.rank,
                 world_size=size,
-                timeout=timedelta(seconds=PROCESS_GROUP_TIMEOUT_S),
+                timeout=timedelta(seconds=self.timeout_s),
             )
         self.size = size
         return self.rank < size

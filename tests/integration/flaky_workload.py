@@ -1,6 +1,8 @@
 """A workload that fails on one rank only: the fault that strands the other ranks in DDP's
 all-reduce (imported by name in Ray workers, which share the test driver's sys.path)."""
 
+from pathlib import Path
+
 import torch.distributed as dist
 from torch import nn
 
@@ -20,4 +22,25 @@ class OneRankFails(MLP):
                 raise RuntimeError("injected failure on rank 1 only")
 
         model.register_forward_pre_hook(fail_on_rank_1)
+        return model
+
+
+class PoisonsOnce(MLP):
+    """The first forward pass anywhere raises the text of a sticky CUDA error (simulated on CPU:
+    the harness classifies by the error, not the device); `poison_marker` names the file that
+    says it already happened, so the relaunched worker group trains normally."""
+
+    defaults = {**MLP.defaults, "poison_marker": ""}
+    data_params = tuple(MLP.defaults)
+
+    def build_model(self) -> nn.Module:
+        model = super().build_model()
+        marker = Path(self.params["poison_marker"])
+
+        def poison_once(module: nn.Module, inputs: tuple) -> None:
+            if not marker.exists():
+                marker.touch()
+                raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+        model.register_forward_pre_hook(poison_once)
         return model

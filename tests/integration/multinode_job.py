@@ -7,15 +7,27 @@ Prints one JSON object with what the test checks. Not collected by pytest (no te
 from __future__ import annotations
 
 import json
+import re
 import sys
 import threading
+import time
 from pathlib import Path
 
 import ray
 from ray.cluster_utils import Cluster
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from amdahl import read_results, run_sweep, validate_spec
+from amdahl.errors import UserError
 from amdahl.run import make_plan, ray_nodes
+from amdahl.workload import make_workload
+
+_MLP = {"hidden": [32], "train_rows": 8192, "val_rows": 256}
+
+#: Ray's storage for the sweeps below, set by main(): a plan over several nodes needs storage
+#: every node reaches (plan.check_storage); these "nodes" are raylets on one machine, so a
+#: local folder is one.
+STORAGE: str | None = None
 
 
 def _spec(
@@ -37,17 +49,93 @@ def _spec(
                 "cpus_per_data_worker": 0.25,
                 "placement": placement,
             },
+            "storage": STORAGE,
         }
     )
 
 
+@ray.remote(num_cpus=0)
+class _Rank:
+    """Stands in for a train worker on a given node: gets its shard through `train_source`,
+    as the harness does before a rank's first trial, then reads it the way the timed loop
+    does (`iter_torch_batches` of that same iterator)."""
+
+    def fetch(self, config: dict, rank: int, world: int) -> float | None:
+        from amdahl.data import train_source
+
+        self.source = train_source(config, make_workload("mlp", _MLP), rank, world)
+        return self.source.local_fetch_s
+
+    def read(self) -> dict:
+        import ray.data
+
+        # Ray Data then counts, per epoch, the blocks it found on this node when it read them.
+        ray.data.DataContext.get_current().enable_get_object_locations_for_metrics = True
+        rows = sum(len(b["y"]) for b in self.source.iter_torch_batches(batch_size=2048))
+        stats = self.source.stats()
+        count = {
+            kind: int(re.search(rf"Num blocks {kind}: (\d+)", stats).group(1))
+            for kind in ("local", "remote")
+        }
+        return {"rows": rows, **count}
+
+
+def _locations(refs: list, node_id: str, timeout_s: float = 10.0) -> list[list[str]]:
+    """Each block's nodes, once every block is on `node_id` (Ray reports new copies to the
+    owner asynchronously) or after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = [v["node_ids"] for v in ray.experimental.get_object_locations(refs).values()]
+        if all(node_id in nodes for nodes in found) or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)
+
+
+def _shards_on_their_nodes(workers: list) -> dict:
+    """Shards made as a sweep makes them (local parquet -> blocks in this driver's store,
+    `rank_shards`, `repeated`), each given to `train_source` on a worker node: where the
+    blocks were before and after, the fetch time, and what the loop then read locally."""
+    from amdahl.data import rank_shards, ray_dataset, repeated, shard_blocks, stored_dataset
+
+    base = ray_dataset(stored_dataset(make_workload("mlp", _MLP), "mlp", "train", 0), 0.25)
+    per_rank = 2 * _MLP["train_rows"]
+    config = {
+        "input": "ray_data",
+        "train_shards": {
+            world: [repeated(s, per_rank) for s in rank_shards(base, world)] for world in (1, 2)
+        },
+    }
+    out = {}
+    # The d1 baseline (the whole training set) and rank 1 of 2, each on its own worker node.
+    for (world, rank), node in zip(((1, 0), (2, 1)), workers, strict=True):
+        refs = list(shard_blocks(config["train_shards"][world][rank]))
+        before = _locations(refs, node.node_id, timeout_s=0)
+        actor = _Rank.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False)
+        ).remote()
+        fetch_s = ray.get(actor.fetch.remote(config, rank, world))
+        after = _locations(refs, node.node_id)
+        out[f"d{world}r{rank}"] = {
+            "node": node.node_id,
+            "blocks": len(refs),
+            "before": before,
+            "after": after,
+            "fetch_s": fetch_s,
+            **ray.get(actor.read.remote()),
+        }
+        ray.kill(actor)
+    return out
+
+
 def main(out_dir: Path) -> None:
+    global STORAGE
+    STORAGE = str((out_dir / "shared-storage").resolve())
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     workers = [cluster.add_node(num_cpus=3) for _ in range(2)]
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, log_to_driver=False)
     head_id = ray.get_runtime_context().get_node_id()
-    report: dict = {"head": head_id}
+    report: dict = {"head": head_id, "local_shard": _shards_on_their_nodes(workers)}
 
     for placement in ("pack", "spread"):
         outcome = run_sweep(
@@ -58,6 +146,9 @@ def main(out_dir: Path) -> None:
             "status": row["status"],
             "error": row["error"],
             "nodes": json.loads(row["nodes"]),
+            # Ray's state went to <storage>/<sweep dir name>/, none to the sweep directory.
+            "storage": sorted(d.name for d in Path(STORAGE, outcome.sweep_dir.name).iterdir()),
+            "local_ray_dir": (outcome.sweep_dir / "ray").exists(),
         }
 
     # A shape no node can hold: 4-CPU workers on 3-CPU nodes (7 CPUs in total would fit).
@@ -73,6 +164,15 @@ def main(out_dir: Path) -> None:
         ray_nodes(),
     )
     report["refused"] = too_big.trials[0].refused
+
+    # Three nodes that can run a launch, Ray's state left in the sweep directory: refused.
+    try:
+        make_plan(
+            _spec("no-storage", [2], "pack").model_copy(update={"storage": None}), ray_nodes()
+        )
+        report["no_storage"] = None
+    except UserError as e:
+        report["no_storage"] = str(e)
 
     # One rank fails while the other waits in the all-reduce (flaky_workload.py, importable
     # by the workers because this script's directory is on the driver's path, which Ray
@@ -102,9 +202,47 @@ def main(out_dir: Path) -> None:
     outcome = run_sweep(spec, runs_dir=out_dir, tracking=False, on_event=on_event)
     rows = read_results(outcome.sweep_dir).to_pylist()
     report["removed"] = [{"status": r["status"], "error": r["error"]} for r in rows]
+    report["byo"] = own_workload_on_other_nodes(cluster, out_dir)
     print("MULTINODE " + json.dumps(report), flush=True)
     ray.shutdown()
     cluster.shutdown()
+
+
+def own_workload_on_other_nodes(cluster: Cluster, out_dir: Path) -> dict:
+    """A user's own workload (byo/: a package and a helper module, copied to a folder on no
+    import path of this process, its raylets or their workers) in a sweep that amdahl connects
+    to this cluster itself, so the job's runtime_env carries the code. TinyRec's
+    `require_shipped` makes every train worker check that it imported the copy Ray unpacked."""
+    import os
+    import shutil
+
+    folder = (out_dir / "byo-folder").resolve()
+    shutil.copytree(Path(__file__).resolve().parent / "byo", folder)
+    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep) + sys.path
+    inherited = [p for p in paths if p and Path(p).resolve() == folder]
+    spec = validate_spec(
+        {
+            "name": "byo",
+            "workload": "mypkg.tinyrec:TinyRec",
+            "workload_path": str(folder),
+            "params": {"require_shipped": True, "train_rows": 1024, "val_rows": 128},
+            "train": {"steps": 4, "warmup_steps": 1},
+            "grid": {"devices": [2], "batch_size": [32]},
+            "storage": STORAGE,
+        }
+    )
+    ray.shutdown()  # run_sweep connects again, with the workload's runtime_env
+    outcome = run_sweep(spec, address=cluster.address, runs_dir=out_dir, tracking=False)
+    rows = read_results(outcome.sweep_dir).to_pylist()
+    return {
+        "inherited": inherited,
+        "cpus_per_device": outcome.plan.spec.resources.cpus_per_device,
+        "rows": [
+            {"status": r["status"], "error": r["error"], "nodes": json.loads(r["nodes"])}
+            for r in rows
+        ],
+        "head": ray.get_runtime_context().get_node_id(),
+    }
 
 
 if __name__ == "__main__":

@@ -212,3 +212,74 @@ def test_mlflow_outage_mid_sweep_then_sync(tmp_path):
         )
     finally:
         stop(server)
+
+
+def _parent_status(uri: str) -> str:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("faults")
+    runs = client.search_runs([experiment.experiment_id])
+    [parent] = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    return parent.info.status
+
+
+def test_sigterm_stops_cleanly_like_ctrl_c(workdir):
+    """`ray job stop` sends SIGTERM: the same clean stop as Ctrl-C, exit 143."""
+    tmp, env = workdir
+    proc = _cli("sweep", "faults.yaml", "--set", "train.steps=100", env=env, cwd=tmp)
+    _wait_for_rows(tmp / "runs", 1, proc)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    assert "stopped by SIGTERM: finished trials are saved in runs/faults-" in err
+    assert "resume with: platform sweep faults.yaml --set train.steps=100 --resume runs/" in err
+    assert "Traceback" not in err
+    [sweep_dir] = sorted((tmp / "runs").glob("faults-*"))
+    done = _rows(tmp / "runs")
+    assert 1 <= len(done) < 6 and all(r["status"] == "ok" for r in done)
+    assert (sweep_dir / "report.md").exists() and (sweep_dir / "report.html").exists()
+    assert _parent_status(env["MLFLOW_TRACKING_URI"]) == "KILLED"
+
+    command = err.split("resume with: ")[1].split()
+    resumed = _cli(*command[1:], env=env, cwd=tmp)
+    _, err = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, err
+    keys = [(r["trial_id"], r["repeat"]) for r in _rows(tmp / "runs")]
+    assert len(keys) == len(set(keys)) == 6
+
+
+def test_a_second_driver_cannot_join_a_running_sweep(workdir):
+    """`--resume` (newest directory, or the directory named) while the sweep still runs is
+    refused, naming the running driver; nothing is run twice or made anew."""
+    tmp, env = workdir
+    proc = _cli("sweep", "faults.yaml", "--set", "train.steps=600", env=env, cwd=tmp)
+    try:
+        _wait_for_rows(tmp / "runs", 1, proc)
+        [live] = sorted((tmp / "runs").glob("faults-*"))
+        seconds = [
+            _cli("sweep", "faults.yaml", "--set", "train.steps=600", *resume, env=env, cwd=tmp)
+            for resume in (["--resume"], ["--resume", str(live.relative_to(tmp))])
+        ]
+        for second in seconds:
+            _, err = second.communicate(timeout=120)
+            assert second.returncode == 2, err
+            assert f"is in use by another sweep driver (pid {proc.pid} on host " in err
+            assert "Traceback" not in err
+        assert proc.poll() is None, "the sweep ended before the second drivers were refused"
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert sorted((tmp / "runs").glob("faults-*")) == [live]
+    rows = _rows(tmp / "runs")
+    keys = [(r["trial_id"], r["repeat"]) for r in rows]
+    assert len(keys) == len(set(keys)) and all(r["status"] == "ok" for r in rows)
+
+    # The stopped driver let go; a resume with other settings is refused with the difference.
+    changed = _cli("sweep", "faults.yaml", "--set", "train.steps=20", "--resume", env=env, cwd=tmp)
+    _, err = changed.communicate(timeout=120)
+    assert changed.returncode == 2, err
+    assert "train.steps: 600 -> 20" in err and "--new-if-changed" in err
+    assert "Traceback" not in err

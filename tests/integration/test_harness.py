@@ -169,7 +169,7 @@ def test_torchscript_run_records_compile_time(shard):
 
 def test_compile_failure_is_a_recorded_failure(shard):
     workload = Unscriptable(**PARAMS)
-    stats, error = _run_guarded(
+    stats, error, kind = _run_guarded(
         workload,
         _settings(compile="torchscript"),
         CONFIG,
@@ -179,7 +179,7 @@ def test_compile_failure_is_a_recorded_failure(shard):
         0,
         1,
     )
-    assert stats == {}
+    assert stats == {} and kind == "failed"
     assert error.startswith("failed: ")
     assert "torch.jit" in error or "Compilation" in error or "script" in error.lower()
 

@@ -1,5 +1,6 @@
 """Several raylets on this machine: placement follows the plan, impossible shapes are refused
-before launch, and a node removed mid-sweep does not stop the sweep."""
+before launch, a node removed mid-sweep does not stop the sweep, and a rank's shard is on its
+own node before its first trial."""
 
 import json
 import os
@@ -28,6 +29,24 @@ def multinode(tmp_path_factory):
     return json.loads(lines[-1].removeprefix("MULTINODE "))
 
 
+def test_a_ranks_shard_is_fetched_onto_its_node_before_the_loop_reads_it(multinode):
+    """`train_source` on a worker node (the d1 baseline's whole training set, and rank 1 of 2):
+    the blocks, in the driver's store on the head node before, are on the rank's node after,
+    and the loop's reads of that iterator then find every block local (Ray Data's count)."""
+    shards = multinode["local_shard"]
+    assert set(shards) == {"d1r0", "d2r1"}
+    for name, shard in shards.items():
+        node, blocks = shard["node"], shard["blocks"]
+        assert blocks > 0 and len(shard["before"]) == len(shard["after"]) == blocks, name
+        assert all(multinode["head"] in nodes for nodes in shard["before"]), shard["before"]
+        assert all(node in nodes for nodes in shard["after"]), (name, shard["after"])
+        assert shard["fetch_s"] is not None and shard["fetch_s"] >= 0, name
+        assert shard["rows"] > 0 and shard["local"] > 0, shard
+        assert shard["remote"] == 0, shard  # the loop read the fetched copies, no re-fetch
+    # The baseline's blocks were only on the head before: the fetch moved them.
+    assert all(nodes == [multinode["head"]] for nodes in shards["d1r0"]["before"])
+
+
 def test_packed_workers_share_a_node(multinode):
     packed = multinode["pack"]
     assert packed["status"] == "ok", packed["error"]
@@ -39,6 +58,19 @@ def test_spread_workers_use_different_nodes(multinode):
     spread = multinode["spread"]
     assert spread["status"] == "ok", spread["error"]
     assert len(set(spread["nodes"])) == 2
+
+
+def test_ray_state_goes_to_the_shared_storage(multinode):
+    for placement in ("pack", "spread"):
+        assert {"train", "tune"} <= set(multinode[placement]["storage"]), multinode[placement]
+        assert not multinode[placement]["local_ray_dir"]
+
+
+def test_several_nodes_without_shared_storage_are_refused_at_plan_time(multinode):
+    refused = multinode["no_storage"]
+    assert refused is not None and refused.startswith("storage: not set")
+    assert "the plan spans 3 nodes that can run its launches" in refused
+    assert "storage: s3://bucket/amdahl" in refused
 
 
 def test_shape_no_node_can_hold_is_refused_before_launch(multinode):
@@ -60,3 +92,14 @@ def test_a_failure_on_one_rank_only_is_recorded_not_hung(multinode):
     # Had the launch hung, the process group's timeout would have ended it with a gloo
     # transport error in place of this reason.
     assert "injected failure on rank 1 only" in one_rank["error"]
+
+
+def test_own_workload_reaches_workers_on_other_nodes_through_the_runtime_env(multinode):
+    """The package and its helper module live in a folder on no import path; the driver finds
+    them through `workload_path`, and the train workers on worker nodes import Ray's unpacked
+    copy (the workload itself raises otherwise), not an inherited PYTHONPATH."""
+    byo = multinode["byo"]
+    assert byo["inherited"] == []
+    assert [r["status"] for r in byo["rows"]] == ["ok"], byo["rows"]
+    assert set(byo["rows"][0]["nodes"]) - {byo["head"]}  # ranks on a worker node
+    assert byo["cpus_per_device"] == 1  # resources: auto, 2 devices fit the nodes left

@@ -181,3 +181,67 @@ def test_report_artifacts_are_uploaded_through_the_server_and_downloadable(serve
     assert by_run == local.read_text()
     html = _get_text(f"{served.base}/api/2.0/mlflow-artifacts/artifacts/{relative}/report.html")
     assert html == (served.outcome.sweep_dir / "report.html").read_text()
+
+
+# ---- a copied sweep directory syncs to another server ----------------------------------------
+
+
+def _sync_cli(sweep_dir: Path, uri: str) -> str:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
+    done = subprocess.run(
+        [sys.executable, "-m", "amdahl.cli", "sync", str(sweep_dir)],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=sweep_dir.parent,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "s3cr3t" not in done.stdout + done.stderr
+    return done.stdout.strip()
+
+
+def _runs_of(base: str) -> tuple[list[Run], list[Run]]:
+    experiment = _call(
+        base,
+        "/api/2.0/mlflow/experiments/get-by-name?"
+        + urllib.parse.urlencode({"experiment_name": EXPERIMENT}),
+    )["experiment"]
+    runs = _search_runs(base, experiment["experiment_id"])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.tags]
+    return parents, [r for r in runs if "mlflow.parentRunId" in r.tags]
+
+
+def test_a_copied_sweep_directory_syncs_in_full_to_another_server(served: Served, tmp_path):
+    """A sweep directory rsynced down from the cluster and synced to the laptop's own server
+    pushes every row there, and nothing twice to either server. The laptop's URI carries a
+    password (in the environment, where it may): it is never printed or written."""
+    import shutil
+
+    copy = tmp_path / served.outcome.sweep_dir.name
+    shutil.copytree(served.outcome.sweep_dir, copy)
+    store = tmp_path / "laptop-mlflow"
+    store.mkdir()
+    port = free_port()
+    laptop = f"http://127.0.0.1:{port}"
+    server = start_mlflow(port, store)
+    try:
+        assert _sync_cli(copy, f"http://alice:s3cr3t@127.0.0.1:{port}").startswith("2 rows pushed")
+        assert "s3cr3t" not in (copy / "tracking.json").read_text()
+        parents, children = _runs_of(laptop)
+        assert len(parents) == 1 and parents[0].tags["amdahl.kind"] == "sweep"
+        assert sorted(c.params["trial_id"] for c in children) == sorted(
+            c.params["trial_id"] for c in served.children
+        )
+        assert {c.tags["mlflow.parentRunId"] for c in children} == {parents[0].run_id}
+        assert _sync_cli(copy, laptop).startswith("0 rows pushed")
+    finally:
+        stop(server)
+    assert _sync_cli(copy, served.base).startswith("0 rows pushed")  # the cluster's has them
+    parents, children = _runs_of(served.base)
+    assert [p.run_id for p in parents] == [served.parent.run_id]
+    assert len(children) == len(served.children)

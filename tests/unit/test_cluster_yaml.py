@@ -15,6 +15,8 @@ import math
 import re
 import shutil
 import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +113,10 @@ def test_dashboard_and_mlflow_listen_on_the_heads_loopback(config):
 
 def test_mlflow_store_defaults_to_the_head_and_is_overridable(config):
     mlflow = _one(config["head_start_ray_commands"], "bin/mlflow server")
-    assert '--backend-store-uri "${AMDAHL_MLFLOW_BACKEND_URI:-sqlite:////home/ubuntu/' in mlflow
+    # the backend store's URL (a database password) goes through the environment, not argv
+    store = 'MLFLOW_BACKEND_STORE_URI="${AMDAHL_MLFLOW_BACKEND_URI:-sqlite:////home/ubuntu/'
+    assert store in mlflow
+    assert "--backend-store-uri" not in mlflow
     assert '--artifacts-destination "${AMDAHL_MLFLOW_ARTIFACTS:-/home/ubuntu/' in mlflow
 
 
@@ -172,6 +177,80 @@ def test_the_repository_is_synced_and_installed_on_every_node(config):
     assert any("download.pytorch.org/whl/cu" in c for c in setup)
 
 
+def _torch_install(config: dict[str, Any]) -> str:
+    return _one(config["setup_commands"], "--query-gpu=driver_version")
+
+
+def _run_torch_install(command: str, home: Path, driver: str, cuda: bool) -> tuple[int, str, str]:
+    """Run cluster.yaml's torch install in a sandbox: a fake `nvidia-smi` reporting `driver`
+    (none: no usable GPU), a fake uv recording its arguments, and the venv's python seeing a
+    fake torch whose CUDA is `cuda`. Returns the exit code, the index uv got, stderr."""
+    bin_dir, fake = home / "bin", home / "fake"
+    for d in (bin_dir, home / ".local" / "bin", home / "venv" / "bin", fake / "torch"):
+        d.mkdir(parents=True, exist_ok=True)
+    scripts = {
+        bin_dir / "nvidia-smi": '[ -n "$FAKE_DRIVER" ] || exit 9\n'
+        'case "$1" in -L) echo "GPU 0: NVIDIA A10G";;\n'
+        '  --query-gpu=driver_version) echo "$FAKE_DRIVER"; echo "$FAKE_DRIVER";; esac\n',
+        home / ".local" / "bin" / "uv": 'printf "%s\\n" "$@" > "$HOME/uv-args"\n',
+        home / "venv" / "bin" / "python": f'exec "{sys.executable}" "$@"\n',
+    }
+    for path, body in scripts.items():
+        path.write_text("#!/bin/sh\n" + body)
+        path.chmod(0o755)
+    (fake / "torch" / "__init__.py").write_text(
+        '__version__ = "2.13.0+fake"\n'
+        "class cuda:\n"
+        f"    is_available = staticmethod(lambda: {cuda})\n"
+    )
+    env = {
+        "HOME": str(home),
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "PYTHONPATH": str(fake),
+        "FAKE_DRIVER": driver,
+    }
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=env)
+    args = (home / "uv-args").read_text().split() if (home / "uv-args").exists() else []
+    index = args[args.index("--index-url") + 1] if "--index-url" in args else ""
+    return done.returncode, index, done.stderr
+
+
+WHL = "https://download.pytorch.org/whl/"
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize(
+    "driver, index",
+    [
+        ("", WHL + "cpu"),  # no usable GPU: the head
+        ("595.12", WHL + "cu130"),
+        ("580.65.06", WHL + "cu130"),
+        ("575.57.08", WHL + "cu126"),
+        ("550.54.15", WHL + "cu126"),
+        ("535.247.01", None),  # too old for any torch 2.13 CUDA wheel: the setup stops
+        ("unknown", None),
+    ],
+)
+def test_the_driver_version_picks_the_torch_wheel_index(config, tmp_path, driver, index):
+    code, got, stderr = _run_torch_install(_torch_install(config), tmp_path, driver, cuda=True)
+    if index is None:
+        assert code != 0 and got == "", "an unsuitable driver must stop the setup"
+        assert f"NVIDIA driver '{driver}' is too old for torch 2.13-2.14 CUDA" in stderr
+        assert "cu126 needs >= 550, cu130 >= 580" in stderr
+    else:
+        assert code == 0, stderr
+        assert got == index
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_a_torch_without_cuda_on_a_gpu_node_stops_the_setup(config, tmp_path):
+    code, got, stderr = _run_torch_install(_torch_install(config), tmp_path, "580.65.06", False)
+    assert got == WHL + "cu130"
+    assert code != 0
+    assert "torch 2.13.0+fake cannot use CUDA (torch.cuda.is_available() is False)" in stderr
+    assert "NVIDIA driver 580.65.06" in stderr
+
+
 # --------------------------------------------------------------------------- sweep files
 
 
@@ -216,3 +295,174 @@ def test_scaling_sweep_fits_the_cluster(config):
     assert unlimited.runnable, "the build supports no trial of sweeps/scaling.yaml"
     refused = {t.trial_id: t.refused for t in on_cluster.trials if t.refused}
     assert refused == {t.trial_id: t.refused for t in unlimited.trials if t.refused}
+
+
+# --------------------------------------------------------------------------- fail closed
+
+SG_PLACEHOLDER = "sg-REPLACE-WITH-RESTRICTED-GROUP-ID"
+
+
+def test_every_node_type_names_its_security_group(config):
+    """A node type without SecurityGroupIds makes Ray create its default group, which opens
+    SSH to every address; the shipped value is a placeholder `ray up` cannot resolve."""
+    assert "security_group" not in config["provider"], "Ray's default group is not used"
+    for name, node_type in config["available_node_types"].items():
+        groups = node_type["node_config"].get("SecurityGroupIds")
+        assert groups == [SG_PLACEHOLDER], f"{name}: SecurityGroupIds {groups!r}"
+
+
+@pytest.fixture
+def ray_aws_config(monkeypatch):
+    """Ray's AWS bootstrap module; where boto3 is not installed, imported over stand-ins for
+    the few boto3/botocore names it imports (nothing here talks to AWS)."""
+    import importlib
+    import importlib.util
+    import types
+
+    name = "ray.autoscaler._private.aws.config"
+    if importlib.util.find_spec("boto3") is not None:
+        return importlib.import_module(name)
+    stubs = {
+        "boto3": {"__version__": "1.40.0"},
+        "boto3.exceptions": {"ResourceNotExistsError": type("E", (Exception,), {})},
+        "boto3.resources": {},
+        "boto3.resources.base": {"ServiceResource": object},
+        "botocore": {},
+        "botocore.client": {"BaseClient": object},
+        "botocore.config": {"Config": object},
+        "botocore.exceptions": {"ClientError": type("E", (Exception,), {})},
+    }
+    for module, attrs in stubs.items():
+        stub = types.ModuleType(module)
+        stub.__dict__.update(attrs)
+        monkeypatch.setitem(sys.modules, module, stub)
+    for loaded in [m for m in sys.modules if m.startswith("ray.autoscaler._private.aws")]:
+        monkeypatch.delitem(sys.modules, loaded)
+    module = importlib.import_module(name)
+    yield module
+    for loaded in [m for m in sys.modules if m.startswith("ray.autoscaler._private.aws")]:
+        del sys.modules[loaded]  # modules bound to the stand-ins go; monkeypatch restores
+
+
+def test_ray_creates_no_security_group_and_refuses_the_placeholder(
+    config, ray_aws_config, monkeypatch, capsys
+):
+    from ray.autoscaler._private.util import prepare_config
+
+    created = []
+    prepared = prepare_config(copy.deepcopy(config))
+    group = type("SecurityGroup", (), {"id": "sg-0default"})
+
+    def upsert(conf, node_types):
+        created.append(node_types)
+        return dict.fromkeys(node_types, group)
+
+    monkeypatch.setattr(ray_aws_config, "_upsert_security_groups", upsert)
+    ray_aws_config._configure_security_group(copy.deepcopy(prepared))
+    assert created == [], "Ray would create its default security group (SSH from anywhere)"
+
+    # `ray up` looks the named groups up before starting anything; no group has the placeholder
+    class NoGroups:
+        class security_groups:  # noqa: N801 - mimics boto3's ec2 resource
+            @staticmethod
+            def filter(Filters):  # noqa: N803
+                assert Filters == [{"Name": "group-id", "Values": [SG_PLACEHOLDER]}]
+                return []
+
+    monkeypatch.setattr(ray_aws_config, "_resource", lambda service, conf: NoGroups)
+    with pytest.raises(AssertionError):
+        ray_aws_config._configure_subnet(copy.deepcopy(prepared))
+    assert "Failed to detect a security group with id equal to any of the configured" in (
+        capsys.readouterr().err
+    )
+
+    # not vacuous: without SecurityGroupIds on one node type, Ray would create its own group
+    head = config["head_node_type"]
+    del prepared["available_node_types"][head]["node_config"]["SecurityGroupIds"]
+    ray_aws_config._configure_security_group(prepared)
+    assert created == [[head]]
+
+
+# --------------------------------------------------------------------------- supply chain, secrets
+
+
+def _uv_install(config: dict[str, Any]) -> str:
+    return _one(config["setup_commands"], "UV_SHA256=")
+
+
+def test_no_installer_is_piped_into_a_shell(config):
+    for key in COMMAND_LISTS:
+        for command in config.get(key) or []:
+            assert not re.search(r"\|\s*(sudo\s+)?(ba|z|da)?sh\b", command), command
+
+
+def test_uv_is_a_pinned_release_checked_against_its_sha256(config):
+    command = _uv_install(config)
+    assert re.search(r"UV_WHEEL=https://files\.pythonhosted\.org/\S+/uv-\d+\.\d+\.\d+-", command)
+    assert re.search(r"UV_SHA256=[0-9a-f]{64};", command)
+    assert "sha256sum -c" in command
+    assert command.index("sha256sum -c") < command.index("install -m 755")
+
+
+def _run_uv_install(command: str, home: Path, machine: str) -> tuple[int, str]:
+    """Run cluster.yaml's uv install with a fake curl that downloads `not a wheel` and a fake
+    uname reporting `machine`; returns the exit code and stderr."""
+    bin_dir = home / "bin"
+    bin_dir.mkdir(parents=True)
+    scripts = {
+        "curl": 'while [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done\n'
+        'echo "not a wheel" > "$out"\n',
+        "uname": f"echo {machine}\n",
+    }
+    for name, body in scripts.items():
+        (bin_dir / name).write_text("#!/bin/sh\n" + body)
+        (bin_dir / name).chmod(0o755)
+    env = {"HOME": str(home), "PATH": f"{bin_dir}:/usr/bin:/bin"}
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=env)
+    return done.returncode, done.stderr
+
+
+@pytest.mark.skipif(
+    shutil.which("bash") is None or shutil.which("sha256sum") is None,
+    reason="needs bash and sha256sum",
+)
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_a_tampered_or_foreign_uv_download_installs_nothing(config, tmp_path, machine):
+    code, stderr = _run_uv_install(_uv_install(config), tmp_path, machine)
+    assert code != 0
+    assert not (tmp_path / ".local" / "bin" / "uv").exists()
+    if machine == "x86_64":
+        assert "does not have the pinned sha256" in stderr
+    else:
+        assert "the pinned uv is the x86_64 build, this node is aarch64" in stderr
+
+
+@pytest.mark.skipif(
+    shutil.which("bash") is None or shutil.which("setsid") is None, reason="needs bash, setsid"
+)
+def test_the_database_password_is_not_on_mlflows_command_line(config, tmp_path):
+    """ps shows every user a process's arguments; its environment only to its owner."""
+    secret = "postgresql://mlflow:s3cr3t-pw@db.internal:5432/mlflow"
+    (tmp_path / ".amdahl").mkdir()
+    (tmp_path / ".amdahl" / "mlflow.env").write_text(f"AMDAHL_MLFLOW_BACKEND_URI='{secret}'\n")
+    (tmp_path / "mlflow").mkdir()
+    fake = tmp_path / "venv" / "bin" / "mlflow"
+    fake.parent.mkdir(parents=True)
+    fake.write_text(
+        '#!/bin/sh\nprintf "%s\\n" "$@" > "$HOME/argv.tmp"\n'
+        'printf "%s" "$MLFLOW_BACKEND_STORE_URI" > "$HOME/store"\n'
+        'mv "$HOME/argv.tmp" "$HOME/argv"\n'
+    )
+    fake.chmod(0o755)
+    command = _one(config["head_start_ray_commands"], "bin/mlflow server")
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    subprocess.run(["bash", "-c", command], check=True, env=env, timeout=30)
+    argv = tmp_path / "argv"
+    for _ in range(200):
+        if argv.exists():
+            break
+        time.sleep(0.05)
+    assert argv.exists(), (tmp_path / "mlflow" / "server.log").read_text()
+    assert "s3cr3t-pw" not in argv.read_text()
+    assert (tmp_path / "store").read_text() == secret
+    assert "--host\n127.0.0.1\n--port\n5000\n" in argv.read_text()

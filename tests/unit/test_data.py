@@ -17,11 +17,11 @@ from amdahl.data import (
     check_source,
     convert_fashion_mnist,
     dataset_path,
+    host_batches,
     read_idx,
     read_rows,
     stored_dataset,
     validation_rows,
-    worker_batches,
 )
 from amdahl.workload import make_workload
 from workloads.mlp import MLP
@@ -207,14 +207,14 @@ def test_each_rank_reads_its_own_slice(tmp_path):
 def test_torch_loader_batches_are_preprocessed_tensors(tmp_path):
     workload = ResNet(train_rows=96, augment="light")
     path = str(stored_dataset(workload, "resnet", "train", 0, cache=tmp_path))
-    batches = worker_batches(LoaderSource(path, workload, 0, 1, 1), 32, 2, torch.device("cpu"))
+    batches = host_batches(LoaderSource(path, workload, 0, 1, 1), 32, 2, False)
     seen = [next(batches) for _ in range(4)]  # three per epoch, then the next epoch
     batches.close()
     for batch in seen:
         assert batch["x"].shape == (32, 1, 28, 28) and batch["x"].dtype == torch.float32
         assert batch["y"].dtype == torch.int64
     with pytest.raises(RuntimeError, match="fewer than batch_size=128"):
-        next(worker_batches(LoaderSource(path, workload, 0, 1, 1), 128, 2, torch.device("cpu")))
+        next(host_batches(LoaderSource(path, workload, 0, 1, 1), 128, 2, False))
 
 
 # --------------------------------------------------------------------------- real data
@@ -243,3 +243,129 @@ def test_digits_give_a_real_validation_accuracy():
         output = model(torch.from_numpy(val["x"]))
     accuracy = float(workload.correct(output, torch.from_numpy(val["y"]))) / len(val["y"])
     assert accuracy > 0.6  # chance is 0.1
+
+
+# --------------------------------------------------------------------------- damaged input, --out
+
+
+def _idx_bytes(array: np.ndarray) -> bytes:
+    header = struct.pack(">I", 0x0800 | array.ndim) + struct.pack(f">{array.ndim}I", *array.shape)
+    return header + np.ascontiguousarray(array, dtype=np.uint8).tobytes()
+
+
+@pytest.mark.parametrize(
+    "name, blob, expected",
+    [
+        ("empty", b"", "not an IDX file"),
+        ("header.gz", b"\x00\x00\x08\x03\x00\x00", "truncated IDX header"),
+        ("dims", b"\x00\x00\x08\x03" + struct.pack(">3I", 60000, 28, 28) + b"\x01" * 10, "only 10"),
+        ("huge", b"\x00\x00\x0e\x03" + struct.pack(">3I", 2**32 - 1, 2**20, 9), "byte limit"),
+        ("long", _idx_bytes(np.zeros(4)) + b"\x00", "more bytes than that"),
+    ],
+)
+def test_damaged_idx_files_are_one_message_naming_the_file(tmp_path, name, blob, expected):
+    path = tmp_path / name
+    if name.endswith(".gz"):
+        with gzip.open(path, "wb") as f:
+            f.write(blob)
+    else:
+        path.write_bytes(blob)
+    with pytest.raises(UserError, match=expected) as info:
+        read_idx(path)
+    assert str(path) in str(info.value)
+
+
+def test_a_truncated_gzip_stream_or_a_directory_is_a_user_error(tmp_path):
+    write_idx(tmp_path / "x.gz", np.zeros((64, 28, 28), np.uint8) + 7)
+    cut = tmp_path / "cut.gz"
+    cut.write_bytes((tmp_path / "x.gz").read_bytes()[:-12])  # no end-of-stream marker
+    with pytest.raises(UserError, match="cut.gz: cannot read it as an IDX file"):
+        read_idx(cut)
+    garbage = tmp_path / "garbage.gz"
+    garbage.write_bytes(b"\x1f\x8b\x08\x00" + b"\xff" * 40)
+    with pytest.raises(UserError, match="garbage.gz"):
+        read_idx(garbage)
+    (tmp_path / "dir.gz").mkdir()
+    with pytest.raises(UserError, match="dir.gz: cannot read it"):
+        read_idx(tmp_path / "dir.gz")
+
+
+def test_a_gzip_bomb_is_read_no_further_than_its_header_says(tmp_path, monkeypatch):
+    """The header announces 4 values; the stream holds 64 MiB more. The reader stops after
+    5 bytes of payload instead of inflating everything."""
+    path = tmp_path / "bomb.gz"
+    with gzip.open(path, "wb") as f:
+        f.write(_idx_bytes(np.zeros(4)) + bytes(64 * 2**20))
+    assert path.stat().st_size < 2**20
+    asked = []
+    original = gzip.GzipFile.read
+
+    def read(self, size=-1):
+        asked.append(size)
+        return original(self, size)
+
+    monkeypatch.setattr(gzip.GzipFile, "read", read)
+    with pytest.raises(UserError, match="more bytes than that"):
+        read_idx(path)
+    assert asked and all(0 <= n <= 5 for n in asked)
+
+
+def test_out_directories_that_are_not_amdahls_are_left_alone(tmp_path):
+    write_fashion_mnist(tmp_path / "idx")
+    out = tmp_path / "out"
+    (out / "val").mkdir(parents=True)
+    (out / "val" / "thesis.tex").write_text("years of work")
+    result = CliRunner().invoke(
+        main, ["data", "fashion-mnist", "--from", str(tmp_path / "idx"), "--out", str(out)]
+    )
+    assert result.exit_code == 2, result.output
+    assert f"{out / 'val'}: exists and is not a dataset split amdahl wrote" in result.output
+    assert "written:" not in result.output and "Traceback" not in result.output
+    assert (out / "val" / "thesis.tex").read_text() == "years of work"
+    assert not (out / "train").exists()  # checked before anything was written or removed
+    # amdahl's marker beside foreign files is not enough either
+    (out / "val" / "_COMPLETE").touch()
+    with pytest.raises(UserError, match="is not a dataset split amdahl wrote"):
+        convert_fashion_mnist(tmp_path / "idx", out)
+    assert (out / "val" / "thesis.tex").exists()
+    # an empty directory, and amdahl's own earlier output, are replaced
+    (out / "val" / "thesis.tex").unlink()
+    (out / "val" / "_COMPLETE").unlink()
+    convert_fashion_mnist(tmp_path / "idx", out)
+    write_fashion_mnist(tmp_path / "idx", n_train=48, seed=1)
+    convert_fashion_mnist(tmp_path / "idx", out)
+    assert len(read_rows(str(out / "train"))["label"]) == 48
+
+
+def test_a_failed_rename_is_reported_not_written(tmp_path, monkeypatch):
+    write_fashion_mnist(tmp_path / "idx")
+
+    def refuse(self, target):
+        raise OSError(39, "Directory not empty")
+
+    monkeypatch.setattr("pathlib.Path.rename", refuse)
+    result = CliRunner().invoke(
+        main, ["data", "fashion-mnist", "--from", str(tmp_path / "idx"), "--out", str(tmp_path)]
+    )
+    assert result.exit_code == 2, result.output
+    assert f"{tmp_path / 'train'}: the train split was not written" in result.output
+    assert "written:" not in result.output
+
+
+def test_stored_dataset_never_returns_a_directory_without_its_marker(tmp_path, monkeypatch):
+    workload = MLP(train_rows=64)
+    first = stored_dataset(workload, "mlp", "train", 0, cache=tmp_path)
+    (first / "_COMPLETE").unlink()  # damaged: some files, no marker
+    with pytest.raises(UserError, match=f"{first}: a cached dataset directory without its"):
+        stored_dataset(workload, "mlp", "train", 0, cache=tmp_path)
+    for p in first.iterdir():
+        p.unlink()  # empty: filled again
+    assert stored_dataset(workload, "mlp", "train", 0, cache=tmp_path) == first
+    assert (first / "_COMPLETE").exists()
+
+    def refuse(self, target):
+        raise OSError(13, "Permission denied")
+
+    monkeypatch.setattr("pathlib.Path.rename", refuse)
+    with pytest.raises(UserError, match="could not store the generated dataset"):
+        stored_dataset(workload, "mlp", "val", 0, cache=tmp_path)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from amdahl.harness import LRSchedule, _target_reached, target_label
+from amdahl.training import LRSchedule, target_label, target_reached
 
 BASE = {"lr": 0.1, "lr_scaling": "linear", "lr_base_batch": 256, "lr_warmup_steps": 4}
 
@@ -38,10 +38,10 @@ def test_update_sets_every_param_group_and_ends_at_the_peak():
 def test_target_directions():
     accuracy = {"metric": "val_accuracy", "value": 0.9}
     loss = {"metric": "val_loss", "value": 0.5}
-    assert _target_reached((1.0, 0.9), accuracy) and not _target_reached((1.0, 0.89), accuracy)
-    assert _target_reached((0.5, None), loss) and not _target_reached((0.51, 0.99), loss)
+    assert target_reached((1.0, 0.9), accuracy) and not target_reached((1.0, 0.89), accuracy)
+    assert target_reached((0.5, None), loss) and not target_reached((0.51, 0.99), loss)
     with pytest.raises(ValueError, match="no accuracy"):
-        _target_reached((0.1, None), accuracy)
+        target_reached((0.1, None), accuracy)
     assert target_label(accuracy) == "val_accuracy>=0.9"
     assert target_label(loss) == "val_loss<=0.5"
     assert target_label(None) is None

@@ -3,8 +3,8 @@
 import pytest
 
 from amdahl.errors import UserError
-from amdahl.plan import DRIVER_CPUS, Node, plan_sweep
-from amdahl.run import make_plan
+from amdahl.plan import DRIVER_CPUS, Node, check_storage, plan_sweep
+from amdahl.run import make_plan, ray_storage
 from amdahl.spec import validate_spec
 from workloads.mlp import MLP
 
@@ -56,7 +56,9 @@ def test_options_only_enter_the_id_of_trials_that_use_them():
 
 def test_hang_case_a_no_cpu_left_for_ray_data():
     # Two 1-CPU workers on 2 CPUs leave Ray Data nothing: refused with the arithmetic and a fix.
-    plan = _plan(grid={"devices": [1, 2]}, resources={"cpus_per_data_worker": 0.5})
+    plan = _plan(
+        grid={"devices": [1, 2]}, resources={"cpus_per_device": 1, "cpus_per_data_worker": 0.5}
+    )
     by_devices = {t.settings["devices"]: t for t in plan.trials}
     assert by_devices[1].refused is None
     reason = by_devices[2].refused
@@ -174,3 +176,128 @@ def test_ids_of_earlier_sweeps_survive_new_train_fields():
             {},
         )
         assert not {t.trial_id for t in changed.trials} & {t.trial_id for t in plan.trials}
+
+
+GPU_NODE = Node(cpus=48, gpus=4, name="gpu")
+GPU_SWEEP = {"grid": {"devices": [1, 4]}, "resources": {"use_gpu": True, "cpus_per_device": 4}}
+
+
+def test_multi_node_plan_without_shared_storage_is_refused():
+    """Two nodes that can run a launch's controller or workers, Ray's state on one node's disk:
+    rank 0's checkpoint would not be found after a restart on the other node."""
+    two_gpu_nodes = [Node(cpus=0, name="head"), GPU_NODE, Node(cpus=48, gpus=4, name="gpu2")]
+    with pytest.raises(UserError) as refused:
+        make_plan(_spec(**GPU_SWEEP), two_gpu_nodes)
+    message = str(refused.value)
+    assert message.startswith("storage: not set")
+    assert "the plan spans 2 nodes that can run its launches (gpu, gpu2)" in message
+    assert "set `storage: s3://bucket/amdahl`" in message
+    assert "filesystem every node mounts (NFS, EFS)" in message
+    # Even when every launch fits on one node: its controller or a restart may be elsewhere.
+    small = _spec(grid={"devices": [1]}, resources={"cpus_per_device": 0.5})
+    with pytest.raises(UserError, match="storage: not set"):
+        make_plan(small, [Node(cpus=2.0, name="a"), Node(cpus=2.0, name="b")])
+    for storage in ("s3://bucket/amdahl", "/mnt/efs/amdahl"):
+        plan = make_plan(_spec(**GPU_SWEEP, storage=storage), two_gpu_nodes)
+        assert [t.refused for t in plan.trials] == [None, None]
+
+
+def test_single_node_plans_need_no_shared_storage():
+    assert make_plan(_spec(), TWO_CPUS).runnable
+    # cluster.yaml grown to one GPU node: the head has no CPUs, so it runs no part of a launch.
+    assert make_plan(_spec(**GPU_SWEEP), [Node(cpus=0, name="head"), GPU_NODE]).runnable
+    # Nothing runnable: the trials' own reasons are the message (run.py), not storage.
+    nothing = plan_sweep(_spec(grid={"devices": [64]}), TWO_CPUS + TWO_CPUS, MLP.defaults)
+    assert not nothing.runnable
+    check_storage(nothing)
+
+
+def test_ray_storage_keeps_one_folder_per_sweep(tmp_path):
+    sweep_dir = tmp_path / "runs" / "t-20260101T000000Z"
+    assert ray_storage(_spec(), sweep_dir, "train") == str(sweep_dir / "ray" / "train")
+    shared = _spec(storage="s3://bucket/amdahl/")
+    assert ray_storage(shared, sweep_dir) == "s3://bucket/amdahl/t-20260101T000000Z"
+    assert ray_storage(_spec(storage="/mnt/efs"), sweep_dir, "train") == (
+        "/mnt/efs/t-20260101T000000Z/train"
+    )
+
+
+# ---- resources: auto -------------------------------------------------------------------------
+
+
+def test_a_sweep_without_resources_runs_1_and_2_devices_on_two_cpus():
+    """The default (`resources: auto`) does the arithmetic a 2-CPU laptop needs: the 2-device
+    trial, its input worker and the trial driver fit, and the plan says what it chose."""
+    for resources in ({}, {"resources": "auto"}, {"resources": {"cpus_per_device": "auto"}}):
+        plan = plan_sweep(_spec(grid={"devices": [1, 2]}, **resources), TWO_CPUS, MLP.defaults)
+        assert [t.refused for t in plan.trials] == [None, None]
+        chosen = plan.spec.resources
+        assert (chosen.cpus_per_device, chosen.cpus_per_data_worker) == (0.79, 0.39)
+        largest = plan.trials[1].resources
+        assert largest.total_cpus == pytest.approx(1.98) and largest.total_cpus <= 2.0
+        assert largest.data_cpus > 0 and largest.driver_cpus == DRIVER_CPUS  # both hang cases
+        assert "cpus_per_device 0.79, cpus_per_data_worker 0.39" in plan.resource_note
+        assert "needs 1.98 of 2 CPUs" in plan.resource_note
+
+
+def test_auto_keeps_the_old_defaults_where_they_fit_and_so_the_trial_ids():
+    plan = plan_sweep(_spec(grid={"devices": [1, 2]}), [Node(cpus=4)], MLP.defaults)
+    chosen = plan.spec.resources
+    assert (chosen.cpus_per_device, chosen.cpus_per_data_worker) == (1.0, 0.5)
+    pinned = {"cpus_per_device": 1, "cpus_per_data_worker": 0.5}
+    explicit = plan_sweep(
+        _spec(grid={"devices": [1, 2]}, resources=pinned), [Node(cpus=4)], MLP.defaults
+    )
+    assert [t.trial_id for t in plan.trials] == [t.trial_id for t in explicit.trials]
+    assert explicit.resource_note is None
+
+
+def test_explicit_values_win_and_their_refusals_stay():
+    plan = _plan(grid={"devices": [1, 2]}, resources={"cpus_per_device": 0.5})
+    assert plan.spec.resources.cpus_per_device == 0.5  # kept; only the data CPUs were chosen
+    assert plan.spec.resources.cpus_per_data_worker == 0.5
+    assert "cpus_per_data_worker 0.5" in plan.resource_note
+    assert "cpus_per_device" not in plan.resource_note
+    too_big = _plan(grid={"devices": [1, 2]}, resources={"cpus_per_device": 1})
+    assert too_big.trials[0].refused is None
+    assert "input pipeline hangs" in too_big.trials[1].refused
+
+
+def test_auto_shrinks_no_further_than_a_quarter_cpu_per_device():
+    """A trial that could only run on slivers of a CPU is refused; the others keep a share."""
+    plan = _plan(grid={"devices": [1, 2, 4, 8]})
+    runnable = [t.settings["devices"] for t in plan.runnable]
+    assert runnable == [1, 2, 4]
+    assert plan.spec.resources.cpus_per_device == 0.44
+    assert "resources.cpus_per_device <=" in plan.refused[0].refused
+
+
+def test_auto_counts_every_dataloader_worker_of_torch_loader_trials():
+    plan = _plan(grid={"devices": [1, 2], "input": ["torch_loader"], "data_workers": [2]})
+    assert all(t.refused is None for t in plan.trials)
+    assert max(t.resources.total_cpus for t in plan.trials) <= 2.0
+
+
+def test_auto_with_gpus_sizes_cpus_per_gpu_from_the_node_type():
+    gpu = [Node(cpus=0, name="head"), Node(cpus=48, gpus=4, name="gpu-0")]
+    plan = plan_sweep(
+        _spec(grid={"devices": [1, 4]}, resources={"use_gpu": True}), gpu, MLP.defaults
+    )
+    # (48 CPUs - 1 for Ray) / 4 GPUs, whole CPUs: 11 each; 4 x 11 + 0.5 + 0.01 fits 48.
+    assert plan.spec.resources.cpus_per_device == 11
+    assert [t.refused for t in plan.trials] == [None, None]
+    assert "48 CPUs less 1 for Ray, over 4 GPUs of gpu-0" in plan.resource_note
+    # The smallest GPU node type decides; a user's value still wins.
+    mixed = [Node(cpus=48, gpus=4, name="big"), Node(cpus=8, gpus=2, name="small")]
+    spec = _spec(grid={"devices": [1]}, resources={"use_gpu": True}, storage="/mnt/efs")
+    assert plan_sweep(spec, mixed, MLP.defaults).spec.resources.cpus_per_device == 3
+    pinned = _spec(grid={"devices": [1]}, resources={"use_gpu": True, "cpus_per_device": 2})
+    assert plan_sweep(pinned, gpu, MLP.defaults).spec.resources.cpus_per_device == 2
+
+
+def test_resources_auto_is_a_valid_setting_and_other_words_are_not():
+    assert _spec(resources="auto").resources.cpus_per_device is None
+    with pytest.raises(UserError, match="resources: got 'manual': give auto, or a mapping"):
+        _spec(resources="manual")
+    with pytest.raises(UserError, match="cpus_per_device: got 'lots': give a number"):
+        _spec(resources={"cpus_per_device": "lots"})

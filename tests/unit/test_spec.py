@@ -117,3 +117,97 @@ def test_time_to_target_and_lr_schedule_are_validated():
                 "train": {"target": {"metric": "accuracy", "value": 1, "max_steps": 99}},
             }
         )
+
+
+def test_storage_is_a_uri_or_an_absolute_path(tmp_path):
+    assert _load(tmp_path, GOOD).storage is None
+    assert _load(tmp_path, GOOD + "storage: s3://bucket/amdahl\n").storage == "s3://bucket/amdahl"
+    assert _load(tmp_path, GOOD + "storage: /mnt/efs/amdahl\n").storage == "/mnt/efs/amdahl"
+    assert _load(tmp_path, GOOD, ("storage=gs://b/x",)).storage == "gs://b/x"
+    message = _error(tmp_path, GOOD + "storage: runs/ray\n")
+    assert ":3: storage: got 'runs/ray': give a URI such as s3://bucket/amdahl" in message
+    assert "absolute path on a filesystem every node mounts" in message
+    assert "~/x" in _error(tmp_path, GOOD, ("storage=~/x",))
+
+
+# --------------------------------------------------------------------------- YAML traps
+
+
+def test_a_key_given_twice_is_refused_with_both_lines(tmp_path):
+    message = _error(tmp_path, GOOD + "grid:\n  devices: [1, 2]\ngrid:\n  batch_size: [8]\n")
+    assert message.endswith(
+        ":5: duplicate key 'grid' (first on line 3); a key may appear only "
+        "once in a mapping: merge the two into one"
+    )
+    assert ":3: duplicate key 'steps' (first on line 3)" in _error(
+        tmp_path, GOOD + "train: {steps: 3, steps: 4}\n"
+    )
+    assert "--set 'params={a: 1, a: 2}': duplicate key 'a'" in _error(
+        tmp_path, GOOD, ("params={a: 1, a: 2}",)
+    )
+    # keys a `<<` merge brings in may still be overridden, as YAML allows
+    merged = _load(tmp_path, GOOD + "params:\n  <<: {hidden: [4]}\n  hidden: [8]\n")
+    assert merged.params == {"hidden": [8]}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        GOOD + "params: &p\n  inner: *p\n",
+        GOOD + "params: {hidden: &h [4, *h]}\n",
+    ],
+)
+def test_a_recursive_anchor_is_refused(tmp_path, text):
+    message = _error(tmp_path, text)
+    assert ":3: this node contains an alias of itself (a recursive anchor)" in message
+
+
+def test_aliases_that_expand_without_bound_are_refused(tmp_path):
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    message = _error(tmp_path, GOOD + "params:\n" + "".join(f"  {ln}\n" for ln in lines))
+    assert "aliases expand to over 100,000 values" in message
+
+
+def test_yaml_that_pyyaml_cannot_build_is_one_message(tmp_path):
+    date = _error(tmp_path, GOOD + "x: 2024-13-01\n")
+    assert "not valid YAML: cannot build a value (ValueError: month must be in 1..12)" in date
+    assert "(AttributeError: " in _error(tmp_path, GOOD + "storage: !!timestamp ''\n")
+    deep = GOOD + "params: {x: " + "[" * 5000 + "]" * 5000 + "}\n"
+    assert "not valid YAML" in _error(tmp_path, deep)
+
+
+@pytest.mark.parametrize(
+    "text, overrides, expected",
+    [
+        (GOOD + "train: {lr: .inf}\n", (), ":3: train.lr: must be a finite number, got inf"),
+        (GOOD + "train: {lr: inf}\n", (), ":3: train.lr: input should be a finite number"),
+        (GOOD, ("train.lr=.nan",), "--set train.lr: must be a finite number, got nan"),
+        (GOOD, ("resources.cpus_per_device=.inf",), "--set resources.cpus_per_device: must be"),
+        (GOOD + "resources: {cpus_per_data_worker: .inf}\n", (), "finite number, got inf"),
+        (GOOD + "report: {cost_per_device_hour: .inf}\n", (), "finite number, got inf"),
+        (GOOD + "params: {dropout: .nan}\n", (), ":3: params.dropout: must be a finite number"),
+        (GOOD + "grid:\n  params.width: [8, .inf]\n", (), "grid.params.width[1]: must be a"),
+    ],
+)
+def test_non_finite_numbers_are_refused(tmp_path, text, overrides, expected):
+    assert expected in _error(tmp_path, text, overrides)
+
+
+def test_the_cli_refuses_bad_yaml_with_one_line_and_exit_2(tmp_path):
+    from click.testing import CliRunner
+
+    from amdahl.cli import main
+
+    path = tmp_path / "sweep.yaml"
+    for text in (GOOD + "params: &p {x: *p}\n", GOOD + "grid: {}\ngrid: {}\n"):
+        path.write_text(text)
+        result = CliRunner().invoke(main, ["plan", str(path), "--set", "train.lr=.inf"])
+        assert result.exit_code == 2, result.output
+        assert result.output.startswith(f"error: {path}:") and result.output.count("\n") == 1
+
+
+@pytest.mark.parametrize("value", ['"a\\0b"', "~no-such-user/x"])
+def test_an_unusable_workload_path_is_one_message(tmp_path, value):
+    message = _error(tmp_path, GOOD + f"workload_path: {value}\n")
+    assert "workload_path: " in message and "is not a usable directory path" in message

@@ -39,3 +39,29 @@ def test_existing_store_is_left_alone(tmp_path):
     create_sqlite_store_atomically(uri)
     assert (tmp_path / "mlflow.db").stat().st_mtime_ns == before
     assert MlflowClient(tracking_uri=uri).get_experiment_by_name("kept") is not None
+
+
+def test_the_default_store_is_created_atomically_too(tmp_path):
+    """No tracking URI anywhere: MLflow's default store (sqlite:///mlflow.db in the working
+    directory) goes through the same atomic creation, so a driver killed during its migrations
+    leaves no store, and the next one creates it cleanly."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    connect = (
+        "from amdahl.spec import validate_spec; from amdahl.track import Tracker; "
+        "Tracker(validate_spec({'workload': 'mlp'}), '.', enabled=True)._client_or_raise()"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", connect], cwd=tmp_path, env=env)
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob(".mlflow.db.*.creating")):  # the migrations have started
+        assert proc.poll() is None, "the default store was not created through a temporary file"
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (tmp_path / "mlflow.db").exists()
+
+    subprocess.run([sys.executable, "-c", connect], cwd=tmp_path, env=env, check=True)
+    assert MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}").search_experiments()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db"]

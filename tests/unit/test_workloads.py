@@ -43,3 +43,43 @@ def test_gpt_flops_follow_the_stated_formula():
 def test_every_registered_workload_resolves():
     for name in REGISTERED:
         assert make_workload(name, {}).defaults
+
+
+def test_every_registered_workload_passes_the_plan_time_checks():
+    from amdahl.workload import check_workload
+
+    small = {"mlp": {"inputs": 8, "hidden": [8]}, "gpt": {"vocab": 32, "width": 16, "context": 8}}
+    for name in REGISTERED:
+        check_workload(make_workload(name, small.get(name, {})))
+
+
+def test_workload_is_an_abstract_base():
+    import pytest
+
+    from amdahl.errors import UserError
+    from amdahl.workload import REQUIRED, Workload
+
+    assert Workload.__abstractmethods__ == frozenset(REQUIRED)
+    with pytest.raises(TypeError):
+        Workload()
+
+    class NoLoss(Workload):
+        def build_model(self):
+            return torch.nn.Linear(1, 1)
+
+        def generate(self, split, num_rows, seed):
+            return {}
+
+        def split_batch(self, batch):
+            return batch, batch
+
+    with pytest.raises(TypeError, match="loss"):
+        NoLoss()
+    import sys
+
+    sys.modules[__name__].NoLoss = NoLoss  # resolvable by name, as a sweep file names it
+    try:
+        with pytest.raises(UserError, match=r"NoLoss .* does not implement loss"):
+            make_workload(f"{__name__}:NoLoss", {})
+    finally:
+        del sys.modules[__name__].NoLoss

@@ -3,6 +3,7 @@
     build_report(dir)     -> Report (numbers: compute.py; bottlenecks, recommendation: diagnose.py)
     write_reports(dir)    -> {"markdown": dir/report.md, "html": dir/report.html}
     render_terminal(dir)  -> the terminal view as plain text
+    predict_sweep(dir, devices) -> the step-time model's predictions (stepmodel.py)
 
 Inputs: results.parquet, plus calibration.json, spec.yaml and plan.json when present.
 Pure: imports neither ray nor torch.
@@ -12,10 +13,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from amdahl.files import write_private
 from amdahl.report.build import Report, build_report, report_from_rows
 from amdahl.report.document import comparison
 from amdahl.report.render_html import to_html
 from amdahl.report.render_text import render_terminal_text, to_markdown
+from amdahl.report.stepmodel import predict_sweep
 
 MARKDOWN_FILE = "report.md"
 HTML_FILE = "report.html"
@@ -26,6 +29,7 @@ __all__ = [
     "Report",
     "build_report",
     "comparison",
+    "predict_sweep",
     "render_terminal",
     "report_from_rows",
     "write_reports",
@@ -48,6 +52,4 @@ def render_terminal(sweep_dir: str | Path) -> str:
 
 
 def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    write_private(path, text)  # whole, owner-only: labels carry the sweep's parameters

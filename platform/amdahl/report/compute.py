@@ -26,6 +26,11 @@ from typing import Any
 
 from amdahl.results import SETTING_COLUMNS
 
+#: What rows were measured under besides their axis values, set apart only where a sweep
+#: directory holds rows of the same axis values measured under different settings (one resumed
+#: with other settings, before `platform sweep --resume` refused that), so that those are never
+#: taken for repeats of one configuration; None everywhere else. See `_measured_under`.
+MEASURED_UNDER = ("steps", "warmup_steps", "target", "trial")
 #: Columns that, with `devices`, identify one configuration.
 SETTINGS = (
     "workload",
@@ -33,6 +38,7 @@ SETTINGS = (
     "scaling",
     "batch_size",
     *(c for c in SETTING_COLUMNS if c != "devices"),
+    *MEASURED_UNDER,
 )
 #: Columns aggregated per configuration over its ok repeats.
 METRICS = (
@@ -220,11 +226,11 @@ def scale_batch(settings: dict[str, Any]) -> int | None:
 
 
 def group_configs(rows: list[dict[str, Any]]) -> list[Config]:
-    """Rows (repeats, any status) grouped into configurations, in a stable order."""
+    """Rows (repeats, any status) grouped into configurations, in a stable order: repeats share
+    their axis values and what they were measured under (`_measured_under`)."""
     groups: dict[tuple, Config] = {}
-    for row in rows:
-        settings = {c: row.get(c) for c in (*SETTINGS, "devices")}
-        settings["scaling"] = settings["scaling"] or "weak"
+    for row, measured in zip(rows, _measured_under(rows), strict=True):
+        settings = {**_axis_settings(row), **measured}
         key = tuple(settings[c] for c in (*SETTINGS, "devices"))
         groups.setdefault(key, Config(settings=settings)).rows.append(row)
     configs = sorted(groups.values(), key=_order)
@@ -232,6 +238,63 @@ def group_configs(rows: list[dict[str, Any]]) -> list[Config]:
     for c in configs:
         c.label = config_label(c.settings, varying)
     return configs
+
+
+def _axis_settings(row: dict[str, Any]) -> dict[str, Any]:
+    settings = {c: row.get(c) for c in (*SETTINGS, "devices") if c not in MEASURED_UNDER}
+    settings["scaling"] = settings["scaling"] or "weak"
+    return settings
+
+
+def _measured_under(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per row, the MEASURED_UNDER values that tell it apart from rows of the same axis values
+    measured under other settings.
+
+    - The training length: `steps` (in time-to-target mode the `target` instead, as the steps
+      run then differ by repeat) and `warmup_steps`; each is None unless the ok rows disagree
+      on it. A row lacking them (a launch that crashed records no target) takes its trial's.
+    - `trial`: the trial id, which hashes every setting that changes a measurement (lr, seed,
+      optimizer, resources, options, ...), where rows of the same axis values and length
+      still come from several trials; else None.
+
+    In a directory measured under one set of settings all of these are None: keys, labels and
+    comparisons between directories are unchanged.
+    """
+    by_trial: dict[Any, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_trial.setdefault(r.get("trial_id"), []).append(r)
+
+    def own_or_trials(r: dict[str, Any], column: str) -> Any:
+        if r.get(column) is not None:
+            return r[column]
+        same_trial = by_trial[r.get("trial_id")]
+        return next((o[column] for o in same_trial if o.get(column) is not None), None)
+
+    out = []
+    for r in rows:
+        target = own_or_trials(r, "target")
+        out.append(
+            {
+                "steps": None if target else r.get("steps"),
+                "warmup_steps": own_or_trials(r, "warmup_steps"),
+                "target": target,
+            }
+        )
+    ok = [m for r, m in zip(rows, out, strict=True) if r.get("status") == "ok"]
+    for column in ("steps", "warmup_steps", "target"):
+        if len({m[column] for m in ok}) <= 1:
+            for m in out:
+                m[column] = None
+    keys = [
+        (tuple(_axis_settings(r).values()), tuple(m.values()))
+        for r, m in zip(rows, out, strict=True)
+    ]
+    trials: dict[tuple, set[Any]] = {}
+    for r, key in zip(rows, keys, strict=True):
+        trials.setdefault(key, set()).add(r.get("trial_id"))
+    for r, m, key in zip(rows, out, keys, strict=True):
+        m["trial"] = r.get("trial_id") if len(trials[key]) > 1 else None
+    return out
 
 
 def _order(c: Config) -> tuple:
@@ -285,6 +348,12 @@ def config_label(settings: dict[str, Any], varying_params: list[str] = ()) -> st
         parts.append(f"p{s['prefetch_batches']}")
     params = _params(s.get("params"))
     parts += [f"{k}={json.dumps(params.get(k), separators=(',', ':'))}" for k in varying_params]
+    # Set only where rows of equal axis values were measured under other settings.
+    for column, name in (("steps", "steps"), ("warmup_steps", "warmup"), ("trial", "trial")):
+        if s.get(column) is not None:
+            parts.append(f"{name}={s[column]}")
+    if s.get("target") is not None:
+        parts.append(str(s["target"]))
     return " ".join(parts)
 
 
@@ -511,31 +580,52 @@ class AlphaBeta:
     rel_rmse: float  # fit quality: RMS relative error of the predicted times
 
 
-def fit_alpha_beta(p: int, sizes: list[float], seconds: list[float]) -> AlphaBeta:
-    """Fit alpha and beta of the ring model to measured all-reduce times.
+#: The bandwidth term is fitted on the sizes at or above this fraction of the largest one.
+LARGE_FRACTION = 1 / 64
+#: The latency term is read off the sizes at or below this many bytes.
+SMALL_BYTES = 64 * 1024
 
-    t = a + b * n with a = 2(p-1) alpha and b = 2(p-1)/p * beta, by least squares on the
-    *relative* error, so microsecond latencies at small sizes weigh as much as the large
-    messages that fix the bandwidth. Needs p >= 2 and two or more sizes.
+
+def fit_alpha_beta(p: int, sizes: list[float], seconds: list[float]) -> AlphaBeta:
+    """Fit alpha and beta of the ring model to measured all-reduce times: the bandwidth from
+    the large messages, the latency from the small ones.
+
+    t = a + b * n with a = 2(p-1) alpha and b = 2(p-1)/p * beta. Measured times are not one
+    straight line over six decades of sizes: NCCL switches protocol and channel count with the
+    message size (a low-latency protocol for small messages, its bulk protocol only for large
+    ones), so the slope at kilobytes is not the link's. One least-squares line through every size
+    lets the many small sizes set the slope and underestimates the bandwidth a gradient of
+    hundreds of MB sees. So the two terms are fitted where each one dominates:
+
+    - b: ordinary least squares of t = c + b * n on the sizes >= LARGE_FRACTION x the largest
+      (>= 8 MiB when the sizes reach 512 MiB; the two largest sizes if fewer qualify), on
+      absolute times, so the largest messages, the size of a model's gradients, fix the slope;
+      the intercept c (the bulk protocol's own start-up) is not the latency and is dropped.
+    - a: the median of t - b * n over the sizes <= SMALL_BYTES (the smallest size if none is),
+      where the time is almost all latency.
+
+    The model then leaves out the bulk protocol's start-up beyond a, a few microseconds per
+    ring step: a few percent of a 100 MB all-reduce over NVLink, where a slope set by the small
+    sizes was off by tens of percent.
+
+    rel_rmse is the RMS relative error of the two-term model over every size, protocol switches
+    included. Needs p >= 2 and two or more sizes.
     """
     if p < 2:
         raise ValueError("an all-reduce over one device moves nothing; calibrate with p >= 2")
-    pts = [(float(n), float(t)) for n, t in zip(sizes, seconds, strict=True) if t > 0]
-    if len({n for n, _ in pts}) < 2:
+    pts = sorted((float(n), float(t)) for n, t in zip(sizes, seconds, strict=True) if t > 0)
+    distinct = sorted({n for n, _ in pts})
+    if len(distinct) < 2:
         raise ValueError("need at least two message sizes to separate latency from bandwidth")
-    w = [1.0 / t**2 for _, t in pts]
-    sw = sum(w)
-    swn = sum(wi * n for wi, (n, _) in zip(w, pts, strict=True))
-    swnn = sum(wi * n * n for wi, (n, _) in zip(w, pts, strict=True))
-    swt = sum(wi * t for wi, (_, t) in zip(w, pts, strict=True))
-    swnt = sum(wi * n * t for wi, (n, t) in zip(w, pts, strict=True))
-    det = sw * swnn - swn * swn
-    a = (swt * swnn - swn * swnt) / det
-    b = (sw * swnt - swn * swt) / det
-    if a < 0:
-        a, b = 0.0, swnt / swnn
+    cut = min(distinct[-1] * LARGE_FRACTION, distinct[-2])
+    large = [(n, t) for n, t in pts if n >= cut]
+    mn = statistics.fmean(n for n, _ in large)
+    mt = statistics.fmean(t for _, t in large)
+    b = sum((n - mn) * (t - mt) for n, t in large) / sum((n - mn) ** 2 for n, _ in large)
     if b <= 0:
         raise ValueError("all-reduce time does not grow with message size; add larger sizes")
+    small = [(n, t) for n, t in pts if n <= SMALL_BYTES] or [pts[0]]
+    a = max(0.0, statistics.median(t - b * n for n, t in small))
     rel = [(a + b * n - t) / t for n, t in pts]
     return AlphaBeta(
         alpha_s=a / (2 * (p - 1)),

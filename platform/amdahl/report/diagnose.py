@@ -48,8 +48,9 @@ THRESHOLDS: dict[str, float] = {
 THRESHOLD_TEXT = [
     f"{COMMUNICATION}: exposed communication (phase time with the sync strategy minus the same "
     f"configuration with sync none) >= {THRESHOLDS['communication']:.0%} of the step",
-    f"{DATA} (on GPUs also {TRANSFER}: the copy to the device happens inside the input "
-    f"iterator): data wait >= {THRESHOLDS['data_wait']:.0%} of the step",
+    f"{DATA} (on GPUs data wait is the device's idle gap between steps, so it also holds a "
+    f"{TRANSFER} that did not finish under the previous step): data wait >= "
+    f"{THRESHOLDS['data_wait']:.0%} of the step",
     f"{OVERHEAD}: time outside the timed phases (Python loop, stragglers) >= "
     f"{THRESHOLDS['outside_phases']:.0%} of the step, or on CPU a fixed per-step cost "
     f">= {THRESHOLDS['fixed_cost']:.0%} of the compute phases",
@@ -78,7 +79,7 @@ ADVICE: dict[str, list[str]] = {
         "move preprocessing out of the step (store it once)",
     ],
     TRANSFER: [
-        "keep prefetch_batches >= 2 so the copy overlaps compute",
+        "a copy longer than a step cannot hide behind it: send fewer bytes per batch",
         "send compact dtypes (uint8, bf16) and convert on the device",
     ],
     OVERHEAD: [
@@ -217,7 +218,13 @@ def _attach_model(d: Diagnosis, calib: Calibration | None) -> None:
             c.devices, grad * WIRE_FACTOR[c.sync], calib.alpha_s, calib.bandwidth_Bps
         )
     flops = c.stat("achieved_flops")
-    peak = calib.peak_for(c.settings["precision"]) if calib else None
+    # Each trial's own peak first: measured by the same probe as calibrate's, on the trial's own
+    # workers and in its own number format (tf32 included); calibration.json's is the fallback.
+    own = c.stat("peak_flops")
+    if own and own.median > 0:
+        peak: tuple[float, str] | None = (own.median, f"{c.settings['precision']}, trial's own")
+    else:
+        peak = calib.peak_for(c.settings["precision"]) if calib else None
     if flops and peak:
         d.mfu = flops.median / (c.devices * peak[0])
         d.mfu_peak = peak[1]

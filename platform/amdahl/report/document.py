@@ -8,10 +8,12 @@ Pure: imports neither ray nor torch.
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass, field
 
+from amdahl.report import stepmodel
 from amdahl.report.build import Report
-from amdahl.report.compute import NO_SYNC, SETTINGS, Config, Stat, differs
+from amdahl.report.compute import NO_SYNC, PROJECTION_FACTORS, SETTINGS, Config, Stat, differs
 from amdahl.report.diagnose import SEGMENTS, THRESHOLD_TEXT, cost_stat
 
 
@@ -91,7 +93,7 @@ def scaling_statement(report: Report) -> str:
 
 def sections(report: Report) -> list[Section]:
     out = [_summary(report), _recommendation(report), _scaling(report), _breakdown(report)]
-    out += [_communication(report), _efficiency(report), _quality(report)]
+    out += [_communication(report), _predicted(report), _efficiency(report), _quality(report)]
     if any(row.get("target") for c in report.configs for row in c.rows):
         out.append(_time_to_target(report))
     out.append(_failures(report))
@@ -236,7 +238,11 @@ def _curve_notes(curve) -> list[str]:
                 + (f" (~{rate(p.throughput)} samples/s)" if p.throughput else "")
                 for p in curve.projections
             )
-            out.append(f"{head}: PROJECTION from the Amdahl fit, not measured: {proj}")
+            out.append(
+                f"{head}: PROJECTION from the Amdahl fit, not measured: {proj} (a descriptive "
+                "extrapolation of the measured curve; the prediction is the step-time model's, "
+                "under Predicted vs measured)"
+            )
     return out
 
 
@@ -352,17 +358,297 @@ def _comm_verdict(ratio: float) -> str:
     )
 
 
+# --------------------------------------------------------------------------- step-time model
+
+MODEL_TEXT = (
+    "Step-time model (report/stepmodel.py): compute T_c(b) = a_c + b_c x b per configuration "
+    "family (every setting but devices and batch), x kappa on more than one device (measured "
+    "contention); communication T_n = latency terms x alpha + bytes per step / B, the bytes "
+    "set by the sync strategy and its options; step = (T_c^gamma + T_n^gamma)^(1/gamma) with "
+    "the overlap exponent gamma fitted on multi-device trials; plus the family's measured "
+    "data wait (not modelled). Throughput = global batch / step."
+)
+
+
+@dataclass
+class PredictedView:
+    """The step-time model fitted to a report's sweep and its leave-one-out check, computed
+    once per report (each renderer reads them)."""
+
+    inputs: stepmodel.ModelInputs
+    model: stepmodel.StepModel
+    loo: list[stepmodel.LooPoint]
+
+
+_VIEWS: dict[int, PredictedView] = {}
+
+
+def predicted_view(r: Report) -> PredictedView:
+    view = _VIEWS.get(id(r))
+    if view is None:
+        inputs = stepmodel.report_inputs(r.configs, r.calibration, r.price, r.sweep_dir, r.name)
+        loo = stepmodel.leave_one_out(inputs, min_devices=1)
+        view = PredictedView(inputs, stepmodel.fit(inputs), loo)
+        _VIEWS[id(r)] = view
+        weakref.finalize(r, _VIEWS.pop, id(r), None)
+    return view
+
+
+def _predicted(r: Report) -> Section:
+    sec = Section("predicted", "Predicted vs measured")
+    view = predicted_view(r)
+    sec.paras.append(MODEL_TEXT)
+    sec.paras.append(_links_text(view.model.comm))
+    terms = _terms_table(view.model)
+    if terms.rows:
+        sec.tables.append(terms)
+    rows = []
+    for pt in view.loo:
+        rows.append(
+            [
+                pt.config.label,
+                rate(pt.measured),
+                rate(pt.predicted),
+                f"{pt.error:+.1%}" if pt.error is not None else "",
+                pt.unknown,
+            ]
+        )
+    if not rows:
+        sec.paras.append("No ok runs: nothing to fit the model to.")
+        return sec
+    sec.tables.append(
+        Table(
+            [
+                "configuration",
+                "measured samples/s",
+                "predicted samples/s (leave-one-out)",
+                "error",
+                "note",
+            ],
+            rows,
+            title="Each measured point against the model refitted without it",
+        )
+    )
+    sec.paras.append(loo_caveat(view.loo))
+    proj_rows = []
+    for curve in r.curves:
+        last = curve.points[-1].config
+        devices = [p.devices for p in curve.projections] or [
+            k * last.devices for k in PROJECTION_FACTORS
+        ]
+        amdahl = {p.devices: p.speedup for p in curve.projections}
+        for pr in stepmodel.project_curve(view.model, last, curve.baseline, devices):
+            pred = pr.prediction
+            proj_rows.append(
+                [
+                    curve.label,
+                    str(pr.devices),
+                    rate(pred.throughput),
+                    times(pr.speedup) if pr.speedup else "n/a",
+                    pct(pr.efficiency),
+                    times(amdahl[pr.devices]) if pr.devices in amdahl else "",
+                    pred.unknown or "; ".join(pred.caveats),
+                ]
+            )
+    if proj_rows:
+        sec.tables.append(
+            Table(
+                [
+                    "configuration",
+                    "devices",
+                    "predicted samples/s",
+                    "predicted speedup",
+                    "predicted efficiency",
+                    "Amdahl fit speedup (descriptive)",
+                    "note",
+                ],
+                proj_rows,
+                title="PREDICTION from the step-time model, not measured: more devices",
+            )
+        )
+        sec.paras.append(
+            "The projection to more devices is the step-time model's prediction; the Amdahl fit "
+            "beside it (Speedup against ideal) describes the measured curve and is shown for "
+            "comparison only. Speedup is against the measured 1-device run where there is one."
+        )
+    sec.bullets += _model_caveats(view.model)
+    return sec
+
+
+def _links_text(comm: stepmodel.CommModel) -> str:
+    if comm.intra is None:
+        return (
+            "No calibration.json with alpha and bandwidth: no communication model, so only "
+            "what does not communicate (1 device, sync none) is predicted; run `platform "
+            "calibrate DIR --devices N`."
+        )
+    text = (
+        f"alpha = {comm.intra.alpha_s * 1e6:,.1f} us, B = {comm.intra.bandwidth_Bps / 1e9:.3f} "
+        f"GB/s within a node ({comm.backend or '?'}, calibration.json)"
+    )
+    if comm.inter is not None:
+        text += (
+            f"; across nodes alpha = {comm.inter.alpha_s * 1e6:,.1f} us, B = "
+            f"{comm.inter.bandwidth_Bps / 1e9:.3f} GB/s"
+        )
+    else:
+        text += (
+            "; no inter-node terms (`platform calibrate` measures within a node only): a "
+            "prediction across nodes uses the intra-node ones"
+        )
+    return text + "."
+
+
+def _terms_table(model: stepmodel.StepModel) -> Table:
+    rows = []
+    for fam in model.families.values():
+        if not fam.has_compute:
+            rows.append([fam.label, "n/a", "n/a", "", "", "", "no compute measured"])
+            continue
+        rows.append(
+            [
+                fam.label,
+                ms(fam.a_c),
+                f"{fam.b_c * 1e6:,.3f}",
+                f"{fam.kappa:.2f}",
+                f"{fam.gamma:.2f}",
+                mib(fam.grad_bytes) if fam.grad_bytes else "unknown",
+                f"compute: {fam.compute_source}; kappa: {fam.kappa_source}; "
+                f"gamma: {fam.gamma_source}",
+            ]
+        )
+    headers = ["configuration", "a_c ms", "b_c us/sample", "kappa", "gamma", "gradient MiB"]
+    return Table([*headers, "note"], rows, title="Fitted terms per configuration family")
+
+
+def loo_caveat(loo: list[stepmodel.LooPoint]) -> str:
+    errors = stepmodel.error_summary(loo)
+    if errors is None:
+        return (
+            "No multi-device point could be predicted leave-one-out: the model's error is "
+            "unknown, so read its predictions as unchecked."
+        )
+    median, p90, n = errors
+    return (
+        f"Leave-one-out check: median |error| {median:.1%}, p90 {p90:.1%} over {n} measured "
+        "multi-device point(s); expect errors of that size or larger far from the measured "
+        "range."
+    )
+
+
+def _model_caveats(model: stepmodel.StepModel) -> list[str]:
+    out = []
+    for fam in model.families.values():
+        out += [f"{fam.label}: {n}" for n in fam.notes]
+        if fam.sync == "powersgd" and fam.grad_bytes and not fam.shapes:
+            out.append(
+                f"{fam.label}: PowerSGD bytes are an estimate: no parameter shapes in "
+                "calibration.json (the gradient taken as one square matrix)"
+            )
+        if fam.sync == "param_server":
+            out.append(
+                f"{fam.label}: parameter-server transfers go through Ray's object store; the "
+                "calibrated collective's alpha and B stand in for it (rough)"
+            )
+    return out
+
+
+def prediction_sections(pred: stepmodel.SweepPrediction) -> list[Section]:
+    """`platform predict`: the model's terms and caveat, then one table per family."""
+    head = Section("predict", f"PREDICTION for {pred.name}: step-time model, not measured")
+    head.paras.append(MODEL_TEXT)
+    head.paras.append(_links_text(pred.model.comm))
+    head.paras.append(loo_caveat(pred.loo))
+    head.paras.append(
+        f"Devices spread over {pred.nodes} node(s). Speedup and efficiency are against the "
+        "family's measured 1-device throughput at the same batch (the model's where none was "
+        "measured)."
+    )
+    if pred.price <= 0:
+        head.paras.append(
+            "Cost: no report.cost_per_device_hour in spec.yaml, so device-hours per million "
+            "samples instead of $."
+        )
+    head.bullets = list(pred.notes) + _model_caveats(pred.model)
+    out = [head]
+    cost = "predicted $/M samples" if pred.price > 0 else "predicted device-h/M samples"
+    for i, fp in enumerate(pred.families):
+        fam = fp.family
+        sec = Section(f"predict-{i}", f"PREDICTION (not measured): {fam.label}")
+        sec.paras.append(_family_terms(fam))
+        rows, parts = [], []
+        caveats: list[str] = []
+        for pr in fp.rows:
+            p = pr.prediction
+            for c in p.caveats:
+                if c not in caveats:
+                    caveats.append(c)
+            price = pr.cost
+            rows.append(
+                [
+                    str(pr.devices),
+                    str(pr.batch),
+                    rate(p.throughput),
+                    times(pr.speedup) if pr.speedup else "n/a",
+                    pct(pr.efficiency),
+                    "n/a" if price is None else f"{price:,.3g}",
+                    p.unknown or ("" if pr.baseline_measured else "1-device baseline predicted"),
+                ]
+            )
+            if p.step_s is not None:
+                parts.append(
+                    [str(pr.devices), str(pr.batch)]
+                    + [ms(v) for v in (p.step_s, p.compute_s, p.comm_s, p.data_wait_s)]
+                )
+        batch = "global batch" if fam.scaling == "strong" else "batch/device"
+        headers = ["devices", batch, "predicted samples/s", "predicted speedup"]
+        headers += ["predicted efficiency", cost, "note"]
+        if rows:
+            sec.tables.append(Table(headers, rows, title="predicted, not measured"))
+        else:
+            sec.paras.append("No batch size to predict: the family has no ok run.")
+        if parts:
+            headers = ["devices", batch, "step ms", "compute ms", "comm ms", "data wait ms"]
+            sec.tables.append(Table(headers, parts, title="predicted ms per optimizer step"))
+        if fam.sync == NO_SYNC:
+            caveats.insert(
+                0,
+                "sync none is the no-communication ceiling (every worker trains alone), "
+                "not a way to train",
+            )
+        sec.bullets = caveats
+        out.append(sec)
+    return out
+
+
+def _family_terms(fam: stepmodel.Family) -> str:
+    if not fam.has_compute:
+        return "Fitted terms: none (no compute measured in this family or its sync none sibling)."
+    text = (
+        f"Fitted terms: a_c = {ms(fam.a_c)} ms, b_c = {fam.b_c * 1e6:,.3f} us/sample "
+        f"(compute: {fam.compute_source}); kappa = {fam.kappa:.2f} ({fam.kappa_source}); "
+        f"gamma = {fam.gamma:.2f} ({fam.gamma_source})"
+    )
+    if fam.grad_bytes:
+        text += f"; gradient {mib(fam.grad_bytes)} MiB"
+    return text + "."
+
+
 def _efficiency(r: Report) -> Section:
     sec = Section("efficiency", "Hardware efficiency and memory")
     cal = r.calibration
     if cal and cal.peak_flops:
         peaks = ", ".join(f"{k} {v / 1e9:,.1f} GFLOP/s" for k, v in cal.peak_flops.items())
         sec.paras.append(
-            f"MFU = achieved FLOP/s / (p x peak); peak per device: {peaks} "
+            "MFU = achieved FLOP/s / (p x peak), peak = each trial's own measured matmul FLOP/s "
+            f"at its precision, else calibration.json's: {peaks} "
             f"({cal.peak_source or 'source not stated'})."
         )
     else:
-        sec.paras.append("No peak FLOP/s in calibration.json: MFU not computed.")
+        sec.paras.append(
+            "MFU = achieved FLOP/s / (p x peak), peak = each trial's own measured matmul FLOP/s "
+            "at its precision (the same probe as `platform calibrate`)."
+        )
     rows = []
     for d in r.diagnoses:
         c = d.config

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+import statistics
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,13 @@ from amdahl.results import read_results
 CALIBRATION_FILE = "calibration.json"
 SPEC_FILE = "spec.yaml"
 PLAN_FILE = "plan.json"
-#: Precisions whose matmuls run in 16-bit: their MFU is taken against the bf16 peak.
-_HALF = {"bf16", "fp16", "bf16_weights"}
+#: The measured peak (calibration.json's `peak_flops` key) a precision's MFU is taken against:
+#: its own number format's (amdahl.peak measures each the same way).
+PEAK_KIND = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "bf16_weights": "bf16", "fp16": "fp16"}
+#: Last resort when neither calibration.json nor the rows have a precision's own peak: fp16 runs
+#: on the same tensor cores as bf16. tf32 has none: against the IEEE fp32 peak its MFU reads
+#: several hundred percent.
+_STAND_IN = {"fp16": "bf16"}
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,8 @@ class Calibration:
     fit_rel_rmse: float | None = None
     grad_bytes: float | None = None
     grad_bytes_by_params: dict[str, float] = field(default_factory=dict)
+    #: Per precision, the median `peak_flops` the trials measured themselves (results rows).
+    row_peak_flops: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Calibration:
@@ -85,14 +93,35 @@ class Calibration:
             return next(iter(self.grad_bytes_by_params.values()))
         return None
 
-    def peak_for(self, precision: str | None) -> tuple[float, str] | None:
-        """(peak FLOP/s per device, which peak) for a precision: bf16 peak for 16-bit
-        precisions when measured, else the fp32 peak."""
-        order = ["bf16", "fp32"] if precision in _HALF else ["fp32"]
-        for kind in order:
-            if kind in self.peak_flops:
-                return self.peak_flops[kind], kind
+    def peak_for(
+        self, precision: str | None, row_peak: float | None = None
+    ) -> tuple[float, str] | None:
+        """(peak FLOP/s per device, which peak) for a precision: calibration.json's peak of the
+        precision's own number format (tf32 -> tf32, bf16 and bf16_weights -> bf16, ...); else
+        the trial's own measured peak (`row_peak`, else the rows' median by precision); else,
+        for fp16 only, the bf16 peak. None when nothing fits: tf32 never falls back to fp32."""
+        kind = PEAK_KIND.get(precision or "fp32", "fp32")
+        if kind in self.peak_flops:
+            return self.peak_flops[kind], kind
+        own = row_peak if row_peak and row_peak > 0 else self.row_peak_flops.get(precision or "")
+        if own:
+            return own, f"{kind}, trial's own"
+        stand_in = _STAND_IN.get(kind)
+        if stand_in in self.peak_flops:
+            return self.peak_flops[stand_in], stand_in
         return None
+
+    def with_row_peaks(self, rows: list[dict[str, Any]]) -> Calibration:
+        """A copy that knows the peaks the trials measured (their `peak_flops` column), per
+        precision, as the fallback where calibration.json has no peak for it."""
+        by_precision: dict[str, list[float]] = {}
+        for r in rows:
+            v, precision = r.get("peak_flops"), r.get("precision")
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            if ok and v > 0 and precision and r.get("status") == "ok":
+                by_precision.setdefault(str(precision), []).append(float(v))
+        peaks = {k: statistics.median(vs) for k, vs in by_precision.items()}
+        return replace(self, row_peak_flops=peaks)
 
 
 @dataclass
@@ -113,17 +142,23 @@ def load_inputs(sweep_dir: str | Path) -> SweepInputs:
     inputs = SweepInputs(sweep_dir=d, name=d.resolve().name, rows=rows)
     calib = _read_json(d / CALIBRATION_FILE, inputs.notes)
     if isinstance(calib, dict):
-        inputs.calibration = Calibration.from_dict(calib)
+        inputs.calibration = Calibration.from_dict(calib).with_row_peaks(rows)
     spec = _read_yaml(d / SPEC_FILE, inputs.notes)
-    if isinstance(spec, dict):
-        price = (spec.get("report") or {}).get("cost_per_device_hour")
-        if isinstance(price, (int, float)) and price > 0:
+    report = spec.get("report") if isinstance(spec, dict) else None
+    if isinstance(report, dict):
+        price = report.get("cost_per_device_hour")
+        if isinstance(price, (int, float)) and math.isfinite(price) and price > 0:
             inputs.price_per_device_hour = float(price)
     plan = _read_json(d / PLAN_FILE, inputs.notes)
-    if isinstance(plan, dict):
-        for t in plan.get("trials") or []:
-            if isinstance(t, dict) and t.get("refused"):
-                inputs.refused.append((str(t.get("label") or t.get("trial_id")), t["refused"]))
+    trials = plan.get("trials") if isinstance(plan, dict) else None
+    if plan is not None and not isinstance(trials, list):
+        inputs.notes.append(f"{PLAN_FILE} ignored: no list of trials in it")
+    for t in trials if isinstance(trials, list) else []:
+        if isinstance(t, dict) and t.get("refused"):
+            reason = t["refused"]  # a string as run.py writes it; anything else shown as JSON
+            if not isinstance(reason, str):
+                reason = json.dumps(reason, default=str)
+            inputs.refused.append((str(t.get("label") or t.get("trial_id")), reason))
     return inputs
 
 
@@ -132,7 +167,7 @@ def _read_json(path: Path, notes: list[str]) -> Any:
         return None
     try:
         return json.loads(path.read_text())
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:  # RecursionError: nested too deeply
         notes.append(f"{path.name} ignored: not readable JSON ({e})")
         return None
 
@@ -142,6 +177,6 @@ def _read_yaml(path: Path, notes: list[str]) -> Any:
         return None
     try:
         return yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
+    except (OSError, yaml.YAMLError, ValueError, RecursionError) as e:  # ValueError: 2024-13-01
         notes.append(f"{path.name} ignored: not readable YAML ({e})")
         return None

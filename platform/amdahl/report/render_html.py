@@ -12,7 +12,7 @@ from html import escape
 from amdahl.report.build import Report
 from amdahl.report.compute import NO_SYNC, SETTINGS
 from amdahl.report.diagnose import SEGMENTS
-from amdahl.report.document import TEXT_COLUMNS, Section, Table, sections
+from amdahl.report.document import TEXT_COLUMNS, Section, Table, predicted_view, sections
 from amdahl.report.svg import PALETTE, Series, line_plot, stacked_bars
 
 #: At most this many per-curve throughput plots (the efficiency plot shows every curve).
@@ -47,6 +47,9 @@ def plots(report: Report) -> dict[str, list[tuple[str, str]]]:
     mem = _memory_plot(report)
     if mem:
         out.setdefault("efficiency", []).append(mem)
+    predicted = _predicted_plot(report)
+    if predicted:
+        out.setdefault("predicted", []).append(predicted)
     return out
 
 
@@ -147,7 +150,14 @@ def _efficiency_plot(report: Report) -> tuple[str, str] | None:
     series.insert(0, Series("ideal (E = 1)", [min(xs), max(xs)], [1.0, 1.0], "#555", "6 4", False))
     if projected:
         series.append(
-            Series("dashed: PROJECTION (Amdahl fit), not measured", [], [], "#999", "4 4", False)
+            Series(
+                "dashed: PROJECTION (Amdahl fit), descriptive, not measured",
+                [],
+                [],
+                "#999",
+                "4 4",
+                False,
+            )
         )
     svg = line_plot(
         "efficiency", "Efficiency S/p vs devices", "devices", "efficiency", series, xlog2=True
@@ -156,6 +166,39 @@ def _efficiency_plot(report: Report) -> tuple[str, str] | None:
     return svg, (
         f"Measured efficiency{shown} with min-max bars, and the Amdahl-fit projection "
         "(dashed, not measured)."
+    )
+
+
+def _predicted_plot(report: Report) -> tuple[str, str] | None:
+    """Each measured point against the step-time model's leave-one-out prediction."""
+    pts = [p for p in predicted_view(report).loo if p.predicted and p.measured]
+    if not pts:
+        return None
+    series = []
+    for i, p in enumerate(sorted({p.config.devices for p in pts})):
+        mine = [q for q in pts if q.config.devices == p]
+        series.append(
+            Series(
+                f"{p} device(s)",
+                [q.measured for q in mine],
+                [q.predicted for q in mine],
+                PALETTE[i % len(PALETTE)],
+                line=False,
+            )
+        )
+    values = [v for q in pts for v in (q.measured, q.predicted)]
+    lo, hi = min(values), max(values)
+    series.insert(0, Series("predicted = measured", [lo, hi], [lo, hi], "#555", "6 4", False))
+    svg = line_plot(
+        "predicted",
+        "Step-time model (leave-one-out) against measurement",
+        "measured samples/s",
+        "predicted samples/s",
+        series,
+    )
+    return svg, (
+        "Each measured configuration against the model refitted without it: on the dashed "
+        "line the prediction is exact."
     )
 
 

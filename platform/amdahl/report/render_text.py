@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 
 from rich.console import Console
 from rich.markup import escape
@@ -51,13 +52,13 @@ def render_terminal_text(report: Report, width: int = 140) -> str:
 def to_markdown(report: Report) -> str:
     out = []
     for i, sec in enumerate(sections(report)):
-        out.append(f"{'#' if i == 0 else '##'} {sec.title}\n")
+        out.append(f"{'#' if i == 0 else '##'} {_md_escape(sec.title)}\n")
         for p in sec.paras:
-            out.append(p + "\n")
+            out.append(_md_block(p) + "\n")
         for t in sec.tables:
             out.append(markdown_table(t))
         for b in sec.bullets:
-            out.append(f"- {_md_escape(b)}")
+            out.append(f"- {_md_block(b)}")
         if sec.bullets:
             out.append("")
     return "\n".join(out).rstrip() + "\n"
@@ -72,5 +73,25 @@ def markdown_table(t: Table) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: What Markdown (CommonMark with GitHub's tables) reads as syntax anywhere in a line: the
+#: backslash itself, code spans, emphasis, links and images, raw HTML and autolinks, table
+#: cells, strikethrough, heading marks, entity references, and `_` where it can open or close
+#: emphasis (not inside a word such as val_accuracy). The report's text holds sweep names,
+#: parameters, labels and error messages, which are the user's or a library's text.
+_MD_INLINE = re.compile(r"[\\`*\[\]<|~#]|&(?=#?\w+;)|(?<![^\W_])_|_(?![^\W_])")
+#: What Markdown reads as syntax at the start of a paragraph or list item: a block quote, a
+#: list item, a setext underline, a numbered item ("1." or "1)"); the backslash goes before
+#: the character that makes it syntax.
+_MD_BLOCK_START = re.compile(r"^(\d*)((?<!\d)[>+=-]|(?<=\d)[.)](?=\s|$))")
+
+
 def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """`text` shown as is in Markdown: syntax characters backslash-escaped, lines joined."""
+    one_line = " ".join(str(text).splitlines())
+    return _MD_INLINE.sub(lambda m: "\\" + m.group(0), one_line)
+
+
+def _md_block(text: str) -> str:
+    """`text` as a paragraph or list item's own text: escaped, and not opening a block."""
+    escaped = _md_escape(text).lstrip()
+    return _MD_BLOCK_START.sub(r"\1\\\2", escaped)

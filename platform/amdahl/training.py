@@ -1,0 +1,286 @@
+"""The parts of a trial that are not its timed loop: precision, learning-rate schedule,
+optimizer, memory counters, per-trial resets of process-wide state, and failure classes.
+
+Worker side (imports torch). The loop in harness.py reads in one sitting because these live
+here; each is small and tested on its own (docs/architecture.md, "The worker side").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+_AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+# --------------------------------------------------------------------------- precision
+
+
+@dataclass(frozen=True)
+class Precision:
+    """One value of the precision axis, as the loop applies it.
+
+    fp32 and tf32 compute in float32 (tf32 lets CUDA matmuls and convolutions use TF32 tensor
+    cores, set by `tf32_flags`); bf16 and fp16 are autocast (fp16 with a loss scaler, since its
+    gradients underflow); bf16_weights casts the model and its float inputs to bfloat16.
+    """
+
+    name: str
+    autocast_dtype: torch.dtype | None
+    weights_dtype: torch.dtype | None
+
+    @classmethod
+    def of(cls, name: str) -> Precision:
+        return cls(name, _AUTOCAST.get(name), torch.bfloat16 if name == "bf16_weights" else None)
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The dtype matmuls run in: the one the peak FLOP/s is measured at."""
+        return self.autocast_dtype or self.weights_dtype or torch.float32
+
+    def cast_input(self, x: torch.Tensor) -> torch.Tensor:
+        if self.weights_dtype is not None and x.is_floating_point():
+            return x.to(self.weights_dtype)
+        return x
+
+    def autocast(self, device: torch.device) -> contextlib.AbstractContextManager:
+        enabled = self.autocast_dtype is not None
+        return torch.autocast(device.type, dtype=self.autocast_dtype, enabled=enabled)
+
+    def scaler(self, device: torch.device) -> torch.amp.GradScaler | None:
+        return torch.amp.GradScaler(device.type) if self.name == "fp16" else None
+
+
+@contextlib.contextmanager
+def tf32_flags(enabled: bool) -> Iterator[None]:
+    """TF32 for CUDA matmuls and cuDNN inside the block; the process's flags come back after,
+    whatever happens (a later fp32 trial must not silently run in TF32)."""
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    torch.backends.cudnn.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+# --------------------------------------------------------------------------- learning rate
+
+
+class LRSchedule:
+    """The trial's learning rate: linear scaling with gradual warmup (Goyal et al. 2017).
+
+    peak = lr x effective batch / lr_base_batch under `lr_scaling: linear` (else lr); over the
+    first `lr_warmup_steps` optimizer steps the rate ramps linearly from lr to peak. Set on the
+    optimizer's param groups before its step (the parameter server forwards it to its shards).
+    """
+
+    def __init__(self, base: float, peak: float, warmup_steps: int):
+        self.base, self.peak, self.warmup_steps = base, peak, warmup_steps
+
+    @classmethod
+    def for_trial(cls, config: dict[str, Any], effective_batch: int) -> LRSchedule:
+        base = config["lr"]
+        scale = effective_batch / config["lr_base_batch"] if config["lr_scaling"] == "linear" else 1
+        return cls(base, base * scale, config["lr_warmup_steps"])
+
+    def at(self, step: int) -> float:
+        if step >= self.warmup_steps:
+            return self.peak
+        return self.base + (self.peak - self.base) * step / self.warmup_steps
+
+    def update(self, optimizer: torch.optim.Optimizer, step: int) -> None:
+        """Set the rate for optimizer step `step` (0-based) while the ramp lasts; the call at
+        step `warmup_steps` sets the peak, later calls return at once (the hot loop)."""
+        if step > self.warmup_steps:
+            return
+        rate = self.at(step)
+        for group in optimizer.param_groups:
+            group["lr"] = rate
+
+
+def make_optimizer_factory(config: dict[str, Any]):
+    """params -> optimizer, as the sweep's train section asks (strategies may wrap or shard it)."""
+    lr = config["lr"]
+    if config["optimizer"] == "adamw":
+        return lambda params: torch.optim.AdamW(params, lr=lr)
+    return lambda params: torch.optim.SGD(params, lr=lr, momentum=0.9)
+
+
+def target_label(target: dict[str, Any] | None) -> str | None:
+    """`train.target` as the results table shows it, e.g. `val_accuracy>=0.9`."""
+    if target is None:
+        return None
+    op = "<=" if target["metric"] == "val_loss" else ">="
+    return f"{target['metric']}{op}{target['value']:g}"
+
+
+def target_reached(quality: tuple[float, float | None], target: dict[str, Any]) -> bool:
+    """Whether validation (loss, accuracy) meets `train.target` (accuracy >=, loss <=)."""
+    val_loss, val_acc = quality
+    if target["metric"] == "val_loss":
+        return val_loss <= target["value"]
+    if val_acc is None:
+        raise ValueError("train.target.metric val_accuracy: this workload reports no accuracy")
+    return val_acc >= target["value"]
+
+
+# --------------------------------------------------------------------------- per-trial resets
+
+
+def reset_process_state() -> None:
+    """Forget what an earlier trial of this process compiled, so that each trial compiles (and
+    is measured) as if it ran alone. Runs before the memory baseline is taken, so that an
+    earlier trial's compiled graphs and CUDA-graph pools count in no later trial."""
+    import sys
+
+    if "torch._dynamo" in sys.modules:
+        # Dynamo reuses code compiled for an earlier trial's module class (so compile_s would
+        # read ~0) and, past its recompile limit, silently runs eager.
+        torch._dynamo.reset()
+    trees = sys.modules.get("torch._inductor.cudagraph_trees")
+    if trees is not None:
+        trees.reset_cudagraph_trees()
+    # TorchScript compiles each module type's methods once per process and keeps their
+    # executors, whose optimised plans bake in the autocast dtype they were first profiled
+    # under: an fp16 trial after a bf16 one failed in backward with "Half != BFloat16".
+    # Forget the compiled types so each trial scripts (and profiles) its model afresh.
+    torch._C._jit_clear_class_registry()
+    torch.jit._recursive.concrete_type_store = torch.jit._recursive.ConcreteTypeStore()
+    torch.jit._state._clear_class_state()
+
+
+@contextlib.contextmanager
+def compile_caches(cold: bool) -> Iterator[None]:
+    """Inductor's and Triton's on-disk caches for one trial: `cold` gives the trial fresh,
+    empty cache directories (and clears inductor's in-memory caches), so compile_s counts every
+    compilation, whichever trial or repeat ran before; warm leaves the shared caches as they
+    are (what a user's second run sees). The row records which one was measured."""
+    if not cold:
+        yield
+        return
+    from torch._inductor.utils import fresh_cache
+
+    with fresh_cache():
+        yield
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def memory_reset(device: torch.device) -> int:
+    """Reset the peak counters; return the baseline to subtract (bytes still allocated: CUDA
+    memory, or the CPU process's resident bytes). The previous trial's model and optimizer can
+    live on in reference cycles: collect them first so they count in neither."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+        return torch.cuda.memory_allocated(device)
+    with contextlib.suppress(OSError):
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM (peak RSS) for this process, Linux >= 4.0
+    return _proc_status_bytes("VmRSS")
+
+
+def memory_peak(device: torch.device, baseline: int) -> dict[str, float | None]:
+    """Peak memory of the trial above its baseline (CUDA allocated, or peak RSS on CPU)."""
+    if device.type == "cuda":
+        return {
+            "peak_mem_bytes": float(max(0, torch.cuda.max_memory_allocated(device) - baseline)),
+            "peak_mem_reserved_bytes": float(torch.cuda.max_memory_reserved(device)),
+        }
+    return {
+        "peak_mem_bytes": float(max(0, _proc_status_bytes("VmHWM") - baseline)),
+        "peak_mem_reserved_bytes": None,
+    }
+
+
+def _proc_status_bytes(field: str) -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+# --------------------------------------------------------------------------- failures
+
+#: Text of allocation failures that torch raises as RuntimeError rather than OutOfMemoryError.
+_OOM_TEXT = (
+    "out of memory",
+    "can't allocate memory",
+    "cublas_status_alloc_failed",
+    "cudnn_status_alloc_failed",
+    "cudnn_status_not_enough_workspace",
+)
+#: Errors after which the process's CUDA context or NCCL communicator is unusable: every later
+#: kernel or collective of the process fails too (CUDA errors are sticky), so the worker must
+#: end after recording the trial, and the next trials run in a fresh worker group.
+_POISON_TEXT = (
+    "illegal memory access",
+    "illegal instruction",
+    "device-side assert",
+    "unspecified launch failure",
+    "misaligned address",
+    "nccl error",
+    "ncclsystemerror",
+    "ncclinternalerror",
+    "ncclremoteerror",
+    "watchdog",
+    "process group has been aborted",
+    "communicator was aborted",
+)
+
+
+def failure_kind(e: BaseException) -> str:
+    """'oom', 'poisoned' (the process cannot run another trial) or 'failed'."""
+    text = str(e).lower()
+    if isinstance(e, torch.OutOfMemoryError) or any(t in text for t in _OOM_TEXT):
+        return "oom"
+    accelerator_error = getattr(torch, "AcceleratorError", ())
+    dist_backend_error = getattr(torch.distributed, "DistBackendError", ())
+    if isinstance(e, accelerator_error) or isinstance(e, dist_backend_error):
+        return "poisoned"
+    if any(t in text for t in _POISON_TEXT):
+        return "poisoned"
+    return "failed"
+
+
+class ProcessPoisoned(RuntimeError):
+    """A trial hit an error that leaves this process's CUDA context or communicator unusable.
+
+    Raised after the trial's failure is known, so that Ray Train ends the worker group: the
+    driver records that trial as failed with this message, and the trials the launch had not
+    reached run in a new worker group (run.py, relaunch)."""
+
+
+def first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def process_versions() -> dict[str, str]:
+    import platform as stdlib_platform
+
+    versions = {
+        "torch": torch.__version__,
+        "python": stdlib_platform.python_version(),
+        "cuda": torch.version.cuda or "",
+        "omp_threads": os.environ.get("OMP_NUM_THREADS", ""),
+    }
+    with contextlib.suppress(ImportError):
+        import ray
+
+        versions["ray"] = ray.__version__
+    return versions

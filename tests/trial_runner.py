@@ -1,0 +1,119 @@
+"""Run one trial of the worker-side harness in this process, without Ray: the input is a
+torch_loader over an in-memory table, the process group (when a strategy needs one) a one-rank
+group on loopback. Shared by the CPU attribution tests and the GPU suite."""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import Any
+
+import pyarrow as pa
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from amdahl.data import LoaderSource, _arrow_column, validation_rows
+from amdahl.harness import _run_guarded
+from workloads.mlp import MLP
+
+PARAMS = {"inputs": 64, "hidden": [64], "classes": 4, "train_rows": 2048, "val_rows": 128}
+
+CONFIG = {
+    "seed": 0,
+    "lr": 0.05,
+    "optimizer": "sgd",
+    "steps": 8,
+    "warmup_steps": 2,
+    "flops_per_sample": None,
+    "lr_scaling": "none",
+    "lr_base_batch": 256,
+    "lr_warmup_steps": 0,
+    "target": None,
+    "input": "torch_loader",
+}
+
+
+def settings(**overrides: Any) -> dict[str, Any]:
+    s = {
+        "devices": 1,
+        "batch_size": 32,
+        "per_device_batch": 32,
+        "precision": "fp32",
+        "compile": "eager",
+        "data_workers": 0,
+        "input": "torch_loader",
+        "prefetch_batches": 2,
+        "sync": "none",
+        "options": {
+            "compile_mode": "default",
+            "bucket_cap_mb": 25.0,
+            "powersgd_rank": 1,
+            "accumulate_steps": 2,
+            "local_sgd_every": 2,
+            "ps_shards": 1,
+        },
+        "params": PARAMS,
+    }
+    s.update(overrides)
+    return s
+
+
+def one_rank_group(backend: str) -> None:
+    """A one-rank default process group on loopback (idempotent)."""
+    if dist.is_initialized():
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+
+
+def run(
+    workload: MLP, device: torch.device, config: dict[str, Any] | None = None, **overrides: Any
+) -> tuple[dict[str, Any], str | None, str | None]:
+    """(stats, error, failure kind) of one trial, as `_run_guarded` returns them."""
+    config = {**CONFIG, **(config or {})}
+    rows = workload.generate("train", workload.params["train_rows"], seed=0)
+    table = pa.table({k: _arrow_column(v) for k, v in rows.items()})
+    source = LoaderSource(table, workload, rank=0, world=1, workers=0)
+    val = validation_rows(workload, {"seed": 0})
+    return _run_guarded(workload, settings(**overrides), config, source, val, device, 0, 1)
+
+
+class _SleepyForward(nn.Module):
+    def __init__(self, inner: nn.Module, seconds: float):
+        super().__init__()
+        self.inner, self.seconds = inner, seconds
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.is_cuda:
+            # Keep the GPU itself busy for `seconds`: a host sleep would only delay the launch.
+            torch.cuda._sleep(int(self.seconds * _cycles_per_second()))
+        else:
+            time.sleep(self.seconds)
+        return self.inner(x)
+
+
+def _cycles_per_second() -> float:
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).clock_rate * 1e3
+
+
+class SlowForward(MLP):
+    """Every forward takes FORWARD_S longer, on the device that runs it."""
+
+    FORWARD_S = 0.02
+
+    def build_model(self) -> nn.Module:
+        return _SleepyForward(super().build_model(), self.FORWARD_S)
+
+
+class SlowData(MLP):
+    """Every batch takes DATA_S longer to preprocess (host work, in the input pipeline)."""
+
+    DATA_S = 0.02
+
+    def preprocess(self, batch: dict, training: bool) -> dict:
+        if training:
+            time.sleep(self.DATA_S)
+        return batch

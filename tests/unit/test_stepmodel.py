@@ -1,0 +1,295 @@
+"""The step-time model (report/stepmodel.py): communication volume of every sync strategy against
+hand-computed bytes, the fit recovering the terms it generated, leave-one-out on noisy data, and
+`platform predict` and the report's "Predicted vs measured" section on a sweep directory."""
+
+import json
+import random
+
+import pytest
+from click.testing import CliRunner
+from report_rows import PARAMS, conform, row, scaling_rows, write_sweep
+
+from amdahl.cli import main
+from amdahl.report import write_reports
+from amdahl.report.compute import group_configs
+from amdahl.report.inputs import Calibration
+from amdahl.report.stepmodel import (
+    Link,
+    ModelInputs,
+    SyncOptions,
+    combine,
+    comm_volume,
+    error_summary,
+    fit,
+    leave_one_out,
+    predict_inputs,
+)
+
+MiB = 2**20
+G = 8 * MiB  # gradient bytes: one DDP bucket at the default 25 MB cap
+OPTIONS = SyncOptions(powersgd_rank=2, local_sgd_every=4, ps_shards=2, accumulate_steps=4)
+ALPHA, BANDWIDTH = 20e-6, 1e9
+CALIBRATION = {
+    "alpha_s": ALPHA,
+    "bandwidth_Bps": BANDWIDTH,
+    "devices": 2,
+    "backend": "gloo",
+    "grad_bytes_by_params": {PARAMS: 4e6},
+}
+
+
+# --------------------------------------------------------------------------- volumes by hand
+
+
+@pytest.mark.parametrize(
+    ("sync", "by_p"),
+    [
+        # ring all-reduce 2(p-1)/p x G: 1, 1.5, 1.75 G
+        ("ddp", {2: 1.0 * G, 4: 1.5 * G, 8: 1.75 * G}),
+        ("accumulate", {2: 1.0 * G, 4: 1.5 * G, 8: 1.75 * G}),  # once per optimizer step
+        ("ddp_fp16", {2: 0.5 * G, 4: 0.75 * G, 8: 0.875 * G}),
+        ("ddp_bf16", {2: 0.5 * G, 4: 0.75 * G, 8: 0.875 * G}),
+        # all-reduce + partition broadcasts: 3(p-1)/p x G
+        ("zero1", {2: 1.5 * G, 4: 2.25 * G, 8: 2.625 * G}),
+        # all-gather x2 + reduce-scatter: 3(p-1)/p x G
+        ("fsdp", {2: 1.5 * G, 4: 2.25 * G, 8: 2.625 * G}),
+        # push + pull through 2 shards: 2 G max(1, p/2)
+        ("param_server", {1: 2.0 * G, 2: 2.0 * G, 4: 4.0 * G, 8: 8.0 * G}),
+        # parameter all-reduce every 4 steps: 2(p-1)/p x G / 4
+        ("local_sgd", {2: 0.25 * G, 4: 0.375 * G, 8: 0.4375 * G}),
+        ("none", {2: 0.0, 4: 0.0, 8: 0.0}),
+    ],
+)
+def test_bytes_per_step_of_each_strategy(sync, by_p):
+    for p, expected in by_p.items():
+        v = comm_volume(sync, p, G, OPTIONS)
+        assert v.bytes == pytest.approx(expected), (sync, p)
+        assert not v.estimate
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_latency_terms_count_ring_steps_per_collective_and_bucket(p):
+    assert comm_volume("ddp", p, G, OPTIONS).latency_steps == 2 * (p - 1)
+    # 60 MiB over 25 MiB buckets: 3 all-reduces
+    assert comm_volume("ddp", p, 60 * MiB, OPTIONS).latency_steps == 3 * 2 * (p - 1)
+    assert comm_volume("powersgd", p, G, OPTIONS).latency_steps == 3 * 2 * (p - 1)
+    assert comm_volume("fsdp", p, G, OPTIONS).latency_steps == 3 * (p - 1)
+    assert comm_volume("local_sgd", p, G, OPTIONS).latency_steps == 2 * (p - 1) / 4
+    v = comm_volume("ddp", p, G, OPTIONS)
+    link = Link(ALPHA, BANDWIDTH, "intra-node")
+    assert v.seconds(link) == pytest.approx(2 * (p - 1) * ALPHA + 2 * (p - 1) / p * G / BANDWIDTH)
+
+
+def test_one_device_moves_nothing_except_through_a_parameter_server():
+    for sync in ("ddp", "ddp_fp16", "powersgd", "zero1", "fsdp", "local_sgd", "accumulate"):
+        assert comm_volume(sync, 1, G, OPTIONS).bytes == 0.0
+    assert comm_volume("param_server", 1, G, OPTIONS).bytes == 2 * G
+    assert comm_volume("bogus", 2, G, OPTIONS) is None
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_powersgd_sends_rank_r_factors_of_each_matrix_from_its_shapes(p):
+    # rank 2: 256x512 travels as (256 + 512) x 2 = 1536 values (3072 < 131072: compressed);
+    # the bias (1-D) whole; 2x256 whole, since (2 + 256) x 2 x 2 = 1032 >= 512
+    shapes = [[256, 512], [256], [2, 256]]
+    total = 256 * 512 + 256 + 2 * 256
+    sent = 1536 + 256 + 512
+    v = comm_volume("powersgd", p, total * 4, OPTIONS, shapes)
+    assert v.bytes == pytest.approx(2 * (p - 1) / p * sent * 4)
+    assert {2: 9216, 4: 13824, 8: 16128}[p] == pytest.approx(v.bytes)
+    assert not v.estimate
+
+
+def test_powersgd_without_shapes_is_a_labelled_square_matrix_estimate():
+    n = 2**20  # elements: one 1024 x 1024 matrix, rank 2 -> (1024 + 1024) x 2 = 4096 values
+    v = comm_volume("powersgd", 2, n * 4, OPTIONS)
+    assert v.bytes == pytest.approx(4096 * 4)
+    assert "no parameter shapes" in v.estimate
+
+
+def test_combine_adds_at_gamma_1_and_tends_to_the_larger_term():
+    assert combine(3.0, 4.0, 1.0) == pytest.approx(7.0)
+    assert combine(3.0, 4.0, 2.0) == pytest.approx(5.0)
+    assert combine(3.0, 4.0, 8.0) < 4.2
+    assert combine(3.0, 0.0, 2.0) == pytest.approx(3.0)
+
+
+# --------------------------------------------------------------------------- fitting
+
+
+def synthetic(
+    a=2e-3,
+    b=5e-5,
+    gamma=2.5,
+    kappa=1.0,
+    wait=1e-3,
+    syncs=("ddp", "none"),
+    devices=(1, 2, 4, 8),
+    batches=(32, 64, 128, 256),
+    noise=0.0,
+    seed=0,
+):
+    """Rows the model itself generates (4e6 gradient bytes, ALPHA and BANDWIDTH)."""
+    rng = random.Random(seed)
+    link = Link(ALPHA, BANDWIDTH, "intra-node")
+    rows = []
+    for sync in syncs:
+        for p in devices:
+            for bs in batches:
+                tc = (a + b * bs) * (kappa if p > 1 else 1.0)
+                tn = comm_volume(sync, p, 4e6, SyncOptions()).seconds(link)
+                busy = combine(tc, tn, gamma) * (1 + rng.uniform(-noise, noise))
+                wall = busy + wait
+                rows.append(row(p, bs, sync, bs * p / wall, wall=wall, data_wait_s=wait))
+    return conform(rows)
+
+
+def _inputs(rows, calibration=CALIBRATION):
+    cal = Calibration.from_dict(calibration) if calibration else None
+    return ModelInputs(group_configs(rows), cal)
+
+
+def test_fit_recovers_compute_line_contention_and_overlap_exponent():
+    model = fit(_inputs(synthetic(kappa=1.25)))
+    ddp = next(f for f in model.families.values() if f.sync == "ddp")
+    none = next(f for f in model.families.values() if f.sync == "none")
+    for fam in (ddp, none):
+        assert fam.a_c == pytest.approx(2e-3, rel=1e-3)
+        assert fam.b_c == pytest.approx(5e-5, rel=1e-3)
+    # ddp's multi-device trials carry no comm_s, so its contention comes from sync none's
+    assert none.kappa == pytest.approx(1.25, rel=1e-3)
+    assert ddp.kappa == pytest.approx(1.25, rel=1e-3) and "sync none" in ddp.kappa_source
+    assert ddp.gamma == pytest.approx(2.5, rel=1e-3)
+    assert ddp.data_wait_s(64) == (pytest.approx(1e-3), "measured at this batch")
+    pred = model.predict(ddp, 32, 128.0)
+    tc = (2e-3 + 5e-5 * 128) * 1.25
+    tn = comm_volume("ddp", 32, 4e6).seconds(Link(ALPHA, BANDWIDTH, "intra-node"))
+    assert pred.throughput == pytest.approx(128 * 32 / (combine(tc, tn, 2.5) + 1e-3), rel=1e-3)
+
+
+def test_compute_observed_through_comm_s_on_multi_device_trials():
+    # ddp on 2 devices only: compute = step - data wait - exposed comm
+    rows = [
+        row(1, 64, "ddp", 64 / 0.011, wall=0.011, data_wait_s=0.001),
+        row(1, 256, "ddp", 256 / 0.031, wall=0.031, data_wait_s=0.001),
+        row(2, 64, "ddp", 128 / 0.016, wall=0.016, data_wait_s=0.001, comm_s=0.003),
+        row(2, 256, "ddp", 512 / 0.040, wall=0.040, data_wait_s=0.001, comm_s=0.003),
+    ]
+    fam = next(iter(fit(_inputs(conform(rows))).families.values()))
+    # 1 device: 0.010 at 64, 0.030 at 256; 2 devices: 0.012 and 0.036 = 1.2 x the same line
+    assert fam.compute_points == 4
+    assert fam.a_c == pytest.approx(0.010 - 64 * 0.02 / 192, rel=1e-3)
+    assert fam.b_c == pytest.approx(0.02 / 192, rel=1e-3)
+    assert fam.kappa == pytest.approx(1.2, rel=1e-3)
+
+
+def test_leave_one_out_on_noisy_data_predicts_each_multi_device_point():
+    inputs = _inputs(synthetic(noise=0.04, seed=3))
+    loo = leave_one_out(inputs)
+    assert len(loo) == 2 * 3 * 4  # two strategies x p in 2, 4, 8 x four batches
+    assert all(p.config.devices > 1 and p.predicted for p in loo)
+    median, p90, n = error_summary(loo)
+    assert n == 24 and median < 0.05 and p90 < 0.1
+    exact = leave_one_out(_inputs(synthetic()))
+    assert max(abs(p.error) for p in exact) < 1e-3
+
+
+def test_without_calibration_only_sync_none_is_predicted():
+    inputs = _inputs(synthetic(), calibration=None)
+    result = predict_inputs(inputs, [16])
+    by_sync = {f.family.sync: f for f in result.families}
+    assert by_sync["none"].rows[0].prediction.throughput
+    ddp = by_sync["ddp"].rows[0].prediction
+    assert ddp.throughput is None and "no communication model" in ddp.unknown
+    assert any("no communication model" in n for n in result.notes)
+
+
+def test_a_family_without_compute_borrows_sync_nones():
+    rows = synthetic(syncs=("none",)) + synthetic(syncs=("local_sgd",), devices=(2,))
+    model = fit(_inputs(rows))
+    local = next(f for f in model.families.values() if f.sync == "local_sgd")
+    assert "borrowed from sync none" in local.compute_source
+    assert local.b_c == pytest.approx(5e-5, rel=1e-3)
+
+
+def test_inter_node_terms_are_used_when_a_prediction_spans_nodes():
+    inputs = _inputs(synthetic())
+    inputs.calibration_raw = {"inter_node_alpha_s": 1e-4, "inter_node_bandwidth_Bps": 1e8}
+    model = fit(inputs)
+    ddp = next(f for f in model.families.values() if f.sync == "ddp")
+    one, two = model.predict(ddp, 16, 64.0, 1), model.predict(ddp, 16, 64.0, 2)
+    assert one.link.scope == "intra-node" and two.link.scope == "inter-node"
+    assert two.comm_s > one.comm_s
+    inputs.calibration_raw = {}
+    alone = fit(inputs).predict(ddp, 16, 64.0, 2)
+    assert any("no inter-node" in c for c in alone.caveats)
+
+
+# --------------------------------------------------------------------------- CLI and report
+
+
+def _sweep(tmp_path, calibration=CALIBRATION):
+    rows = scaling_rows() + [
+        row(1, 512, "ddp", 3000.0, phases=(0.001, 0.04, 0.08, 0.007)),
+        row(2, 512, "ddp", 5000.0, phases=(0.001, 0.04, 0.11, 0.007)),
+        row(1, 512, "none", 3000.0, phases=(0.001, 0.04, 0.08, 0.007)),
+        row(2, 512, "none", 5600.0, phases=(0.001, 0.04, 0.08, 0.007)),
+    ]
+    spec = {"report": {"cost_per_device_hour": 2.0}, "options": {"bucket_cap_mb": 25}}
+    return write_sweep(tmp_path / "s", rows, calibration, spec)
+
+
+def test_cli_predict_labels_every_figure_and_states_its_terms(tmp_path):
+    d = _sweep(tmp_path)
+    wide = CliRunner(env={"COLUMNS": "200"})  # rich wraps headers in a narrow terminal
+    result = wide.invoke(main, ["predict", str(d), "--devices", "16,32,64"])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "PREDICTION" in out and "not measured" in out
+    assert "predicted samples/s" in out and "predicted speedup" in out
+    assert "predicted $/M samples" in out and "predicted ms per optimizer step" in out
+    assert "a_c" in out and "b_c" in out and "gamma" in out and "alpha" in out
+    assert "leave-one-out check: median" in out.lower()
+    assert "w1 ddp" in out and "w1 none" in out
+    assert all(f"│      {p} │" in out for p in (16, 32, 64))
+    assert "sync none is the no-communication ceiling" in out
+
+
+def test_cli_predict_batch_and_nodes(tmp_path):
+    d = _sweep(tmp_path)
+    result = CliRunner().invoke(
+        main, ["predict", str(d), "--devices", "8", "--batch-size", "1024", "--nodes", "2"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "1024" in result.output
+    assert "no inter-node" in result.output
+
+
+def test_cli_predict_without_calibration_says_so_and_exits_0(tmp_path):
+    d = _sweep(tmp_path, calibration=None)
+    result = CliRunner().invoke(main, ["predict", str(d), "--devices", "16"])
+    assert result.exit_code == 0, result.output
+    assert "no communication model" in result.output
+
+
+def test_cli_predict_bad_input_is_exit_2(tmp_path):
+    result = CliRunner().invoke(main, ["predict", str(tmp_path / "nope"), "--devices", "16"])
+    assert result.exit_code == 2 and "not a sweep directory" in result.output
+    d = _sweep(tmp_path)
+    result = CliRunner().invoke(main, ["predict", str(d), "--devices", "16,x"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+
+
+def test_report_has_predicted_vs_measured_and_the_models_projection(tmp_path):
+    d = _sweep(tmp_path)
+    calibration = json.loads((d / "calibration.json").read_text())
+    assert calibration["grad_bytes_by_params"]
+    md = write_reports(d)["markdown"].read_text()
+    section = md[md.index("## Predicted vs measured") :]
+    section = section[: section.index("\n## ")]
+    assert "leave-one-out" in section
+    assert "| d2 b128 fp32 eager w1 ddp |" in section
+    assert "PREDICTION" in section and "Amdahl" in section
+    assert "descriptive" in md  # the Amdahl projection is labelled as such
+    html = (d / "report.html").read_text()
+    assert 'data-plot="predicted"' in html

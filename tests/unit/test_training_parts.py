@@ -1,0 +1,98 @@
+"""The parts of a trial around its loop: failure classes, per-trial caches and timeouts."""
+
+import os
+
+import pytest
+import torch
+
+from amdahl.results import failure_status
+from amdahl.training import Precision, compile_caches, failure_kind, tf32_flags
+from amdahl.worlds import COLLECTIVE_TIMEOUT_S, collective_timeout_s
+
+
+@pytest.mark.parametrize(
+    "error, kind",
+    [
+        (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), "oom"),
+        (RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate"), "oom"),
+        (RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried 1 TB"), "oom"),
+        (RuntimeError("CUDA error: an illegal memory access was encountered"), "poisoned"),
+        (RuntimeError("CUDA error: device-side assert triggered"), "poisoned"),
+        (
+            RuntimeError("NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error"),
+            "poisoned",
+        ),
+        (RuntimeError("[Rank 0] Watchdog caught collective operation timeout"), "poisoned"),
+        (ValueError("expected mat1 and mat2 to have the same dtype"), "failed"),
+    ],
+)
+def test_failures_are_classified_by_what_they_leave_behind(error, kind):
+    assert failure_kind(error) == kind
+
+
+def test_a_torch_accelerator_error_is_poisoned_whatever_its_text():
+    accelerator_error = getattr(torch, "AcceleratorError", None)
+    if accelerator_error is None:
+        pytest.skip("this torch has no AcceleratorError")
+    assert failure_kind(accelerator_error("unknown error")) == "poisoned"
+
+
+@pytest.mark.parametrize(
+    "reason, status",
+    [
+        ("oom: CUDA out of memory", "oom"),
+        ("launch failed: amdahl.harness.RankStranded: oom: rank 1: CUDA out of memory", "oom"),
+        ("launch failed: ProcessPoisoned: failed: AcceleratorError: illegal memory", "failed"),
+        ("failed: ValueError: oom: is not a word here\nsecond line", "failed"),
+    ],
+)
+def test_a_failed_rows_status_says_out_of_memory_when_a_rank_ran_out(reason, status):
+    assert failure_status(reason) == status
+
+
+def _trial(compile_="eager", mode="default"):
+    return {"settings": {"compile": compile_, "options": {"compile_mode": mode}}}
+
+
+def test_collective_timeout_outlasts_the_slowest_compile_of_the_launch():
+    assert collective_timeout_s([_trial()]) == COLLECTIVE_TIMEOUT_S["eager"]
+    assert collective_timeout_s([_trial(), _trial("inductor")]) == COLLECTIVE_TIMEOUT_S["inductor"]
+    slowest = collective_timeout_s([_trial("inductor", "max-autotune"), _trial("torchscript")])
+    assert slowest == COLLECTIVE_TIMEOUT_S["max-autotune"] > COLLECTIVE_TIMEOUT_S["inductor"]
+
+
+def test_cold_compile_caches_are_fresh_per_trial_and_removed_after():
+    import torch._inductor.utils  # noqa: F401 - may set its default cache dir on import
+
+    outside = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    with compile_caches(cold=True):
+        first = os.environ["TORCHINDUCTOR_CACHE_DIR"]
+        assert os.path.isdir(first) and not os.listdir(first)
+        assert os.environ["TRITON_CACHE_DIR"].startswith(first)
+    with compile_caches(cold=True):
+        assert os.environ["TORCHINDUCTOR_CACHE_DIR"] != first
+    assert not os.path.exists(first)
+    assert os.environ.get("TORCHINDUCTOR_CACHE_DIR") == outside
+    with compile_caches(cold=False):
+        assert os.environ.get("TORCHINDUCTOR_CACHE_DIR") == outside
+
+
+def test_tf32_flags_hold_inside_and_come_back_after_an_error():
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    with pytest.raises(RuntimeError):
+        with tf32_flags(True):
+            assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+            raise RuntimeError("trial failed")
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
+
+
+def test_precision_casts_and_scales_as_its_name_says():
+    x = torch.ones(2, 3)
+    assert Precision.of("bf16_weights").cast_input(x).dtype == torch.bfloat16
+    assert Precision.of("bf16").cast_input(x).dtype == torch.float32  # autocast, not a cast
+    assert Precision.of("bf16").compute_dtype == torch.bfloat16
+    assert Precision.of("tf32").compute_dtype == torch.float32
+    assert Precision.of("fp16").scaler(torch.device("cpu")) is not None
+    assert Precision.of("fp32").scaler(torch.device("cpu")) is None
+    ids = torch.ones(2, dtype=torch.int64)
+    assert Precision.of("bf16_weights").cast_input(ids).dtype == torch.int64
