@@ -1002,8 +1002,15 @@ def spec_changes(sweep_dir: Path, spec: SweepSpec) -> list[tuple[str, Any, Any]]
     return [
         (path, old, new)
         for path, old, new in _differences(recorded[1], measured)
-        if not _only_a_default(path, old, new, defaults)
+        if not _only_a_default(path, old, new, defaults) and not _auto_resolves(path, new)
     ]
+
+
+def _auto_resolves(path: str, new: Any) -> bool:
+    """`resources: auto` (null) against a recorded number is no change of the spec: the planner
+    picks the number, and the trial ids (which hash the resources used) keep rows measured
+    under other numbers apart from the new ones."""
+    return path in ("resources.cpus_per_device", "resources.cpus_per_data_worker") and new is None
 
 
 _ABSENT = object()

@@ -287,6 +287,11 @@ def locate_workload(name: str, search: Iterable[str | Path] = ()) -> WorkloadCod
 
 def locate_spec_workload(spec: Any) -> WorkloadCode:
     """`locate_workload` for a SweepSpec: its workload_path, its file's directory, the cwd."""
+    if spec.workload_path is not None and not Path(spec.workload_path).expanduser().is_dir():
+        raise UserError(
+            f"workload_path: {spec.workload_path} is not a directory; point it at the folder "
+            "holding the workload's package or module (relative paths: to the sweep file)"
+        )
     search = workload_search_path(spec.workload_path, spec.source_dir)
     return locate_workload(spec.workload, search)
 

@@ -279,3 +279,9 @@ def test_the_readme_example_is_a_complete_workload(clean_imports):
     workload = namespace["MyModel"]()  # abstract methods all implemented
     check_workload(workload)
     assert workload.correct is not None and workload.flops_per_sample() > 0
+
+
+def test_a_workload_path_that_is_no_directory_is_refused(tmp_path, clean_imports):
+    spec = load_spec(_sweep(tmp_path, "which:Good", "workload_path: nowhere\n"))
+    with pytest.raises(UserError, match="workload_path: .*nowhere is not a directory"):
+        make_plan(spec, TWO_CPUS)

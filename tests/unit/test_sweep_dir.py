@@ -396,3 +396,16 @@ def test_results_temporary_files_are_never_shared_between_writers(tmp_path, monk
     assert nested and nested[0] != "results.parquet.tmp"
     assert read_results(tmp_path)["trial_id"].to_pylist() == ["a"]  # the last writer's table
     assert [p.name for p in tmp_path.iterdir()] == [RESULTS_FILE]
+
+
+def test_a_directory_from_before_resources_auto_resumes_under_auto(tmp_path):
+    # An older amdahl recorded cpus_per_device 1.0 (its default); the same sweep file without
+    # `resources:` now means auto. The planner picks the numbers (and trial ids hash them).
+    old = _sweep_dir(tmp_path, _spec({"resources.cpus_per_device": 1.0}))
+    (old / FINGERPRINT_FILE).unlink()
+    auto = _spec({"resources": {}})
+    assert auto.resources.cpus_per_device is None
+    assert spec_changes(old, auto) == []
+    assert spec_changes(old, _spec({"resources.cpus_per_device": 0.5})) == [
+        ("resources.cpus_per_device", 1.0, 0.5)
+    ]
