@@ -102,7 +102,9 @@ def _cycles_per_second() -> float:
 class SlowForward(MLP):
     """Every forward takes FORWARD_S longer, on the device that runs it."""
 
-    FORWARD_S = 0.02
+    #: Long beside a tiny MLP's own step (well under a millisecond), so that a loaded machine's
+    #: scheduling delays cannot blur which column the time lands in.
+    FORWARD_S = 0.1
 
     def build_model(self) -> nn.Module:
         return _SleepyForward(super().build_model(), self.FORWARD_S)
@@ -111,7 +113,7 @@ class SlowForward(MLP):
 class SlowData(MLP):
     """Every batch takes DATA_S longer to preprocess (host work, in the input pipeline)."""
 
-    DATA_S = 0.02
+    DATA_S = 0.1
 
     def preprocess(self, batch: dict, training: bool) -> dict:
         if training:

@@ -37,7 +37,7 @@ import torch.distributed as dist
 from amdahl.data import host_batches, train_source, validation_rows
 from amdahl.feed import DeviceFeed
 from amdahl.peak import measure_peak_flops
-from amdahl.results import ROW_KEY, SETTING_COLUMNS, failure_status
+from amdahl.results import ROW_KEY, SETTING_COLUMNS, failure_status, history_steps
 from amdahl.stepclock import StepClock, StepMarks, attribute, clock_for
 from amdahl.sync import SyncStrategy, make_strategy, model_state_bytes, unwrap
 from amdahl.training import (
@@ -336,6 +336,17 @@ def _train(t: _Trial, val: dict[str, np.ndarray], setup_s: float) -> dict[str, A
     first_step = phases[0]["total"] + phases[0]["data_wait"]
     val_loss, val_acc = _evaluate(t, val)
     mean = lambda key: statistics.fmean(p[key] for p in measured)  # noqa: E731
+    # Per-step curves (the `history` column), sampled here so that little leaves the worker;
+    # the losses are read off the device once, now, not in the loop.
+    kept = history_steps(len(phases))
+    kept_loss = torch.stack([losses[i] for i in kept]).float().tolist() if kept else []
+    short = lambda v: float(f"{v:.6g}") if math.isfinite(v) else None  # noqa: E731
+    history = {
+        "step": [i + 1 for i in kept],
+        "loss": [short(v) for v in kept_loss],
+        "step_time_s": [short(phases[i]["total"]) for i in kept],
+        "data_wait_s": [short(phases[i]["data_wait"]) for i in kept],
+    }
     return {
         "window_s": window,
         "step_time_s": steady,
@@ -361,6 +372,7 @@ def _train(t: _Trial, val: dict[str, np.ndarray], setup_s: float) -> dict[str, A
         "steps_to_target": reached[0] if reached else None,
         "time_to_target_s": reached[1] if reached else None,
         "comm_s": comm_s,
+        "history": history,
     }
 
 
@@ -590,7 +602,8 @@ def _results_row(
 
 
 def _aggregate(stats: list[dict[str, Any]], settings: dict, config: dict) -> dict[str, Any]:
-    """Per-rank measurements -> one row: throughput over all ranks, median and max per phase."""
+    """Per-rank measurements -> one row: throughput over all ranks, median and max per phase;
+    the per-step curves (`history`) are rank 0's."""
     med = lambda k: statistics.median(r[k] for r in stats)  # noqa: E731
     top = lambda k: max(r[k] for r in stats)  # noqa: E731
     micro = stats[0]["micro_steps"]
@@ -637,4 +650,5 @@ def _aggregate(stats: list[dict[str, Any]], settings: dict, config: dict) -> dic
         "comm_s": med("comm_s") if stats[0]["comm_s"] is not None else None,
         "peak_flops": med("peak_flops"),
         "mfu": throughput * flops / (med("peak_flops") * len(stats)) if flops else None,
+        "history": json.dumps(stats[0]["history"], separators=(",", ":")),  # rank 0's curves
     }

@@ -25,6 +25,9 @@ ROW_KEY = "amdahl_row"
 #: Written into the parquet metadata; a file without it is not ours.
 SCHEMA_TAG = b"amdahl.results.v1"
 
+#: At most this many steps of a trial's per-step curves are kept (the `history` column).
+HISTORY_POINTS = 100
+
 #: Column -> (arrow type, meaning). The public contract of the results table.
 COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "sweep": (pa.string(), "sweep name"),
@@ -145,6 +148,15 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "nodes": (pa.string(), "Ray node id of each rank, in rank order, as JSON"),
     "versions": (pa.string(), "library versions as JSON"),
     "started_at": (pa.string(), "UTC ISO time the trial started"),
+    "history": (
+        pa.string(),
+        "per-step training curves of rank 0, as JSON: `step` (the optimizer step, 1-based, "
+        "warmup included), `loss` (its training loss), `step_time_s` and `data_wait_s` (its "
+        "seconds from start to end, and of input wait before it, measured as the columns of "
+        "those names), lists of equal length, null where not finite; at most "
+        f"{HISTORY_POINTS} steps, evenly spaced, the first and last always among them; null "
+        "for a failed trial",
+    ),
 }
 
 #: Columns copied straight from a trial's settings: the sweep axes besides batch size (whose
@@ -154,6 +166,16 @@ SETTING_COLUMNS = tuple(axis for axis in AXES if axis != "batch_size")
 SCHEMA = pa.schema([pa.field(k, t) for k, (t, _) in COLUMNS.items()]).with_metadata(
     {b"amdahl": SCHEMA_TAG}
 )
+
+
+def history_steps(count: int, limit: int = HISTORY_POINTS) -> list[int]:
+    """Which of `count` steps (0-based) the `history` column keeps: all of them up to `limit`,
+    else `limit` evenly spaced ones, the first and last among them."""
+    if count <= limit:
+        return list(range(count))
+    if limit < 2:
+        return [count - 1] if limit == 1 else []
+    return sorted({round(i * (count - 1) / (limit - 1)) for i in range(limit)})
 
 
 _OOM_REASON = re.compile(r"(launch failed: \S*RankStranded: )?oom: ")

@@ -6,6 +6,13 @@ a resumed sweep or `platform sync` pushes only what MLflow does not have yet. tr
 that record per tracking store (its URI without credentials) and experiment, so a sweep directory
 copied elsewhere (rsynced down from a cluster) syncs in full to another store.
 
+What MLflow's UI draws from it: each child run carries its trial's per-step curves (the results'
+`history` column) as metric history with step = the optimizer step (`HISTORY_METRICS`), logged in
+the same batch as the run's other values. The parent run carries the sweep's scaling curves, one
+metric history per configuration with step = the device count (`scaling_metrics`), and the best
+configuration's figures, logged when the sweep finishes and on `platform sync`. Experiments amdahl
+creates, or uses without a kind, are tagged as model training (`EXPERIMENT_KIND`).
+
 An unreachable tracking store never stops a sweep: the rows stay in results.parquet and are pushed
 later. Any other tracking failure (a bug, a state file that cannot be written) does not stop it
 either, and is reported as one message at its end, never taken for an outage.
@@ -18,6 +25,7 @@ import json
 import logging
 import math
 import os
+import re
 import time
 import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -27,7 +35,7 @@ from urllib.parse import unquote, urlsplit
 
 from amdahl.errors import UserError
 from amdahl.files import redact_uris, write_private
-from amdahl.results import RESULTS_FILE, SETTING_COLUMNS
+from amdahl.results import RESULTS_FILE, SETTING_COLUMNS, read_results
 from amdahl.spec import SweepSpec
 
 log = logging.getLogger(__name__)
@@ -67,6 +75,22 @@ _OUTAGE_CODES = frozenset(
 )
 #: What `get_run` raises for a run id that this store does not hold.
 _NO_SUCH_RUN = frozenset({"RESOURCE_DOES_NOT_EXIST", "NOT_FOUND", "ENDPOINT_NOT_FOUND"})
+#: The experiment tag MLflow 3 keeps an experiment's kind in, and the kind of amdahl's: model
+#: training, not GenAI. Set on experiments amdahl creates, and on those it uses that have none;
+#: a kind already set is never changed.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+#: The results' `history` series -> the child run's metric key (step = the optimizer step).
+HISTORY_METRICS = {
+    "loss": "train/loss",
+    "step_time_s": "train/step_time_s",
+    "data_wait_s": "train/data_wait_s",
+}
+#: MLflow's limits on one `log_batch` call: metrics, params and tags (each), entities in all.
+_BATCH_METRICS, _BATCH_PARAMS_TAGS, _BATCH_ENTITIES = 1000, 100, 1000
+#: Characters a metric name may not hold (MLflow allows letters, digits, `_ - . /`, space, and
+#: colons except on Windows; `/` is kept for the figure's prefix alone).
+_NOT_IN_NAME = re.compile(r"[^A-Za-z0-9_.\- ]+")
 
 
 def tracking_uri(spec: SweepSpec) -> str | None:
@@ -135,7 +159,8 @@ def is_outage(error: BaseException) -> bool:
 
 
 def load_state(path: Path) -> dict[str, Any]:
-    """tracking.json: per tracking store and experiment, the parent run and the rows it holds.
+    """tracking.json: per tracking store and experiment, the parent run, the rows it holds and
+    the scaling figures logged on it.
 
     A file from before the record was keyed by store (no `version`) becomes one entry of an
     unknown store (`store` null), which `Tracker` matches to a store by its parent run id. A
@@ -173,6 +198,12 @@ def _check_entry(entry: Any) -> None:
     for name in ("store", "experiment", "experiment_id", "parent_run_id"):
         if not isinstance(entry.get(name), str | None):
             raise ValueError(f"{name} is {entry[name]!r}, not a string")
+    figures = entry.get("figures")
+    if figures is not None and not (
+        isinstance(figures, dict)
+        and all(isinstance(v, int | float) and not isinstance(v, bool) for v in figures.values())
+    ):
+        raise ValueError(f"`figures` is {figures!r}, not an object of numbers")
     logged = entry.get("logged")
     if not isinstance(logged, dict):
         raise ValueError(f"`logged` is {type(logged).__name__}, not an object")
@@ -206,6 +237,7 @@ class Tracker:
         self._pushed = 0  # child runs written, for `sync`'s count
         self._writer: ThreadPoolExecutor | None = None
         self._env_set: list[str] = []  # environment variables this tracker set, to restore
+        self._kind_checked = False  # the experiment's kind tag, looked at once per tracker
         if enabled:
             self._fail_fast_http()
 
@@ -267,9 +299,13 @@ class Tracker:
             self._failed(e, "creating the sweep's parent run")
 
     def sync(self, rows: list[dict[str, Any]]) -> int:
-        """Push every row this store lacks (or holds in an older state); returns how many were
-        written. A failure that is not an outage is reported (logged) before it returns."""
+        """Push every row this store lacks (or holds in an older state), then the scaling
+        figures and report files when the parent run lacks these rows' figures; returns how many
+        rows were written. A failure that is not an outage is reported (logged) before it
+        returns."""
         pushed = self._push(rows)
+        if self.enabled and rows and not self.offline_reason:
+            self._log_summary(rows, with_files=True)
         self._report_errors(rows)
         return pushed
 
@@ -305,6 +341,8 @@ class Tracker:
         self.offline_reason = None
         self._push(outcome.rows)
         if not self.offline_reason:
+            self._log_summary(self._all_rows(outcome.rows))
+        if not self.offline_reason:
             try:
                 client, parent = self._ensure_parent()
                 client.log_metric(parent, "sweep_wall_s", outcome.wall_s)
@@ -322,6 +360,44 @@ class Tracker:
     @property
     def parent_run_id(self) -> str | None:
         return self._entry()["parent_run_id"]
+
+    def _all_rows(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The sweep directory's rows (earlier runs' too, when resumed), else `rows`."""
+        if not (self.sweep_dir / RESULTS_FILE).exists():
+            return rows
+        try:
+            return read_results(self.sweep_dir).to_pylist()
+        except UserError:  # a damaged table: the report says so; these rows are still known
+            return rows
+
+    def _log_summary(self, rows: list[dict[str, Any]], with_files: bool = False) -> None:
+        """The scaling figures of `rows` on the parent run (and, `with_files`, the report files
+        as artifacts). Only figures the parent does not hold yet, by the state, are logged: a
+        resumed sweep adds its new points (a point whose value changed, say with more repeats,
+        gets a second value at its step: MLflow cannot delete one), a repeated sync nothing."""
+        from mlflow.entities import Metric, RunTag
+
+        try:
+            metrics, tags = scaling_metrics(rows)
+            held = self._entry().get("figures") or {}  # absent until first logged
+            new = [(k, v, step) for k, v, step in metrics if held.get(f"{k}@{step}") != v]
+            if not new:
+                return
+            client, parent = self._ensure_parent()
+            now = int(time.time() * 1000)
+            batch = [Metric(key, value, now, step) for key, value, step in new]
+            run_tags = [RunTag(k, v) for k, v in tags.items()]
+            for m, _, t in _batches(batch, [], run_tags):
+                client.log_batch(parent, metrics=m, tags=t)
+            if with_files:
+                for name in (RESULTS_FILE, "report.md", "report.html"):
+                    path = self.sweep_dir / name
+                    if path.exists():
+                        client.log_artifact(parent, str(path))
+            self._entry()["figures"] = {**held, **{f"{k}@{step}": v for k, v, step in new}}
+            self._save_state()
+        except Exception as e:  # noqa: BLE001 - the figures can be logged by a later sync
+            self._failed(e, "logging the sweep's scaling figures on its parent run")
 
     # ---- internals ---------------------------------------------------------------------
 
@@ -385,11 +461,14 @@ class Tracker:
         entry = self._entry()
         if entry["parent_run_id"] is None:
             experiment = client.get_experiment_by_name(self.spec.experiment)
-            experiment_id = (
-                experiment.experiment_id
-                if experiment
-                else client.create_experiment(self.spec.experiment)
-            )
+            if experiment is None:
+                experiment_id = client.create_experiment(
+                    self.spec.experiment, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}
+                )
+            else:
+                experiment_id = experiment.experiment_id
+                self._claim_kind(client, experiment)
+            self._kind_checked = True
             earlier = self._earlier_record(client, experiment_id) if experiment else None
             if earlier is not None:
                 entry.update(earlier)
@@ -408,7 +487,27 @@ class Tracker:
             spec_file = self.sweep_dir / "spec.yaml"
             if spec_file.exists():
                 client.log_artifact(run.info.run_id, str(spec_file))
+        elif not self._kind_checked and entry["experiment_id"] is not None:
+            # A parent recorded by an earlier run of the sweep, in an experiment that may
+            # predate the kind tag: one look per tracker.
+            self._claim_kind(client, client.get_experiment(entry["experiment_id"]))
+            self._kind_checked = True
         return client, entry["parent_run_id"]
+
+    def _claim_kind(self, client: Any, experiment: Any) -> None:
+        """Tag `experiment` as model training unless it has a kind. The tag only chooses how
+        MLflow's UI presents the experiment, so a store that refuses it (a read-only experiment)
+        costs nothing else; an outage is raised as usual."""
+        if (experiment.tags or {}).get(EXPERIMENT_KIND_TAG):
+            return
+        try:
+            client.set_experiment_tag(
+                experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND
+            )
+        except Exception as e:  # noqa: BLE001 - a UI nicety; an outage goes on up
+            if is_outage(e):
+                raise
+            log.debug("could not set %s on the experiment: %s", EXPERIMENT_KIND_TAG, e)
 
     def _earlier_record(self, client: Any, experiment_id: str) -> dict[str, Any] | None:
         """This sweep's parent run in this store when the state does not record it under this
@@ -506,9 +605,9 @@ class Tracker:
                 run_name=name,
                 tags={"mlflow.parentRunId": parent, "amdahl.row": key},
             ).info.run_id
-        client.log_batch(
-            run_id, metrics=metrics, params=params, tags=[RunTag(k, v) for k, v in tags.items()]
-        )
+        metrics += _history_metrics(row)
+        for m, p, t in _batches(metrics, params, [RunTag(k, v) for k, v in tags.items()]):
+            client.log_batch(run_id, metrics=m, params=p, tags=t)
         client.set_terminated(run_id, "FINISHED" if ok else "FAILED")
         self._pushed += 1
         return run_id
@@ -574,6 +673,117 @@ class Tracker:
             )
         else:
             self.state_error = None
+
+
+def _history_metrics(row: dict[str, Any]) -> list[Any]:
+    """The row's per-step curves (its `history` column) as metrics with step = the optimizer
+    step. Their timestamp is the trial's start, the same every time the row is logged, so a
+    store that already holds a point (a row logged again after a crash) keeps one copy."""
+    from datetime import datetime
+
+    from mlflow.entities import Metric
+
+    try:
+        history = json.loads(row.get("history") or "{}")
+    except (TypeError, ValueError):
+        return []
+    if not isinstance(history, dict):
+        return []
+    try:
+        stamp = int(datetime.fromisoformat(row["started_at"]).timestamp() * 1000)
+    except (TypeError, ValueError, KeyError):
+        stamp = int(time.time() * 1000)
+    steps = history.get("step") or []
+    out = []
+    for series, key in HISTORY_METRICS.items():
+        values = history.get(series) or []
+        for step, value in zip(steps, values, strict=False):
+            if _is_number(value) and math.isfinite(value) and isinstance(step, int):
+                out.append(Metric(key, float(value), stamp, step))
+    return out
+
+
+def scaling_metrics(
+    rows: list[dict[str, Any]],
+) -> tuple[list[tuple[str, float, int]], dict[str, str]]:
+    """The parent run's figures, from the report's own numbers (report/compute.py): per scaling
+    curve (a configuration: every setting but devices), `throughput/<curve>` (samples/s),
+    `speedup/<curve>` and `efficiency/<curve>` at step = the device count, so MLflow charts
+    them against devices; and the report's fastest configuration as `best/throughput`,
+    `best/devices`, `best/speedup`, `best/efficiency` (step 0), its label in the tag
+    `amdahl.best`. `<curve>` is the report's label of the curve (`b256 fp32 eager w1 ddp`), its
+    characters MLflow refuses in a name made `_` (`metric_names`).
+
+    Returns ([(key, value, step)], tags); empty when no configuration ran ok."""
+    from amdahl.report import report_from_rows
+
+    report = report_from_rows(rows)
+    metrics: list[tuple[str, float, int]] = []
+    points: dict[tuple, Any] = {}
+    names = metric_names([c.label for c in report.curves])
+    for curve, name in zip(report.curves, names, strict=True):
+        for point in curve.points:
+            points[point.config.key] = point
+            figures = {
+                "throughput": point.config.throughput.median,
+                "speedup": point.speedup.median if point.speedup else None,
+                "efficiency": point.efficiency,
+            }
+            metrics += [
+                (f"{figure}/{name}", float(value), point.devices)
+                for figure, value in figures.items()
+                if _is_number(value) and math.isfinite(value)
+            ]
+    tags: dict[str, str] = {}
+    if report.recommendation.picks:
+        best = report.recommendation.picks[0].config  # the fastest: the report's first pick
+        point = points.get(best.key)
+        figures = {
+            "throughput": best.throughput.median,
+            "devices": best.devices,
+            "speedup": point.speedup.median if point and point.speedup else None,
+            "efficiency": point.efficiency if point else None,
+        }
+        metrics += [
+            (f"best/{figure}", float(value), 0)
+            for figure, value in figures.items()
+            if _is_number(value) and math.isfinite(value)
+        ]
+        tags["amdahl.best"] = best.label
+    return metrics, tags
+
+
+def metric_names(labels: list[str], limit: int = 200) -> list[str]:
+    """Each label as the part of a metric name after its figure's `/`: characters MLflow
+    refuses (and `/`) become `_`, at most `limit` characters, a `-2`, `-3`... suffix where two
+    would be equal."""
+    out: list[str] = []
+    for label in labels:
+        base = _NOT_IN_NAME.sub("_", label).strip()[:limit].strip()
+        base = "all" if base in ("", ".", "..") else base  # not a path segment of its own
+        name, n = base, 1
+        while name in out:
+            n += 1
+            name = f"{base}-{n}"
+        out.append(name)
+    return out
+
+
+def _batches(metrics: list[Any], params: list[Any], tags: list[Any]) -> Any:
+    """(metrics, params, tags) for successive `log_batch` calls within MLflow's limits; params
+    and tags go first. At least one, if empty."""
+    while True:
+        p = params[:_BATCH_PARAMS_TAGS]
+        t = tags[: _BATCH_PARAMS_TAGS - len(p)]
+        m = metrics[: min(_BATCH_METRICS, _BATCH_ENTITIES - len(p) - len(t))]
+        params, tags, metrics = params[len(p) :], tags[len(t) :], metrics[len(m) :]
+        yield m, p, t
+        if not (metrics or params or tags):
+            return
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
 
 
 def create_sqlite_store_atomically(uri: str) -> None:

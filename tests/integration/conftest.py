@@ -15,7 +15,17 @@ def ray_cluster():
     os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
     started = False
     if not ray.is_initialized():
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+        # Test workloads defined in this folder (flaky_workload.py) import by name in Ray
+        # workers too: the job's workers get this folder on their import path.
+        here = os.path.dirname(os.path.abspath(__file__))
+        path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
+        ray.init(
+            address="local",
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            runtime_env={"env_vars": {"PYTHONPATH": path}},
+        )
         started = True
     yield ray
     if started:

@@ -245,3 +245,186 @@ def test_a_copied_sweep_directory_syncs_in_full_to_another_server(served: Served
     parents, children = _runs_of(served.base)
     assert [p.run_id for p in parents] == [served.parent.run_id]
     assert len(children) == len(served.children)
+
+
+# ---- what MLflow's UI draws: per-step curves, scaling curves, the runs table -----------------
+
+CURVES_EXPERIMENT = "served-curves"
+CURVES_SPEC: dict[str, Any] = {
+    **SPEC,
+    "name": "curves",
+    "grid": {"devices": [1, 2], "batch_size": [32], "sync": ["ddp"]},
+}
+
+
+def _find_chromium() -> str | None:
+    import shutil
+
+    return "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else shutil.which("chromium")
+
+
+CHROMIUM = _find_chromium()
+#: Text only MLflow's GenAI overview shows (traces, token usage), not its runs table.
+GENAI_OVERVIEW = ("Token Usage", "Tokens per Trace")
+
+
+@dataclass
+class Curves:
+    base: str
+    experiment: dict[str, Any]
+    outcome: SweepOutcome
+    parent: Run
+    children: list[Run]
+
+
+@pytest.fixture(scope="module")
+def curves(served: Served, tmp_path_factory) -> Curves:
+    """A sweep over 1 and 2 devices against the same server, in an experiment of its own."""
+    tmp = tmp_path_factory.mktemp("curves")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+        spec = validate_spec(
+            {**CURVES_SPEC, "tracking": {"uri": served.base, "experiment": CURVES_EXPERIMENT}}
+        )
+        outcome = run_sweep(spec, runs_dir=tmp / "runs")
+    experiment = _call(
+        served.base,
+        "/api/2.0/mlflow/experiments/get-by-name?"
+        + urllib.parse.urlencode({"experiment_name": CURVES_EXPERIMENT}),
+    )["experiment"]
+    runs = _search_runs(served.base, experiment["experiment_id"])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.tags]
+    assert len(parents) == 1, [r.tags for r in runs]
+    children = [r for r in runs if "mlflow.parentRunId" in r.tags]
+    return Curves(served.base, experiment, outcome, parents[0], children)
+
+
+def _history(base: str, run_id: str, key: str) -> dict[int, float]:
+    """A metric's history as {step: value} (every step once)."""
+    page = _call(
+        base,
+        "/api/2.0/mlflow/metrics/get-history?"
+        + urllib.parse.urlencode({"run_id": run_id, "metric_key": key}),
+    )
+    points = page.get("metrics", [])
+    steps = [int(p.get("step", 0)) for p in points]
+    assert len(steps) == len(set(steps)), f"{key}: a step logged twice: {sorted(steps)}"
+    return {int(p.get("step", 0)): p["value"] for p in points}
+
+
+def test_experiments_amdahl_uses_are_tagged_as_model_training(served: Served, curves: Curves):
+    for name in (EXPERIMENT, CURVES_EXPERIMENT):
+        experiment = _call(
+            served.base,
+            "/api/2.0/mlflow/experiments/get-by-name?"
+            + urllib.parse.urlencode({"experiment_name": name}),
+        )["experiment"]
+        assert _pairs(experiment.get("tags"))["mlflow.experimentKind"] == "custom_model_development"
+
+
+def test_child_runs_carry_per_step_loss_step_time_and_data_wait(curves: Curves):
+    rows = {r["trial_id"]: r for r in read_results(curves.outcome.sweep_dir).to_pylist()}
+    assert len(curves.children) == len(rows) == 2
+    assert all(r["status"] == "ok" for r in rows.values()), [r["error"] for r in rows.values()]
+    total = SPEC["train"]["warmup_steps"] + SPEC["train"]["steps"]
+    for child in curves.children:
+        row = rows[child.params["trial_id"]]
+        history = json.loads(row["history"])
+        assert history["step"] == list(range(1, total + 1))  # fewer than the limit: all kept
+        for series, key in (
+            ("loss", "train/loss"),
+            ("step_time_s", "train/step_time_s"),
+            ("data_wait_s", "train/data_wait_s"),
+        ):
+            logged = _history(curves.base, child.run_id, key)
+            assert sorted(logged) == history["step"], key
+            assert [logged[s] for s in history["step"]] == pytest.approx(history[series])
+        assert all(v > 0 for v in _history(curves.base, child.run_id, "train/step_time_s").values())
+        # The summary metrics keep their own names: the table shows the row's figures.
+        assert child.metrics["step_time_s"] == pytest.approx(row["step_time_s"])
+        assert child.metrics["final_loss"] == pytest.approx(row["final_loss"])
+
+
+def test_the_parent_run_draws_scaling_curves_against_the_device_count(curves: Curves):
+    from amdahl.report import build_report
+    from amdahl.track import metric_names
+
+    report = build_report(curves.outcome.sweep_dir)
+    assert len(report.curves) == 1
+    (name,) = metric_names([c.label for c in report.curves])
+    assert name == report.curves[0].label  # e.g. "b32 fp32 eager w1 ddp": nothing to replace
+    parent = curves.parent
+    throughput = _history(curves.base, parent.run_id, f"throughput/{name}")
+    speedup = _history(curves.base, parent.run_id, f"speedup/{name}")
+    efficiency = _history(curves.base, parent.run_id, f"efficiency/{name}")
+    assert sorted(throughput) == sorted(speedup) == sorted(efficiency) == [1, 2]
+    for point in report.curves[0].points:
+        assert throughput[point.devices] == pytest.approx(point.config.throughput.median)
+        assert speedup[point.devices] == pytest.approx(point.speedup.median)
+        assert efficiency[point.devices] == pytest.approx(point.efficiency)
+    assert speedup[1] == pytest.approx(1.0)
+    best = report.recommendation.picks[0].config
+    assert parent.metrics["best/throughput"] == pytest.approx(best.throughput.median)
+    assert parent.metrics["best/devices"] == best.devices
+    assert parent.tags["amdahl.best"] == best.label
+    listing = _call(
+        curves.base,
+        "/api/2.0/mlflow/artifacts/list?" + urllib.parse.urlencode({"run_id": parent.run_id}),
+    )
+    assert {"report.md", "report.html"} <= {f["path"] for f in listing.get("files", [])}
+
+
+def _page_text(url: str, profile: Path) -> str:
+    """The page's text once headless Chromium has run its scripts (20 s of virtual time)."""
+    import html
+    import re
+    import subprocess
+
+    profile.mkdir(parents=True)
+    done = subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={profile}",
+            "--window-size=1400,1000",
+            "--virtual-time-budget=20000",
+            "--dump-dom",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    text = re.sub(r"<(script|style)\b.*?</\1>", " ", done.stdout, flags=re.S)
+    return html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", text)))
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)"
+)
+def test_the_experiment_opens_on_its_runs_table_in_a_browser(curves: Curves, tmp_path):
+    """MLflow 3.17's UI takes its view from the sidebar's "GenAI | Model training" switch (kept
+    by the browser, GenAI in a new one), which `workflowType` in the URL sets: the README's link
+    opens the runs table, with the sweep's parent run, and sorted by throughput every trial."""
+    page = f"{curves.base}/#/experiments/{curves.experiment['experiment_id']}/runs"
+    table = _page_text(f"{page}?workflowType=machine_learning", tmp_path / "a")
+    assert not [t for t in GENAI_OVERVIEW if t in table], table[:2000]
+    assert curves.outcome.sweep_dir.name in table, table[:2000]  # the parent run's name
+    assert f"{len(curves.children) + 1} matching runs" in table, table[:2000]
+
+    ranked = _page_text(
+        f"{page}?workflowType=machine_learning&orderByKey=metrics.%60throughput%60"
+        "&orderByAsc=false",
+        tmp_path / "b",
+    )
+    assert not [t for t in GENAI_OVERVIEW if t in ranked], ranked[:2000]
+    names = [c.tags["mlflow.runName"] for c in curves.children]
+    assert all(name in ranked for name in names), (names, ranked[:2000])
+    assert curves.outcome.sweep_dir.name in ranked

@@ -90,8 +90,8 @@ def test_cpu_feed_passes_batches_through_without_copies():
 def test_a_slow_forward_lands_in_forward_not_in_data_wait():
     stats, error, _ = run(SlowForward(**_params()), torch.device("cpu"))
     assert error is None
-    assert stats["forward_s"] >= SlowForward.FORWARD_S
-    assert stats["data_wait_s"] < SlowForward.FORWARD_S / 4
+    assert stats["forward_s"] >= SlowForward.FORWARD_S  # a sleep lasts at least that long
+    assert stats["data_wait_s"] < stats["forward_s"] / 2
     assert stats["transfer_s"] is None  # no copies on CPU
 
 
@@ -100,9 +100,9 @@ def test_slow_input_lands_in_data_wait_not_in_the_step():
     assert error is None
     assert stats["data_wait_s"] >= SlowData.DATA_S
     assert stats["data_wait_host_s"] >= SlowData.DATA_S
-    assert stats["step_time_s"] < SlowData.DATA_S / 2
+    assert stats["step_time_s"] < stats["data_wait_s"] / 2
     baseline, _, _ = run(MLP(**_params()), torch.device("cpu"))
-    assert baseline["data_wait_s"] < SlowData.DATA_S / 4
+    assert baseline["data_wait_s"] < stats["data_wait_s"] / 4
 
 
 def _params():

@@ -67,6 +67,15 @@ def test_bytes_per_step_of_each_strategy(sync, by_p):
         assert not v.estimate
 
 
+def test_every_strategy_of_the_sweep_schema_has_a_communication_model():
+    from typing import get_args
+
+    from amdahl.spec import Sync
+
+    for sync in get_args(Sync):
+        assert comm_volume(sync, 2, G, OPTIONS).bytes >= 0, sync
+
+
 @pytest.mark.parametrize("p", [2, 4, 8])
 def test_latency_terms_count_ring_steps_per_collective_and_bucket(p):
     assert comm_volume("ddp", p, G, OPTIONS).latency_steps == 2 * (p - 1)

@@ -110,9 +110,22 @@ def test_the_lock_dies_with_its_driver(tmp_path):
     lock_sweep_dir(tmp_path).release()
 
 
-def test_resuming_a_directory_in_use_is_refused_before_ray_starts(tmp_path):
+def _no_ray_start(monkeypatch) -> bool:
+    """Make starting Ray fail the test; returns whether Ray was already up in this process
+    (the integration tests' session Ray may be), which a refused driver must leave as it is."""
     import ray
 
+    def refuse(*args, **kwargs):
+        raise AssertionError("Ray was started before the refusal")
+
+    monkeypatch.setattr(run, "_init_ray", refuse)
+    return ray.is_initialized()
+
+
+def test_resuming_a_directory_in_use_is_refused_before_ray_starts(tmp_path, monkeypatch):
+    import ray
+
+    ray_was_up = _no_ray_start(monkeypatch)
     sweep_dir = _sweep_dir(tmp_path)
     lock = lock_sweep_dir(sweep_dir)
     try:
@@ -120,7 +133,7 @@ def test_resuming_a_directory_in_use_is_refused_before_ray_starts(tmp_path):
             run_sweep(_spec(), resume=sweep_dir, tracking=False)
     finally:
         lock.release()
-    assert not ray.is_initialized()
+    assert ray.is_initialized() == ray_was_up
     assert read_results(sweep_dir).num_rows == 1
 
 
@@ -225,9 +238,12 @@ def test_resume_without_a_directory_never_takes_another_sweeps(tmp_path):
         ("isolation", "shared", 'isolation: "exclusive" -> "shared"'),
     ],
 )
-def test_a_resume_with_other_measurement_settings_is_refused(tmp_path, dotted, value, shown):
+def test_a_resume_with_other_measurement_settings_is_refused(
+    tmp_path, monkeypatch, dotted, value, shown
+):
     import ray
 
+    ray_was_up = _no_ray_start(monkeypatch)
     sweep_dir = _sweep_dir(tmp_path)
     spec_before = (sweep_dir / "spec.yaml").read_text()
     with pytest.raises(UserError) as e:
@@ -235,7 +251,7 @@ def test_a_resume_with_other_measurement_settings_is_refused(tmp_path, dotted, v
     message = str(e.value)
     assert f"--resume {sweep_dir}: these settings differ" in message
     assert f"  {shown}\n" in message and "--new-if-changed" in message
-    assert not ray.is_initialized()
+    assert ray.is_initialized() == ray_was_up
     assert (sweep_dir / "spec.yaml").read_text() == spec_before  # not replaced
     lock_sweep_dir(sweep_dir).release()  # the refused driver let go of the directory
 
