@@ -6,7 +6,7 @@ optimizer, warmup and steps, interleaved A/B rounds:
             by Ray Data), throughput from its results row
   plain     torch.multiprocessing + gloo DDP over in-memory tensors, the same loop without any
             of the platform's timers, timed from the end of warmup to the last step
-and prints the median ratio platform / plain per workload. Goal (GUIDE): >= 0.97.
+and prints the median ratio platform / plain per workload. Goal (docs/architecture.md): >= 0.97.
 
     python benchmarks/harness_overhead.py [--rounds N] [--steps N (both workloads)]
 """

@@ -13,8 +13,8 @@ fastest is kept; Ray Data then gets the same number of workers. Two consumers:
   train   the consumer trains ResNet-18 (one torch thread, like a platform worker): samples/s
           and data wait as a share of step time
 Rounds interleave the two inputs (alternating which goes first); medians are printed with
-the ratios. Goals (GUIDE): Ray Data ingest >= 0.9x the DataLoader; data wait <= 5% of step
-time when the data workers suffice.
+the ratios. Goals (docs/architecture.md): Ray Data ingest >= 0.9x the DataLoader; data wait
+<= 5% of step time when the data workers suffice.
 
     python benchmarks/input_pipeline.py [--rounds N] [--augment none|light|heavy] [--data DIR]
 """

@@ -11,8 +11,8 @@ and prints, per mode, sweep efficiency = seconds inside measured steps / sweep w
 orchestration seconds per trial = (wall - measured) / trials, plus throughput ratios over the
 same trials: tracking on / off, and grouped / by-devices (a trial on fewer devices than its
 worker group must measure what a group of its own would: the ratio should be 1 within noise).
-Goals (GUIDE): efficiency >= 0.6, <= 3 s per trial, tracking on/off >= 0.98. Ratios are
-measured side by side in one run; nothing is asserted.
+Goals (docs/architecture.md): efficiency >= 0.6, <= 3 s per trial, tracking on/off >= 0.98.
+Ratios are measured side by side in one run; nothing is asserted.
 
     python benchmarks/sweep_overhead.py [SPEC] [--rounds N] [--skip-raw]
 """

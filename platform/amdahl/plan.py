@@ -3,8 +3,9 @@
 Expansion is a cartesian product minus exclusions; each trial gets a stable id (a hash of its
 settings, not of its position) so resume and MLflow can recognise it. Every trial that cannot run
 gets a reason *here*, before anything launches: a value this build lacks, a value the device cannot
-do, or resources the cluster does not have (including GUIDE's two hang cases: Ray Data left with
-no CPU beside the train workers, and the Tune trial's own default CPU).
+do, or resources the cluster does not have (including the two hang cases of
+docs/architecture.md: Ray Data left with no CPU beside the train workers, and the Tune trial's
+own default CPU).
 
 A plan as a whole is refused for one thing only: spanning several nodes while Ray's storage is
 the sweep directory on one node's disk (`check_storage`).
@@ -25,7 +26,7 @@ from amdahl.errors import UserError
 from amdahl.spec import AXES, GridSpec, SweepSpec
 
 #: CPUs the Tune function trainable holds while it drives one launch. Ray rejects 0; a tiny
-#: fraction keeps the trial from holding a whole CPU (GUIDE pitfall b).
+#: fraction keeps the trial from holding a whole CPU (docs/architecture.md, hang case b).
 DRIVER_CPUS = 0.01
 
 #: grid.prefetch_batches' default; trial labels name other values.

@@ -1,6 +1,6 @@
 """The report's numbers: pure functions over results rows, each formula cited where it is used.
 
-- Speedup (GUIDE "Formulas"): weak scaling (fixed per-device batch) S(p) = X(p) / X(1), the
+- Speedup (docs/architecture.md): weak scaling (fixed per-device batch) S(p) = X(p) / X(1), the
   throughput ratio; strong scaling (fixed global batch) S(p) = T(1) / T(p), the ratio of seconds
   per optimizer step. Ideal S = p; efficiency E = S / p.
 - Two ideals per curve: linear (p * X(1)) and the measured no-communication ceiling, the same
