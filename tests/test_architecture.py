@@ -15,6 +15,7 @@ PURE = [
     "results",
     "errors",
     "stepclock",
+    "sweepdir",
     *[f"report/{p.stem}" for p in (PACKAGE / "report").glob("*.py")],
 ]
 #: Worker-side modules: they never talk to MLflow (the driver is the single writer).
@@ -52,9 +53,35 @@ def test_workloads_use_only_the_public_api(path):
     assert {n for n in imported if n.startswith("amdahl")} <= {"amdahl"}
 
 
-def test_the_cli_loads_nothing_heavy_at_import():
-    imported = _imports(PACKAGE / "cli.py", module_level_only=True)
+@pytest.mark.parametrize("module", ["cli", "cluster", "calibrate", "progress"])
+def test_what_the_cli_imports_loads_nothing_heavy_at_import(module):
+    """`platform --help` stays instant, and `platform plan` loads no Ray (cluster.py imports
+    ray inside the functions that talk to a running Ray)."""
+    imported = _imports(PACKAGE / f"{module}.py", module_level_only=True)
     assert not {n for n in imported if n.split(".")[0] in HEAVY}
+
+
+def test_the_sweep_directory_module_sits_below_every_other():
+    """results.py and spec.py may take file names from sweepdir: it imports neither at module
+    level (nor anything else of amdahl's but errors and files), so there is no import cycle."""
+    imported = _imports(PACKAGE / "sweepdir.py", module_level_only=True)
+    assert {n for n in imported if n.startswith("amdahl")} <= {"amdahl.errors", "amdahl.files"}
+
+
+def test_only_cluster_starts_ray():
+    """Ray is initialised in one place, `cluster.connect_ray`, whoever needs it."""
+    callers = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            func = node.func if isinstance(node, ast.Call) else None
+            if (
+                isinstance(func, ast.Attribute)
+                and func.attr == "init"
+                and isinstance(func.value, ast.Name)
+                and func.value.id == "ray"
+            ):
+                callers.append(path.relative_to(PACKAGE).as_posix())
+    assert callers and set(callers) == {"cluster.py"}
 
 
 def test_a_worker_importing_workload_loads_no_planner_or_report():

@@ -14,24 +14,17 @@ import torch.distributed as dist
 from torch import nn
 
 from amdahl.data import LoaderSource, _arrow_column, validation_rows
-from amdahl.harness import _run_guarded
+from amdahl.harness import Placement, _run_guarded
+from amdahl.launch import LaunchConfig, TrialConfig, WorkerResources
+from amdahl.spec import TrainSpec
 from workloads.mlp import MLP
 
 PARAMS = {"inputs": 64, "hidden": [64], "classes": 4, "train_rows": 2048, "val_rows": 128}
+#: A smaller MLP, for the in-process tests on a Ray Data shard (tests/integration/conftest.py).
+MLP_PARAMS = {"inputs": 8, "hidden": [16], "classes": 2, "train_rows": 512, "val_rows": 64}
 
-CONFIG = {
-    "seed": 0,
-    "lr": 0.05,
-    "optimizer": "sgd",
-    "steps": 8,
-    "warmup_steps": 2,
-    "flops_per_sample": None,
-    "lr_scaling": "none",
-    "lr_base_batch": 256,
-    "lr_warmup_steps": 0,
-    "target": None,
-    "input": "torch_loader",
-}
+#: The train section every in-process trial uses unless a test overrides a field.
+TRAIN = {"seed": 0, "lr": 0.05, "optimizer": "sgd", "steps": 8, "warmup_steps": 2}
 
 
 def settings(**overrides: Any) -> dict[str, Any]:
@@ -59,6 +52,36 @@ def settings(**overrides: Any) -> dict[str, Any]:
     return s
 
 
+def trial_config(base: dict[str, Any] | None = None, **overrides: Any) -> TrialConfig:
+    """A TrialConfig from `settings()` (or `base`) with `overrides`."""
+    s = {**(base or settings()), **overrides}
+    fields = TrialConfig.__dataclass_fields__
+    s.setdefault("trial_id", "trial")
+    return TrialConfig(**{k: s[k] for k in fields if k in s})
+
+
+def launch_config(trials: tuple[TrialConfig, ...] = (), **train: Any) -> LaunchConfig:
+    """A one-rank LaunchConfig whose train section is TRAIN with `train` overrides."""
+    return LaunchConfig(
+        launch_id="launch",
+        sweep="test",
+        workload="mlp",
+        trials=trials,
+        train=TrainSpec(**{**TRAIN, **train}),
+        resources=WorkerResources(1, 1.0, 0.0, 1.0),
+        device_counts=(1,),
+        skip=(),
+        collective_timeout_s=600,
+        train_path="",
+        val_path=None,
+        dataset_key="",
+        preprocesses=False,
+        placement="PACK",
+        storage_path="",
+        run_name="",
+    )
+
+
 def one_rank_group(backend: str) -> None:
     """A one-rank default process group on loopback (idempotent)."""
     if dist.is_initialized():
@@ -70,15 +93,17 @@ def one_rank_group(backend: str) -> None:
 
 
 def run(
-    workload: MLP, device: torch.device, config: dict[str, Any] | None = None, **overrides: Any
+    workload: MLP, device: torch.device, launch: LaunchConfig | None = None, **overrides: Any
 ) -> tuple[dict[str, Any], str | None, str | None]:
     """(stats, error, failure kind) of one trial, as `_run_guarded` returns them."""
-    config = {**CONFIG, **(config or {})}
     rows = workload.generate("train", workload.params["train_rows"], seed=0)
     table = pa.table({k: _arrow_column(v) for k, v in rows.items()})
     source = LoaderSource(table, workload, rank=0, world=1, workers=0)
-    val = validation_rows(workload, {"seed": 0})
-    return _run_guarded(workload, settings(**overrides), config, source, val, device, 0, 1)
+    val = validation_rows(workload, None, seed=0)
+    trial = trial_config(**overrides)
+    return _run_guarded(
+        workload, trial, launch or launch_config((trial,)), source, val, Placement(device, 0, 1)
+    )
 
 
 class _SleepyForward(nn.Module):

@@ -26,7 +26,7 @@ _LAZY = {
     "load_spec": "amdahl.spec",
     "validate_spec": "amdahl.spec",
     "run_sweep": "amdahl.run",
-    "make_plan": "amdahl.run",
+    "make_plan": "amdahl.cluster",
 }
 
 __all__ = [

@@ -16,7 +16,6 @@ ray and torch are imported inside the functions, so `import amdahl.calibrate` st
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import tempfile
 import time
@@ -26,10 +25,11 @@ from typing import Any
 
 import yaml
 
+from amdahl.cluster import connect_ray
 from amdahl.errors import UserError
 from amdahl.files import private_dir, write_private
 from amdahl.report.compute import bus_bandwidth, fit_alpha_beta
-from amdahl.report.inputs import CALIBRATION_FILE, PLAN_FILE, SPEC_FILE
+from amdahl.sweepdir import CALIBRATION_FILE, STAMP_FORMAT, SweepDir
 
 #: Largest message on CPU (gloo): enough for its bandwidth, small enough for a quick CI run.
 CPU_MAX_BYTES = 16 * 2**20
@@ -186,8 +186,9 @@ def run_calibration(
     the gradient bytes after, so a model that fails to build loses no measurement.
 
     Uses the Ray already initialised in this process, else connects to `address`, else starts
-    (and afterwards stops) a local Ray of its own, never joining one it happens to find.
-    Returns what was written.
+    (and afterwards stops) a local Ray of its own sized to this machine, never joining one it
+    happens to find (cluster.connect_ray, as the sweep driver does); Ray's log lines go to the
+    sweep directory's ray.log. Returns what was written.
     """
     if devices < 2:
         raise UserError(
@@ -200,18 +201,14 @@ def run_calibration(
     models = _sweep_models(sweep_dir)  # before measuring: a bad workload costs nothing
     private_dir(sweep_dir, exist_ok=True)
 
-    os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
     import ray
-    from ray.train import RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
 
-    from amdahl.run import _init_ray
-
-    started = not ray.is_initialized()
-    if started:
-        _init_ray(address, sweep_dir / "ray.log", verbose=False)
+    started = connect_ray(address, SweepDir(sweep_dir).ray_log)  # sets ray.train's env first
     try:
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        from ray.train import RunConfig, ScalingConfig
+        from ray.train.torch import TorchTrainer
+
+        stamp = datetime.now(timezone.utc).strftime(STAMP_FORMAT)
         trainer = TorchTrainer(
             calibration_worker,
             train_loop_config={
@@ -223,7 +220,7 @@ def run_calibration(
             ),
             run_config=RunConfig(
                 name=f"calibrate-{stamp}",
-                storage_path=str((sweep_dir / "ray" / "calibrate").resolve()),
+                storage_path=str((SweepDir(sweep_dir).ray_dir / "calibrate").resolve()),
             ),
         )
         metrics = trainer.fit().metrics or {}
@@ -251,7 +248,7 @@ def run_calibration(
 
 def _write(sweep_dir: Path, result: dict[str, Any]) -> Path:
     """calibration.json, replaced whole (a reader never sees half a file), owner-only."""
-    return write_private(sweep_dir / CALIBRATION_FILE, json.dumps(result, indent=1))
+    return write_private(SweepDir(sweep_dir).calibration, json.dumps(result, indent=1))
 
 
 def _fit(result: dict[str, Any]) -> dict[str, Any]:
@@ -265,7 +262,7 @@ def _sweep_models(sweep_dir: Path) -> dict[str, Any]:
     `params` JSON (the spec's own first); {} when the directory does not say which workload.
     Instantiating imports the workload and checks each parameter set (UserError), without
     building a model."""
-    spec_path = sweep_dir / SPEC_FILE
+    spec_path, plan_path = SweepDir(sweep_dir).spec, SweepDir(sweep_dir).plan
     if not spec_path.exists():
         return {}
     from amdahl.workload import make_workload
@@ -276,7 +273,6 @@ def _sweep_models(sweep_dir: Path) -> dict[str, Any]:
         return {}
     first = make_workload(name, spec.get("params") or {})
     all_params = [first.params]
-    plan_path = sweep_dir / PLAN_FILE
     if plan_path.exists():
         plan = json.loads(plan_path.read_text())
         all_params += [t["settings"]["params"] for t in plan.get("trials", [])]

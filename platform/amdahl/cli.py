@@ -1,12 +1,17 @@
 """The `platform` command: parse arguments, call the Python API, render. No logic lives here.
 
-Exit codes: 0 every trial ran ok; 1 the sweep ran but some trials failed; 2 bad input (one message,
-no traceback; --debug shows it); 130 interrupted (Ctrl-C); 143 stopped by SIGTERM (`ray job stop`).
+Exit codes: 0 every trial ran ok; 1 the sweep ran but some trials failed, or `mlflow-push` could
+not push every row (an error that is not an outage); 2 bad input (one message, no traceback;
+--debug shows it); 130 interrupted (Ctrl-C); 143 stopped by SIGTERM (`ray job stop`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import shlex
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +20,18 @@ import click
 from amdahl.errors import UserError
 
 EXIT_TRIALS_FAILED = 1
+EXIT_PUSH_FAILED = 1
 
 
 class _Group(click.Group):
-    """Turns UserError into one message and exit 2, unless --debug asks for the traceback."""
+    """Turns UserError into one message and exit 2, unless --debug asks for the traceback;
+    runs a command's old name (ALIASES) as the command, without listing it in --help."""
+
+    #: Old command name -> the command it became.
+    ALIASES = {"sync": "mlflow-push"}
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return super().get_command(ctx, self.ALIASES.get(cmd_name, cmd_name))
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -51,21 +64,15 @@ def plan(spec_path: str, overrides: tuple[str, ...], address: str | None, as_jso
     """Show the trials, their resources, and every trial that will not run (with the reason)."""
     import json
 
-    from amdahl.run import make_plan, plan_summary, ray_nodes
+    from amdahl.cluster import plan_for
     from amdahl.spec import load_spec
+    from amdahl.sweepdir import plan_summary
 
-    spec = load_spec(spec_path, overrides)
-    nodes = None
-    if address:
-        import ray
-
-        ray.init(address=address, log_to_driver=False)
-        nodes = ray_nodes()
-    sweep_plan = make_plan(spec, nodes)
+    sweep_plan = plan_for(load_spec(spec_path, overrides), address)
     if as_json:
         click.echo(json.dumps(plan_summary(sweep_plan), indent=1, default=str))
     else:
-        from amdahl.render import print_plan
+        from amdahl.progress import print_plan
 
         print_plan(sweep_plan)
     if not sweep_plan.runnable:
@@ -120,9 +127,10 @@ def sweep(
     verbose: bool,
 ) -> None:
     """Run every trial of a sweep file and write runs/<name>-<time>/."""
-    from amdahl.render import LiveProgress, print_outcome
-    from amdahl.run import SweepInterrupted, latest_sweep_dir, run_sweep
+    from amdahl.progress import LiveProgress, print_outcome
+    from amdahl.run import SweepInterrupted, run_sweep
     from amdahl.spec import load_spec
+    from amdahl.sweepdir import latest_sweep_dir
 
     spec = load_spec(spec_path, overrides)
     if retry_failed and resume is None:
@@ -145,8 +153,6 @@ def sweep(
                 tracking=False if no_tracking else None,
             )
     except SweepInterrupted as e:
-        import shlex
-
         sets = [part for o in overrides for part in ("--set", o)]  # quoted: copy-paste safe
         again = ["platform", "sweep", spec_path, *sets, "--resume", str(e.sweep_dir)]
         click.echo(
@@ -165,32 +171,62 @@ def sweep(
 def init(directory: str) -> None:
     """Write a commented workload (myworkload.py) and a sweep file (sweep.yaml) that runs as
     written, into DIRECTORY (default: here); existing files are never overwritten."""
-    from amdahl.scaffold import write_scaffold
+    from amdahl.scaffold import next_steps, write_scaffold
 
     written = write_scaffold(directory)
     click.echo(f"written: {', '.join(str(p) for p in written)}")
-    here = "" if Path(directory).resolve() == Path.cwd() else f"cd {directory} && "
-    click.echo(f"next:    {here}platform plan sweep.yaml && platform sweep sweep.yaml")
+    click.echo(f"next:    {next_steps(directory)}")
 
 
-@main.command()
+@main.command("mlflow-push")
 @click.argument("sweep_dir", type=click.Path())
-def sync(sweep_dir: str) -> None:
-    """Push to MLflow every result of SWEEP_DIR that MLflow does not have yet."""
+def mlflow_push(sweep_dir: str) -> None:
+    """Push to MLflow every result of SWEEP_DIR that MLflow does not have yet (rows it has are
+    found by their tags, not duplicated). Refused while a sweep driver writes SWEEP_DIR."""
     from amdahl.results import read_results
     from amdahl.spec import load_spec
+    from amdahl.sweepdir import existing_sweep_dir, lock_sweep_dir
     from amdahl.track import Tracker
 
-    rows = read_results(sweep_dir).to_pylist()
-    spec = load_spec(Path(sweep_dir) / "spec.yaml")
-    tracker = Tracker(spec, Path(sweep_dir))
-    pushed = tracker.sync(rows)
+    d = existing_sweep_dir(sweep_dir)  # before the lock: no lock file in a foreign directory
+    spec = load_spec(d.spec)
+    advice = (
+        "its driver pushes its rows to MLflow itself, and a push beside it would replace its "
+        f"{d.tracking.name}. Wait for it to end, or stop it (Ctrl-C in its terminal, or "
+        "`kill -INT <pid>` on its host) and push then"
+    )
+    with lock_sweep_dir(d.path, by="MLflow push", advice=advice), _quiet("amdahl.track"):
+        rows = read_results(d.path).to_pylist()
+        tracker = Tracker(spec, d.path)
+        pushed = tracker.sync(rows)
+    again = f"`platform mlflow-push {shlex.quote(sweep_dir)}`"
     if tracker.offline_reason:
         raise UserError(
-            f"MLflow unreachable: {tracker.offline_reason}; nothing lost, run "
-            f"`platform sync {sweep_dir}` again when it is back"
+            f"MLflow unreachable: {tracker.offline_reason}; nothing lost, run {again} again "
+            "when it is back"
         )
+    if tracker.error or tracker.state_error:
+        problem = "; ".join(p for p in (tracker.error, tracker.state_error) if p)
+        click.echo(
+            f"error: pushing to MLflow failed ({problem}); {pushed} rows pushed. Every row is "
+            f"in {d.results}: once the cause is fixed, {again} pushes what MLflow lacks",
+            err=True,
+        )
+        sys.exit(EXIT_PUSH_FAILED)
     click.echo(f"{pushed} rows pushed to MLflow, {len(rows) - pushed} were already there")
+
+
+@contextlib.contextmanager
+def _quiet(logger: str) -> Iterator[None]:
+    """Hold back a logger's messages (the tracker logs an outage or a failure, as a running
+    sweep needs): the command says what happened itself, as one message."""
+    log = logging.getLogger(logger)
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 @main.command()
@@ -290,6 +326,7 @@ def calibrate(
 ) -> None:
     """Measure all-reduce latency/bandwidth and peak FLOP/s into SWEEP_DIR/calibration.json."""
     from amdahl.calibrate import run_calibration, summary
+    from amdahl.sweepdir import SweepDir
 
     result = run_calibration(
         devices,
@@ -300,7 +337,7 @@ def calibrate(
         address=address,
     )
     click.echo(summary(result))
-    click.echo(f"written: {Path(sweep_dir) / 'calibration.json'}; `platform report` now uses it")
+    click.echo(f"written: {SweepDir(sweep_dir).calibration}; `platform report` now uses it")
 
 
 @main.group()

@@ -44,6 +44,8 @@ from amdahl.workload import Workload
 if TYPE_CHECKING:
     import torch
 
+    from amdahl.launch import LaunchConfig
+
 #: Where generated datasets live; AMDAHL_DATA_DIR overrides.
 DEFAULT_CACHE = Path(os.environ.get("AMDAHL_DATA_DIR", Path.home() / ".cache" / "amdahl" / "data"))
 _ROWS_PER_FILE = 4096
@@ -202,14 +204,13 @@ def table_columns(table: pa.Table) -> dict[str, np.ndarray]:
     return out
 
 
-def validation_rows(workload: Workload, config: dict[str, Any]) -> dict[str, np.ndarray]:
+def validation_rows(workload: Workload, source: Any, seed: int) -> dict[str, np.ndarray]:
     """The held-out split, preprocessed for evaluation (no augmentation): the user's
-    (`config["val_rows"]`, from `shared_rows`) or generated here, deterministically."""
-    source = config.get("val_rows")
+    (`source`, from `shared_rows`) or, when None, generated here from `seed`, deterministically."""
     rows = (
         read_rows(source)
         if source is not None
-        else workload.generate("val", workload.rows("val"), config["seed"])
+        else workload.generate("val", workload.rows("val"), seed)
     )
     if not workload.preprocesses:
         return rows
@@ -621,22 +622,24 @@ class _PreprocessedBatches:
         return self.workload.preprocess(rows, training=True)
 
 
-def train_source(config: dict[str, Any], workload: Workload, rank: int, world: int) -> Any:
+def train_source(
+    launch: LaunchConfig, workload: Workload, rank: int, world: int, pin: bool = False
+) -> Any:
     """This rank's training input for trials on `world` ranks: its own shard (`train_shards`,
-    per world size) fetched onto this node (`local_shard`), Ray Train's streaming split of the
-    preprocessed dataset, or a LoaderSource."""
-    if config["input"] == "torch_loader":
-        return LoaderSource(config["train_rows"], workload, rank, world, config["data_workers"])
-    if config.get("train_shards"):
-        return local_shard(config["train_shards"][world][rank])
+    per world size) fetched onto this node (`local_shard`), a LaunchStream over Ray Train's
+    streaming split of the preprocessed dataset, or a LoaderSource."""
+    if launch.input == "torch_loader":
+        return LoaderSource(launch.train_rows, workload, rank, world, launch.data_workers)
+    if launch.train_shards:
+        return local_shard(launch.train_shards[world][rank])
     import ray.train
 
-    if world != config["resources"]["workers"]:
+    if world != launch.resources.workers:
         raise RuntimeError(
-            f"Ray Train's dataset split serves {config['resources']['workers']} workers, not a "
+            f"Ray Train's dataset split serves {launch.resources.workers} workers, not a "
             f"trial on {world}: the planner must not share this launch across device counts"
         )
-    return ray.train.get_dataset_shard("train")
+    return launch_stream(ray.train.get_dataset_shard("train"), launch, pin)
 
 
 def host_batches(
@@ -650,6 +653,8 @@ def host_batches(
     """
     if isinstance(source, LoaderSource):
         return _loader_batches(source, batch_size, prefetch, pin)
+    if isinstance(source, LaunchStream):
+        return source.batches(batch_size)
     return _ray_batches(source, batch_size, prefetch, pin)
 
 
@@ -692,6 +697,76 @@ def _ray_batches(
                 close()
         if not yielded:
             raise RuntimeError(_too_few_rows(batch_size))
+
+
+class LaunchStream:
+    """One rank's training input for a whole launch whose workload preprocesses (input
+    ray_data): one pass of the launch's Ray Data pipeline, started once before the first trial
+    (`warm`), from which each trial slices batches of its own size (`batches`).
+
+    Why: every new pass over Ray Train's streaming split starts the pipeline again (a barrier
+    across ranks, new preprocessing tasks, their first blocks): seconds that used to land in
+    each trial's first step. The pass covers every trial of the launch (`preprocessed`), and
+    the rows a trial leaves in a chunk go to the next one.
+    """
+
+    def __init__(self, shard: Any, chunk: int, prefetch_chunks: int, pin: bool):
+        self._shard, self._chunk, self._prefetch, self._pin = shard, chunk, prefetch_chunks, pin
+        self._chunks: Iterator[dict[str, torch.Tensor]] | None = None
+        self._rest: dict[str, torch.Tensor] | None = None  # rows not yet handed to a trial
+
+    def warm(self) -> float:
+        """Start the pipeline and wait for its first chunk; returns the seconds it took."""
+        start = time.perf_counter()
+        if self._rest is None:
+            self._rest = self._next_chunk()
+        return time.perf_counter() - start
+
+    def batches(self, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
+        """Endless `batch_size`-row batches (views of a chunk; a batch spanning two chunks is
+        joined, one copy)."""
+        import torch
+
+        while True:
+            rest = self._rest if self._rest is not None else self._next_chunk()
+            while _rows(rest) < batch_size:
+                more = self._next_chunk()
+                rest = {k: torch.cat([v, more[k]]) for k, v in rest.items()}
+            self._rest = {k: v[batch_size:] for k, v in rest.items()}
+            yield {k: v[:batch_size] for k, v in rest.items()}
+
+    def _next_chunk(self) -> dict[str, torch.Tensor]:
+        if self._chunks is None:
+            self._chunks = self._epochs()
+        return next(self._chunks)
+
+    def _epochs(self) -> Iterator[dict[str, torch.Tensor]]:
+        while True:  # a launch longer than its pass starts another (never expected)
+            yielded = False
+            for rows in self._shard.iter_torch_batches(
+                batch_size=self._chunk,
+                prefetch_batches=self._prefetch,
+                drop_last=False,
+                device="cpu",  # the feed copies one batch at a time to the device
+                pin_memory=self._pin,
+            ):
+                yielded = True
+                yield rows
+            if not yielded:
+                raise RuntimeError(_too_few_rows(self._chunk))
+
+
+def _rows(batch: dict[str, Any]) -> int:
+    return len(next(iter(batch.values())))
+
+
+def launch_stream(shard: Any, launch: LaunchConfig, pin: bool) -> LaunchStream:
+    """The launch's stream over Ray Train's split of its preprocessed dataset: chunks of whole
+    largest batches (about a block), prefetched as the largest `prefetch_batches` asks."""
+    largest = max(t.per_device_batch for t in launch.trials)
+    chunk = max(largest, _ROWS_PER_BLOCK // largest * largest)
+    prefetch = max(t.prefetch_batches for t in launch.trials)
+    return LaunchStream(shard, chunk, math.ceil(prefetch * largest / chunk), pin)
 
 
 def _loader_batches(

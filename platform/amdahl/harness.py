@@ -26,7 +26,7 @@ import statistics
 import time
 import traceback
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -36,8 +36,9 @@ import torch.distributed as dist
 
 from amdahl.data import host_batches, train_source, validation_rows
 from amdahl.feed import DeviceFeed
+from amdahl.launch import LaunchConfig, TrialConfig
 from amdahl.peak import measure_peak_flops
-from amdahl.results import ROW_KEY, SETTING_COLUMNS, failure_status, history_steps
+from amdahl.results import ROW_KEY, failure_status, history_steps, row_identity
 from amdahl.stepclock import StepClock, StepMarks, attribute, clock_for
 from amdahl.sync import SyncStrategy, make_strategy, model_state_bytes, unwrap
 from amdahl.training import (
@@ -52,7 +53,6 @@ from amdahl.training import (
     memory_reset,
     process_versions,
     reset_process_state,
-    target_label,
     target_reached,
     tf32_flags,
 )
@@ -66,8 +66,9 @@ _DRAIN_S = 1.0
 # --------------------------------------------------------------------------- entry point
 
 
-def train_launch(config: dict[str, Any]) -> None:
-    """`train_loop_per_worker` of the launch's TorchTrainer: run every trial, report each row."""
+def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
+    """`train_loop_per_worker` of the launch's TorchTrainer (`train_loop_config` is
+    `{"launch": LaunchConfig}`): run every trial, report each row."""
     import ray.train
     import ray.train.torch
 
@@ -76,23 +77,32 @@ def train_launch(config: dict[str, Any]) -> None:
     # later, larger trial would pay it there).
     import torch._dynamo  # noqa: F401
 
+    launch = loop_config["launch"]
     ctx = ray.train.get_context()
     rank = ctx.get_world_rank()
-    worlds = TrialWorlds(rank, ctx.get_world_size(), config["collective_timeout_s"])
+    worlds = TrialWorlds(rank, ctx.get_world_size(), launch.collective_timeout_s)
     device = ray.train.torch.get_device()
-    threads = config["torch_threads"]
-    torch.set_num_threads(threads)
-    workload = make_workload(config["workload"], config["trials"][0]["settings"]["params"])
+    torch.set_num_threads(launch.resources.torch_threads)
+    # The launch's input (stored rows, preprocessing, validation split) is the same for every
+    # trial (plan: Workload.input_key); model and loss come from each trial's own params.
+    workload = make_workload(launch.workload, launch.trials[0].params)
     shards: dict[int, Any] = {}  # this rank's training input, per trial world size
-    val = validation_rows(workload, config)
+    val = validation_rows(workload, launch.val_rows, launch.train.seed)
     # The peak FLOP/s (the MFU denominator) of every precision the launch uses, measured once,
     # before any trial's model holds memory (a probe beside a model near the memory limit
     # could turn a trial that fits into an "oom").
-    for precision in sorted({t["settings"]["precision"] for t in config["trials"]}):
+    for precision in sorted({t.precision for t in launch.trials}):
         measure_peak_flops(device, precision)
 
+    # A launch whose workload preprocesses streams its input through Ray Train's split: start
+    # that pipeline now, after the peak probe (which it would slow), not in the first trial.
+    if launch.input == "ray_data" and launch.preprocesses:
+        world = launch.resources.workers
+        shards[world] = train_source(launch, workload, rank, world, device.type == "cuda")
+        shards[world].warm()
+
     # A restarted worker group (train.max_failures) resumes after the last reported trial.
-    done = {tuple(pair) for pair in config["skip"]} | _reported_before()
+    done = set(launch.skip) | _reported_before()
     # Everything alive now lives for the whole launch: keep it out of the collections that
     # each trial's memory reset runs (a full collection of torch's and Ray's ~380k objects
     # took 0.15-0.2 s per trial; a trial's own garbage is still collected).
@@ -100,30 +110,31 @@ def train_launch(config: dict[str, Any]) -> None:
 
     gc.freeze()
     reported_at = deque([-math.inf, -math.inf], maxlen=2)  # this rank's last two reports
-    for trial in config["trials"]:
-        for repeat in range(config["repeats"]):
-            if (trial["trial_id"], repeat) in done:
+    for trial in launch.trials:
+        for repeat in range(launch.train.repeats):
+            if (trial.trial_id, repeat) in done:
                 continue
-            world = trial["settings"]["devices"]
-            done.add((trial["trial_id"], repeat))
+            world = trial.devices
+            done.add((trial.trial_id, repeat))
             if not worlds.enter(world):
                 _report(None, done)  # an idle rank: wait in the report barrier
                 reported_at.append(time.monotonic())
                 continue
             if world not in shards:
-                shards[world] = train_source(config, workload, rank, world)
+                shards[world] = train_source(launch, workload, rank, world, device.type == "cuda")
             started = time.perf_counter()
             stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
-            stats, error, kind = _run_guarded(
-                workload, trial["settings"], config, shards[world], val, device, rank, world
-            )
+            where = Placement(device, rank, world)
+            own = workload if trial.params == workload.params else None
+            own = own or make_workload(launch.workload, trial.params)
+            stats, error, kind = _run_guarded(own, trial, launch, shards[world], val, where)
             if kind == "poisoned":
                 # No collective can run in this process any more: end the worker group; the
                 # driver records this trial with the reason and relaunches the rest.
                 raise ProcessPoisoned(error.splitlines()[0])
-            _wait_for_every_rank(f"{trial['trial_id']}/{repeat}", error, world)
+            _wait_for_every_rank(f"{trial.trial_id}/{repeat}", error, world)
             gathered = _gather(stats, error, world)
-            row = _results_row(config, trial, repeat, gathered, started, stamp, device, threads)
+            row = _results_row(launch, trial, repeat, gathered, started, stamp, device)
             _report(row if rank == 0 else None, done)
             reported_at.append(time.monotonic())
     # Ray 2.60: if the launch's last rows are still queued for Tune when this function returns,
@@ -164,20 +175,18 @@ def _reported_before() -> set[tuple[str, int]]:
 
 def _run_guarded(
     workload: Workload,
-    settings: dict,
-    config: dict,
+    trial: TrialConfig,
+    launch: LaunchConfig,
     source: Any,
     val: dict[str, np.ndarray],
-    device: torch.device,
-    rank: int,
-    world: int,
+    where: Placement,
 ) -> tuple[dict[str, Any], str | None, str | None]:
     """Run one trial; any exception becomes a recorded failure, never a crashed launch.
 
     Returns (stats, error, kind): kind is None on success, else 'oom', 'failed' or 'poisoned'
     (the process cannot run another trial; the caller ends the worker group)."""
     try:
-        return run_trial(workload, settings, config, source, val, device, rank, world), None, None
+        return run_trial(workload, trial, launch, source, val, where), None, None
     except Exception as e:  # noqa: BLE001 - every failure is a result, with its reason
         kind = failure_kind(e)
         if kind == "oom":
@@ -189,16 +198,23 @@ def _run_guarded(
 # --------------------------------------------------------------------------- one trial
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a trial runs: this rank's device, its rank and the trial's world size."""
+
+    device: torch.device
+    rank: int
+    world: int
+
+
 @dataclass
 class _Trial:
     """Everything one trial's loop and its side measurements use, built by `_start_trial`."""
 
     workload: Workload
-    settings: dict[str, Any]
-    config: dict[str, Any]
-    device: torch.device
-    rank: int
-    world: int
+    trial: TrialConfig
+    launch: LaunchConfig
+    where: Placement
     precision: Precision
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
@@ -208,28 +224,41 @@ class _Trial:
     clock: StepClock
     wrap_s: float
 
+    @property
+    def device(self) -> torch.device:
+        return self.where.device
+
+    def forward(self, model: torch.nn.Module, batch: Any) -> tuple[Any, Any, torch.Tensor]:
+        """(output, labels, loss) of one batch in the trial's precision (cast, autocast)."""
+        x, y = self.workload.split_batch(batch)
+        with self.precision.autocast(self.device):
+            out = model(self.precision.cast_input(x))
+            return out, y, self.workload.loss(out, y)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Backward, through the fp16 loss scaler when the trial has one."""
+        (self.scaler.scale(loss) if self.scaler else loss).backward()
+
 
 def run_trial(
     workload: Workload,
-    settings: dict[str, Any],
-    config: dict[str, Any],
+    trial: TrialConfig,
+    launch: LaunchConfig,
     source: Any,
     val: dict[str, np.ndarray],
-    device: torch.device,
-    rank: int,
-    world: int,
+    where: Placement,
 ) -> dict[str, Any]:
     """Train one configuration and return this rank's measurements.
 
     Process-wide state is the trial's own for its duration: compiled graphs of earlier trials
     are forgotten, TF32 is on only for tf32 and restored after, and an inductor trial compiles
     into fresh caches unless `options.compile_cache: warm` asks for the shared ones."""
-    cold = settings["options"].get("compile_cache", "cold") == "cold"
-    with tf32_flags(settings["precision"] == "tf32"), compile_caches(cold and _inductor(settings)):
+    device = where.device
+    with tf32_flags(trial.precision == "tf32"), compile_caches(trial.compile_cache == "cold"):
         reset_process_state()
         mem_baseline = memory_reset(device)
         setup_start = time.perf_counter()
-        t = _start_trial(workload, settings, config, source, device, rank, world)
+        t = _start_trial(workload, trial, launch, source, where)
         clean = False
         try:
             stats = _train(t, val, setup_s=time.perf_counter() - setup_start)
@@ -239,60 +268,45 @@ def run_trial(
         stats.update(memory_peak(device, mem_baseline))
         stats["model_state_bytes"] = sum(model_state_bytes(t.model, t.optimizer))
         del t
-        stats["peak_flops"] = measure_peak_flops(device, settings["precision"])
+        stats["peak_flops"] = measure_peak_flops(device, trial.precision)
         return stats
 
 
-def _inductor(settings: dict[str, Any]) -> bool:
-    return settings["compile"] == "inductor"
-
-
 def _start_trial(
-    workload: Workload,
-    settings: dict[str, Any],
-    config: dict[str, Any],
-    source: Any,
-    device: torch.device,
-    rank: int,
-    world: int,
+    workload: Workload, trial: TrialConfig, launch: LaunchConfig, source: Any, where: Placement
 ) -> _Trial:
-    precision = Precision.of(settings["precision"])
-    model, optimizer, strategy, wrap_s = build_trial_model(workload, settings, config, device)
+    precision = Precision.of(trial.precision)
+    model, optimizer, strategy, wrap_s = build_trial_model(workload, trial, launch, where.device)
     batches = host_batches(
-        source, settings["per_device_batch"], settings["prefetch_batches"], device.type == "cuda"
+        source, trial.per_device_batch, trial.prefetch_batches, where.device.type == "cuda"
     )
     return _Trial(
         workload=workload,
-        settings=settings,
-        config=config,
-        device=device,
-        rank=rank,
-        world=world,
+        trial=trial,
+        launch=launch,
+        where=where,
         precision=precision,
         model=model,
         optimizer=optimizer,
         strategy=strategy,
-        scaler=precision.scaler(device),
-        feed=DeviceFeed(batches, device),
-        clock=clock_for(device.type),
+        scaler=precision.scaler(where.device),
+        feed=DeviceFeed(batches, where.device),
+        clock=clock_for(where.device.type),
         wrap_s=wrap_s,
     )
 
 
 def _train(t: _Trial, val: dict[str, np.ndarray], setup_s: float) -> dict[str, Any]:
-    """The timed loop, then the trial's statistics."""
-    config, strategy, clock, feed = t.config, t.strategy, t.clock, t.feed
-    model, optimizer, scaler, precision = t.model, t.optimizer, t.scaler, t.precision
+    """The timed loop, then the trial's statistics (`_trial_stats`)."""
+    launch, strategy, clock, feed = t.launch, t.strategy, t.clock, t.feed
+    model, optimizer = t.model, t.optimizer
     micro_steps = strategy.micro_steps
-    lr = LRSchedule.for_trial(config, t.settings["per_device_batch"] * t.world * micro_steps)
-    warm, target = config["warmup_steps"], config["target"]
-    total = target["max_steps"] if target else warm + config["steps"]
+    lr = LRSchedule.for_trial(launch.train, t.trial.per_device_batch * t.where.world * micro_steps)
+    warm, target = launch.train.warmup_steps, launch.target
 
-    steps: list[StepMarks] = []
-    losses: list[torch.Tensor] = []
-    eval_s, reached, after_eval = 0.0, None, False  # time-to-target bookkeeping
+    run = _LoopRecord()
     train_start = window_start = time.perf_counter()
-    for step in range(total):
+    for step in range(launch.steps_per_trial):
         if step == warm:
             clock.synchronize()
             window_start = time.perf_counter()
@@ -301,83 +315,107 @@ def _train(t: _Trial, val: dict[str, np.ndarray], setup_s: float) -> dict[str, A
         host_wait = time.perf_counter() - t_data
         marks = [clock.mark()]
         for i, batch in enumerate(batches):
-            x, y = t.workload.split_batch(batch)
             with strategy.micro_context(model, i):
-                with precision.autocast(t.device):
-                    loss = t.workload.loss(model(precision.cast_input(x)), y) / micro_steps
+                loss = t.forward(model, batch)[2] / micro_steps
                 marks.append(clock.mark())
-                (scaler.scale(loss) if scaler else loss).backward()
+                t.backward(loss)
                 marks.append(clock.mark())
         lr.update(optimizer, step)
-        strategy.step(optimizer, scaler)
+        strategy.step(optimizer, t.scaler)
         optimizer.zero_grad(set_to_none=True)
         strategy.after_step(model, step)
         marks.append(clock.mark())
-        steps.append(StepMarks(host_wait, marks, copies, gap_is_input=not after_eval))
-        losses.append(loss.detach() * micro_steps)
-        after_eval = False
-        if target and step >= warm and (step + 1 - warm) % target["eval_every"] == 0:
+        run.steps.append(StepMarks(host_wait, marks, copies, gap_is_input=not run.after_eval))
+        run.losses.append(loss.detach() * micro_steps)
+        run.after_eval = False
+        if target and step >= warm and (step + 1 - warm) % target.eval_every == 0:
             clock.synchronize()
             eval_start = time.perf_counter()
-            quality = _evaluate(t, val)
-            if target_reached(quality, target):
-                reached = (step + 1, eval_start - train_start - eval_s)
-            eval_s += time.perf_counter() - eval_start
-            after_eval = True
-            if reached:
+            if target_reached(_evaluate(t, val), target):
+                run.reached = (step + 1, eval_start - train_start - run.eval_s)
+            run.eval_s += time.perf_counter() - eval_start
+            run.after_eval = True
+            if run.reached:
                 break
     clock.synchronize()
-    window = time.perf_counter() - window_start - eval_s
+    run.window_s = time.perf_counter() - window_start - run.eval_s
+    run.lr_peak = lr.peak
+    return _trial_stats(t, run, val, setup_s)
 
+
+@dataclass
+class _LoopRecord:
+    """What the timed loop leaves for the statistics: per-step marks and losses (on the
+    device, read once after the loop), the window, and time-to-target bookkeeping."""
+
+    steps: list[StepMarks] = field(default_factory=list)
+    losses: list[torch.Tensor] = field(default_factory=list)
+    eval_s: float = 0.0
+    reached: tuple[int, float] | None = None
+    after_eval: bool = False
+    window_s: float = 0.0
+    lr_peak: float = 0.0
+
+
+def _trial_stats(
+    t: _Trial, run: _LoopRecord, val: dict[str, np.ndarray], setup_s: float
+) -> dict[str, Any]:
+    """This rank's measurements of one trial, from the loop's record (after the loop, so the
+    loop itself does no bookkeeping beyond its marks)."""
+    warm = t.launch.train.warmup_steps
     comm_s = _exposed_communication(t)
-    phases = attribute(steps, clock)
+    phases = attribute(run.steps, t.clock)
     measured = phases[warm:]
     steady = statistics.median(p["total"] for p in measured)
     first_step = phases[0]["total"] + phases[0]["data_wait"]
     val_loss, val_acc = _evaluate(t, val)
     mean = lambda key: statistics.fmean(p[key] for p in measured)  # noqa: E731
-    # Per-step curves (the `history` column), sampled here so that little leaves the worker;
-    # the losses are read off the device once, now, not in the loop.
-    kept = history_steps(len(phases))
-    kept_loss = torch.stack([losses[i] for i in kept]).float().tolist() if kept else []
-    short = lambda v: float(f"{v:.6g}") if math.isfinite(v) else None  # noqa: E731
-    history = {
-        "step": [i + 1 for i in kept],
-        "loss": [short(v) for v in kept_loss],
-        "step_time_s": [short(phases[i]["total"]) for i in kept],
-        "data_wait_s": [short(phases[i]["data_wait"]) for i in kept],
-    }
+    losses = run.losses
     return {
-        "window_s": window,
+        "window_s": run.window_s,
         "step_time_s": steady,
         "step_time_max_s": max(p["total"] for p in measured),
         "data_wait_s": mean("data_wait"),
         "data_wait_host_s": mean("host_wait"),
-        "transfer_s": mean("transfer") if clock.on_device else None,
+        "transfer_s": mean("transfer") if t.clock.on_device else None,
         "forward_s": mean("forward"),
         "backward_s": mean("backward"),
         "optimizer_s": mean("optimizer"),
         "warmup_s": sum(p["total"] + p["data_wait"] for p in phases[:warm]),
         "first_step_s": first_step,
         "compile_s": t.wrap_s + max(0.0, first_step - steady)
-        if t.settings["compile"] != "eager"
+        if t.trial.compile != "eager"
         else 0.0,
         "setup_s": setup_s,
         "final_loss": float(torch.stack(losses[-min(5, len(losses)) :]).float().mean()),
         "val_loss": val_loss,
         "val_accuracy": val_acc,
-        "micro_steps": micro_steps,
+        "micro_steps": t.strategy.micro_steps,
         "measured_steps": len(measured),
-        "lr": lr.peak,
-        "steps_to_target": reached[0] if reached else None,
-        "time_to_target_s": reached[1] if reached else None,
+        "lr": run.lr_peak,
+        "steps_to_target": run.reached[0] if run.reached else None,
+        "time_to_target_s": run.reached[1] if run.reached else None,
         "comm_s": comm_s,
-        "history": history,
+        "history": _history(phases, losses),
+    }
+
+
+def _history(phases: list[dict[str, float]], losses: list[torch.Tensor]) -> dict[str, list]:
+    """Per-step curves (the `history` column), sampled here so that little leaves the worker;
+    the losses are read off the device once, now, not in the loop."""
+    kept = history_steps(len(phases))
+    kept_loss = torch.stack([losses[i] for i in kept]).float().tolist() if kept else []
+    short = lambda v: float(f"{v:.6g}") if math.isfinite(v) else None  # noqa: E731
+    return {
+        "step": [i + 1 for i in kept],
+        "loss": [short(v) for v in kept_loss],
+        "step_time_s": [short(phases[i]["total"]) for i in kept],
+        "data_wait_s": [short(phases[i]["data_wait"]) for i in kept],
     }
 
 
 def build_trial_model(
-    workload: Workload, settings: dict[str, Any], config: dict[str, Any], device: torch.device
+    workload: Workload, trial: TrialConfig, launch: LaunchConfig, device: torch.device
 ) -> tuple[torch.nn.Module, Any, SyncStrategy, float]:
     """Fresh model (seeded), in the trial's precision, wrapped by its sync strategy and compiler.
 
@@ -385,19 +423,19 @@ def build_trial_model(
     TorchScript scripts the plain module (DDP cannot be scripted); inductor compiles the
     strategy's wrapper so DDP's bucketing is visible to the compiler.
     """
-    torch.manual_seed(config["seed"])
+    torch.manual_seed(launch.train.seed)
     model = workload.build_model().to(device)
-    weights = Precision.of(settings["precision"]).weights_dtype
+    weights = Precision.of(trial.precision).weights_dtype
     if weights is not None:
         model = model.to(weights)
     start = time.perf_counter()
-    if settings["compile"] == "torchscript":
+    if trial.compile == "torchscript":
         model = torch.jit.script(model)
-    strategy = make_strategy(settings["sync"], settings["options"], device)
-    model, optimizer = strategy.prepare(model, make_optimizer_factory(config))
-    if _inductor(settings):
-        model = torch.compile(model, mode=settings["options"]["compile_mode"])
-    wrap_s = time.perf_counter() - start if settings["compile"] != "eager" else 0.0
+    strategy = make_strategy(trial.sync, trial.options, device)
+    model, optimizer = strategy.prepare(model, make_optimizer_factory(launch.train))
+    if trial.inductor:
+        model = torch.compile(model, mode=trial.options["compile_mode"])
+    wrap_s = time.perf_counter() - start if trial.compile != "eager" else 0.0
     return model, optimizer, strategy, wrap_s
 
 
@@ -405,20 +443,23 @@ def build_trial_model(
 CALIBRATION_PAIRS = 5
 
 
-def rows_per_rank(config: dict[str, Any]) -> int:
+def rows_per_rank(launch: LaunchConfig) -> int:
     """Training rows the largest trial of a launch reads on one rank (warmup, measured steps
     with their micro-batches, exposed-communication calibration, and the feed's batch ahead):
     how much data the launch's input streams in one pass, so that no epoch boundary falls
     inside a trial."""
-    target = config["target"]
-    steps = target["max_steps"] if target else config["warmup_steps"] + config["steps"]
-    most = 0
-    for trial in config["trials"]:
-        s = trial["settings"]
-        micro = s["options"]["accumulate_steps"] if s["sync"] == "accumulate" else 1
-        passes = steps * micro + CALIBRATION_PAIRS + 1
-        most = max(most, passes * s["per_device_batch"])
-    return most
+    return max(_rows_per_trial(launch, trial) for trial in launch.trials)
+
+
+def rows_per_launch(launch: LaunchConfig) -> int:
+    """Training rows one rank reads over every trial and repeat of a launch: what one pass of
+    a launch-long input stream (data.LaunchStream) must hold."""
+    return launch.train.repeats * sum(_rows_per_trial(launch, t) for t in launch.trials)
+
+
+def _rows_per_trial(launch: LaunchConfig, trial: TrialConfig) -> int:
+    passes = launch.steps_per_trial * trial.micro_steps + CALIBRATION_PAIRS + 1
+    return passes * trial.per_device_batch
 
 
 def _exposed_communication(t: _Trial) -> float | None:
@@ -433,18 +474,15 @@ def _exposed_communication(t: _Trial) -> float | None:
     recompile); noisy when the difference is below timer resolution.
     """
     ddp = t.model if isinstance(t.model, torch.nn.parallel.DistributedDataParallel) else None
-    if ddp is None or _inductor(t.settings):
+    if ddp is None or t.trial.inductor:
         return None
     timings: dict[bool, list[tuple[Any, Any]]] = {True: [], False: []}
     for _ in range(CALIBRATION_PAIRS):
         batch = next(t.feed)
         for synced in (True, False):
-            x, y = t.workload.split_batch(batch)
             with contextlib.nullcontext() if synced else ddp.no_sync():
                 start = t.clock.mark()
-                with t.precision.autocast(t.device):
-                    loss = t.workload.loss(ddp(t.precision.cast_input(x)), y)
-                (t.scaler.scale(loss) if t.scaler else loss).backward()
+                t.backward(t.forward(ddp, batch)[2])
                 end = t.clock.mark()
             ddp.zero_grad(set_to_none=True)
             timings[synced].append((start, end))
@@ -460,8 +498,8 @@ def _evaluate(t: _Trial, val: dict[str, np.ndarray]) -> tuple[float, float | Non
     Every rank takes part (sharded models need all ranks for a forward), and the sums are
     all-reduced, so the figure covers the whole split.
     """
-    model, rank, world = unwrap(t.model), t.rank, t.world
-    batch_size = t.settings["per_device_batch"]
+    model, rank, world = unwrap(t.model), t.where.rank, t.where.world
+    batch_size = t.trial.per_device_batch
     was_training = model.training
     model.eval()
     n = len(next(iter(val.values())))
@@ -477,10 +515,7 @@ def _evaluate(t: _Trial, val: dict[str, np.ndarray]) -> tuple[float, float | Non
         if not counted:
             sel = np.arange(min(1, n))  # a real row to join the collective, not counted
         batch = {k: torch.from_numpy(v[sel]).to(t.device) for k, v in val.items()}
-        x, y = t.workload.split_batch(batch)
-        with t.precision.autocast(t.device):
-            out = model(t.precision.cast_input(x))
-            loss = t.workload.loss(out, y)
+        out, y, loss = t.forward(model, batch)
         if not counted:
             continue
         loss_sum += float(loss) * len(sel)
@@ -557,61 +592,47 @@ def _gather(stats: dict[str, Any], error: str | None, world: int) -> list[dict[s
 
 
 def _results_row(
-    config: dict,
-    trial: dict,
+    launch: LaunchConfig,
+    trial: TrialConfig,
     repeat: int,
     ranks: list[dict],
     started: float,
     stamp: str,
     device: torch.device,
-    threads: int,
 ) -> dict[str, Any]:
-    s = trial["settings"]
     errors = [r["error"] for r in ranks if r["error"]]
-    nodes = json.dumps([r.get("node") for r in ranks])
     row: dict[str, Any] = {
-        "sweep": config["sweep"],
-        "trial_id": trial["trial_id"],
-        "repeat": repeat,
-        "launch_id": config["launch_id"],
-        "workload": config["workload"],
-        "params": json.dumps(s["params"], sort_keys=True),
-        **{k: s[k] for k in SETTING_COLUMNS},
-        "batch_size": s["per_device_batch"],
-        "compile_cache": s["options"].get("compile_cache", "cold") if _inductor(s) else None,
-        "scaling": config["scaling"],
-        "steps": config["steps"],
-        "target": target_label(config["target"]),
-        "warmup_steps": config["warmup_steps"],
+        **row_identity(launch, trial, repeat, started_at=stamp),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "backend": dist.get_backend() if dist.is_initialized() else "none",
-        "torch_threads": threads,
+        "torch_threads": launch.resources.torch_threads,
         "host": _stdlib_platform.node(),
         "versions": json.dumps(process_versions()),
-        "nodes": nodes,
-        "started_at": stamp,
+        "nodes": json.dumps([r.get("node") for r in ranks]),
     }
     if errors:
         first = errors[0]
         row["status"] = failure_status(first)
         row["error"] = first
     else:
-        row.update(_aggregate([r["stats"] for r in ranks], s, config))
+        row.update(_aggregate([r["stats"] for r in ranks], trial, launch))
     row["wall_s"] = time.perf_counter() - started
     return row
 
 
-def _aggregate(stats: list[dict[str, Any]], settings: dict, config: dict) -> dict[str, Any]:
+def _aggregate(
+    stats: list[dict[str, Any]], trial: TrialConfig, launch: LaunchConfig
+) -> dict[str, Any]:
     """Per-rank measurements -> one row: throughput over all ranks, median and max per phase;
     the per-step curves (`history`) are rank 0's."""
     med = lambda k: statistics.median(r[k] for r in stats)  # noqa: E731
     top = lambda k: max(r[k] for r in stats)  # noqa: E731
     micro = stats[0]["micro_steps"]
-    global_batch = settings["per_device_batch"] * len(stats) * micro
+    global_batch = trial.per_device_batch * len(stats) * micro
     window = top("window_s")
     measured_steps = stats[0]["measured_steps"]
     throughput = global_batch * measured_steps / window
-    flops = config.get("flops_per_sample")
+    flops = trial.flops_per_sample
     losses = [r["final_loss"] for r in stats]
     diverged = not all(math.isfinite(v) for v in losses)
     reserved = [r["peak_mem_reserved_bytes"] for r in stats if r["peak_mem_reserved_bytes"]]

@@ -15,15 +15,21 @@ Pure: imports neither ray nor torch. The cluster is described by `Node`s that ru
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
+
+from pydantic import BaseModel
 
 from amdahl.errors import UserError
 from amdahl.spec import AXES, GridSpec, SweepSpec
+from amdahl.strategies import STRATEGIES
 
 #: CPUs the Tune function trainable holds while it drives one launch. Ray rejects 0; a tiny
 #: fraction keeps the trial from holding a whole CPU (docs/architecture.md, hang case b).
@@ -32,39 +38,20 @@ DRIVER_CPUS = 0.01
 #: grid.prefetch_batches' default; trial labels name other values.
 DEFAULT_PREFETCH = GridSpec.model_fields["prefetch_batches"].default[0]
 
-#: Axis values this build runs. Values in the schema but not here are refused as "not supported
-#: yet" rather than silently ignored.
-SUPPORTED: dict[str, frozenset[str]] = {
-    "precision": frozenset({"fp32", "tf32", "bf16", "fp16", "bf16_weights"}),
-    "compile": frozenset({"eager", "inductor", "torchscript"}),
-    "sync": frozenset(
-        {
-            "ddp",
-            "ddp_fp16",
-            "ddp_bf16",
-            "powersgd",
-            "accumulate",
-            "local_sgd",
-            "zero1",
-            "fsdp",
-            "param_server",
-            "none",
-        }
-    ),
-}
-
-#: Values that need a CUDA device (and, for ddp_bf16, NCCL): refused on CPU with this reason.
+#: Values that need a CUDA device (and, for ddp_bf16, NCCL): refused on CPU with this reason. The
+#: sync strategies' come from their table (strategies.py).
 NEEDS_CUDA: dict[tuple[str, str], str] = {
     ("precision", "tf32"): "tf32 is a CUDA tensor-core math mode; set resources.use_gpu: true",
-    ("sync", "ddp_bf16"): "bf16_compress_hook needs CUDA and NCCL (it raises TypeError on gloo); "
-    "use ddp_fp16 on CPU",
+    **{("sync", n): s.needs_cuda for n, s in STRATEGIES.items() if s.needs_cuda},
 }
 
-#: Combinations of axis values that cannot run together, with the reason (seen on an H100:
-#: FSDP2's `fully_shard` registers forward pre-hooks, which TorchScript modules refuse).
+#: Combinations of axis values that cannot run together, with the reason; the sync strategies'
+#: come from their table (seen on an H100: FSDP2's `fully_shard` registers forward pre-hooks,
+#: which TorchScript modules refuse).
 INCOMPATIBLE: dict[tuple[tuple[str, str], tuple[str, str]], str] = {
-    (("compile", "torchscript"), ("sync", "fsdp")): "FSDP2 shards a module through forward "
-    "hooks, which TorchScript modules do not support; use compile eager or inductor with fsdp",
+    ((axis, value), ("sync", n)): reason
+    for n, s in STRATEGIES.items()
+    for axis, value, reason in s.incompatible
 }
 
 
@@ -112,16 +99,23 @@ class Trial:
     settings: dict[str, Any]  # the axes plus "params" (the workload's full parameters)
     resources: ResourcePlan
     refused: str | None = None  # why it will not run, or None
+    #: Hash of what decides its input batches (Workload.input_key): trials with equal keys can
+    #: share a launch's input pipeline. Default: all its parameters.
+    input_key: str = ""
 
-    def launch_key(self, across_devices: bool = False) -> str:
-        """Trials with equal keys share one worker group (same worker shape, same dataset);
-        `across_devices` leaves the device count out (see SweepPlan.shares_across_devices)."""
+    def launch_key(self, across_devices: bool = False, streamed: bool = False) -> str:
+        """Trials with equal keys share one worker group (same worker shape, same input);
+        `across_devices` leaves the device count out (see SweepPlan.shares_across_devices);
+        `streamed`: a preprocessing workload's launch streams one Ray Data pipeline, whose
+        prefetch is then the launch's."""
         s = self.settings
         r = self.resources
         key = [r.cpus_per_worker, r.gpus_per_worker, s["data_workers"], s["input"]]
+        if streamed and s["input"] == "ray_data":
+            key.append(s["prefetch_batches"])  # one pipeline per launch (data.LaunchStream)
         if not across_devices:
             key.insert(0, s["devices"])
-        return _hash([*key, s["params"]])
+        return _hash([*key, self.input_key or s["params"]])
 
     def label(self) -> str:
         s = self.settings
@@ -189,7 +183,8 @@ class SweepPlan:
         groups: dict[str, list[Trial]] = {}
         for t in self.runnable:
             if t.trial_id not in skip:
-                groups.setdefault(t.launch_key(across) if group else t.trial_id, []).append(t)
+                key = t.launch_key(across, self.preprocesses) if group else t.trial_id
+                groups.setdefault(key, []).append(t)
         devices = lambda t: t.settings["devices"]  # noqa: E731
         launches = [Launch(key, tuple(sorted(ts, key=devices))) for key, ts in groups.items()]
         return sorted(launches, key=lambda launch: devices(launch.trials[0]))
@@ -211,15 +206,21 @@ def plan_sweep(
     nodes: list[Node],
     workload_defaults: dict[str, Any],
     preprocesses: bool = False,
+    input_key: Callable[[dict[str, Any]], Any] | None = None,
 ) -> SweepPlan:
     """Expand the grid, give every trial its resources and, where it cannot run, the reason.
 
     `resources` fields left to auto are chosen first (`auto_resources`); the plan's `spec` holds
-    the numbers chosen, which is what runs and what trial ids hash.
+    the numbers chosen, which is what runs and what trial ids hash. `input_key(params)` says
+    what decides a trial's input (Workload.input_key; default: all its parameters).
     """
     grid = expand_grid(spec, workload_defaults)
     spec, note = auto_resources(spec, grid, nodes)
     trials = [_make_trial(spec, settings, nodes) for settings in grid]
+    if input_key is not None:
+        trials = [
+            dataclasses.replace(t, input_key=_hash(input_key(t.settings["params"]))) for t in trials
+        ]
     return SweepPlan(
         spec=spec, trials=trials, nodes=nodes, preprocesses=preprocesses, resource_note=note
     )
@@ -329,54 +330,138 @@ def expand_grid(spec: SweepSpec, workload_defaults: dict[str, Any]) -> list[dict
 
 
 #: Which `options` fields each axis value reads; only those enter a trial's settings and id.
+#: The sync strategies' come from their table (strategies.py).
 _OPTIONS_USED_BY: dict[str, tuple[str, ...]] = {
-    "inductor": ("compile_mode",),
-    "ddp": ("bucket_cap_mb",),
-    "ddp_fp16": ("bucket_cap_mb",),
-    "ddp_bf16": ("bucket_cap_mb",),
-    "powersgd": ("bucket_cap_mb", "powersgd_rank"),
-    "accumulate": ("bucket_cap_mb", "accumulate_steps"),
-    "local_sgd": ("local_sgd_every",),
-    "param_server": ("ps_shards",),
+    "inductor": ("compile_mode", "compile_cache"),
+    **{n: s.options for n, s in STRATEGIES.items()},
 }
 
+# --------------------------------------------------------------------------- trial identity
+#
+# A trial id hashes what changes what is measured. Sweep directories keep the ids they were
+# recorded under and resume finds finished trials by id, so a field added to the schema must
+# not change the id of a trial that leaves it at its default (docs/architecture.md, "How to
+# add ...", "An axis"). The rule: the keys of identity schema 1 below (everything hashed when
+# the rule was written) are always hashed, exactly as they were; any other key of the same
+# section (a new axis, option, resources or train field) enters the identity only when its value
+# differs from its default in the spec's schema. NEVER edit the schema-1 sets: a key added to
+# one changes the id of every trial.
 
-#: Options added after sweeps were run with their default behaviour: they enter a trial's
-#: settings (and so its id) only when set to something else, so earlier sweeps keep their ids.
-_OPTIONS_ONLY_WHEN_SET = {"compile_cache": "cold"}
+#: Schema 1: the keys of a trial's settings always hashed (the axes, the workload's
+#: parameters, its options). `axis_params` never is (its values are in `params`).
+ID_SCHEMA_1_SETTINGS = frozenset(
+    {
+        "devices",
+        "batch_size",
+        "precision",
+        "compile",
+        "data_workers",
+        "input",
+        "prefetch_batches",
+        "sync",
+        "params",
+        "options",
+    }
+)
+#: Schema 1: (axis value, option) pairs: the options always in the settings of a trial with
+#: that axis value. (zero1 reads bucket_cap_mb too, but did not pass it on before; it enters
+#: zero1's settings only when set to other than its default, as the rule says.)
+ID_SCHEMA_1_OPTIONS = frozenset(
+    {
+        ("inductor", "compile_mode"),
+        *(
+            (sync, "bucket_cap_mb")
+            for sync in ("ddp", "ddp_fp16", "ddp_bf16", "powersgd", "accumulate")
+        ),
+        ("powersgd", "powersgd_rank"),
+        ("accumulate", "accumulate_steps"),
+        ("local_sgd", "local_sgd_every"),
+        ("param_server", "ps_shards"),
+    }
+)
+#: Schema 1: the `resources` fields always hashed (after `resources: auto` is resolved).
+ID_SCHEMA_1_RESOURCES = frozenset(
+    {"use_gpu", "cpus_per_device", "gpus_per_device", "placement", "cpus_per_data_worker"}
+)
+#: Schema 1: the `train` fields always hashed, as a list in this order.
+ID_SCHEMA_1_TRAIN = ("steps", "warmup_steps", "seed", "lr", "scaling", "optimizer")
+#: Schema 1: the `train` fields hashed as one block ("schedule") when any differs from its
+#: default (an earlier hand-written form of the rule, kept as it was so its ids stay).
+ID_SCHEMA_1_SCHEDULE = ("lr_scaling", "lr_base_batch", "lr_warmup_steps", "target")
+#: Schema 1: the `train.target` fields always hashed when a target is set.
+ID_SCHEMA_1_TARGET = frozenset({"metric", "value", "max_steps", "eval_every"})
+#: `train` fields that never enter the id: they do not change what is measured.
+TRAIN_NOT_IN_ID = frozenset({"repeats", "max_failures"})
+
+_NO_DEFAULT = object()
+
+
+def _default(model: type[BaseModel], name: str) -> Any:
+    """A schema field's default as it is hashed (a model's default dumped), or _NO_DEFAULT."""
+    info = model.model_fields.get(name)
+    if info is None or info.is_required():
+        return _NO_DEFAULT
+    value = info.get_default(call_default_factory=True)
+    return value.model_dump() if isinstance(value, BaseModel) else value
+
+
+def _axis_default(grid: type[BaseModel], name: str) -> Any:
+    """An axis's default value: the single value of its default list, or _NO_DEFAULT."""
+    value = _default(grid, name)
+    return value[0] if isinstance(value, list) and len(value) == 1 else _NO_DEFAULT
+
+
+def _identity_fields(
+    values: dict[str, Any], schema_1: frozenset[str], default: Callable[[str], Any]
+) -> dict[str, Any]:
+    """`values` less the keys outside `schema_1` that hold their default."""
+    return {k: v for k, v in values.items() if k in schema_1 or v != default(k)}
+
+
+def _section_identity(section: BaseModel, schema_1: frozenset[str]) -> dict[str, Any]:
+    """A spec section's fields as hashed: schema 1's, and the others where not at their
+    default (the section's own class holds the defaults)."""
+    return _identity_fields(section.model_dump(), schema_1, partial(_default, type(section)))
 
 
 def _relevant_options(spec: SweepSpec, settings: dict[str, Any]) -> dict[str, Any]:
-    names: list[str] = []
-    for value in (settings["compile"], settings["sync"]):
-        names.extend(_OPTIONS_USED_BY.get(value, ()))
-    options = {n: getattr(spec.options, n) for n in names}
-    if settings["compile"] == "inductor":
-        options.update(
-            {
-                n: getattr(spec.options, n)
-                for n, default in _OPTIONS_ONLY_WHEN_SET.items()
-                if getattr(spec.options, n) != default
-            }
-        )
-    return options
+    """The options this trial's axis values read: schema 1's, then later ones where set to
+    something other than their default (compile_cache: cold is left out, as before the rule)."""
+    read = [
+        (v, n) for v in (settings["compile"], settings["sync"]) for n in _OPTIONS_USED_BY.get(v, ())
+    ]
+    default = partial(_default, type(spec.options))
+    values = {n: getattr(spec.options, n) for _, n in read}
+    # Schema 1's first, in the order they are read, so the settings stay as they were.
+    first = [n for v, n in read if (v, n) in ID_SCHEMA_1_OPTIONS]
+    later = [n for v, n in read if (v, n) not in ID_SCHEMA_1_OPTIONS and values[n] != default(n)]
+    return {n: values[n] for n in (*first, *later)}
 
 
 def trial_id(spec: SweepSpec, settings: dict[str, Any]) -> str:
-    """Stable id: everything that changes what is measured, nothing about order or repeats."""
+    """Stable id: everything that changes what is measured, nothing about order or repeats;
+    a field added to the schema enters it only when set to other than its default (above)."""
     t = spec.train
+    grid = type(spec.grid)
+    hashed = {k: v for k, v in settings.items() if k != "axis_params"}
+    for k in hashed.keys() - ID_SCHEMA_1_SETTINGS:
+        if _axis_default(grid, k) is _NO_DEFAULT:
+            raise ValueError(
+                f"setting {k!r} is not in trial-id schema 1 and has no one-value default in "
+                "spec.GridSpec: it would change every trial id (docs/architecture.md, "
+                '"How to add ...", "An axis")'
+            )
     identity: dict[str, Any] = {
         "workload": spec.workload,
-        "settings": {k: v for k, v in settings.items() if k != "axis_params"},
-        "train": [t.steps, t.warmup_steps, t.seed, t.lr, t.scaling, t.optimizer],
-        "resources": spec.resources.model_dump(),
+        "settings": _identity_fields(hashed, ID_SCHEMA_1_SETTINGS, partial(_axis_default, grid)),
+        "train": [getattr(t, name) for name in ID_SCHEMA_1_TRAIN],
+        "resources": _section_identity(spec.resources, ID_SCHEMA_1_RESOURCES),
     }
-    # Later train fields enter the id only when set, so earlier sweeps keep their ids.
     schedule = {
         "lr_scaling": t.lr_scaling,
         "lr_base_batch": t.lr_base_batch if t.lr_scaling != "none" else None,
         "lr_warmup_steps": t.lr_warmup_steps,
-        "target": t.target.model_dump() if t.target else None,
+        "target": _section_identity(t.target, ID_SCHEMA_1_TARGET) if t.target else None,
     }
     if schedule != {
         "lr_scaling": "none",
@@ -385,6 +470,10 @@ def trial_id(spec: SweepSpec, settings: dict[str, Any]) -> str:
         "target": None,
     }:
         identity["schedule"] = schedule
+    known = frozenset({*ID_SCHEMA_1_TRAIN, *ID_SCHEMA_1_SCHEDULE, *TRAIN_NOT_IN_ID})
+    later = {k: v for k, v in _section_identity(t, known).items() if k not in known}
+    if later:
+        identity["train_later"] = later
     return _hash(identity)
 
 
@@ -422,15 +511,9 @@ def _capability_problem(spec: SweepSpec, settings: dict[str, Any]) -> str | None
             f"resources.gpus_per_device={gpus:g} with {settings['devices']} devices: Ray may put "
             "two workers on one GPU, which NCCL rejects (duplicate GPU); use 1"
         )
-    for axis, supported in SUPPORTED.items():
-        value = settings[axis]
-        if not spec.resources.use_gpu and (axis, value) in NEEDS_CUDA:
-            return f"{axis}={value}: {NEEDS_CUDA[(axis, value)]}"
-        if value not in supported:
-            return (
-                f"{axis}={value}: not supported yet in this build "
-                f"(supported: {', '.join(sorted(supported))})"
-            )
+    for (axis, value), reason in NEEDS_CUDA.items():
+        if not spec.resources.use_gpu and settings[axis] == value:
+            return f"{axis}={value}: {reason}"
     for (a, b), reason in INCOMPATIBLE.items():
         if settings[a[0]] == a[1] and settings[b[0]] == b[1]:
             return f"{a[0]}={a[1]} with {b[0]}={b[1]}: {reason}"

@@ -7,18 +7,23 @@ Pure: imports neither ray nor torch.
 
 from __future__ import annotations
 
+import json
 import re
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from amdahl.errors import UserError
 from amdahl.files import write_private
-from amdahl.spec import AXES
+from amdahl.spec import AXES, TargetSpec
+from amdahl.sweepdir import RESULTS_FILE
 
-RESULTS_FILE = "results.parquet"
+if TYPE_CHECKING:
+    from amdahl.launch import LaunchConfig, TrialConfig
+
 #: The single key under which a worker reports a row as JSON (Tune adds keys of its own,
 #: `trial_id` among them, to every reported result).
 ROW_KEY = "amdahl_row"
@@ -33,6 +38,11 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "sweep": (pa.string(), "sweep name"),
     "trial_id": (pa.string(), "stable hash of the trial's settings"),
     "repeat": (pa.int64(), "repeat index, 0-based"),
+    "rung": (
+        pa.int64(),
+        "search: halving: the rung this row measured (0 = the shortest window; `steps` says "
+        "how long); null in a grid sweep",
+    ),
     "launch_id": (pa.string(), "worker-group launch that ran the trial"),
     "workload": (pa.string(), "workload name"),
     "params": (pa.string(), "workload parameters as JSON"),
@@ -51,7 +61,11 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "prefetch_batches": (pa.int64(), "batches each device's input prefetches"),
     "sync": (pa.string(), "gradient synchronisation strategy"),
     "scaling": (pa.string(), "weak or strong"),
-    "status": (pa.string(), "ok, failed, oom, diverged"),
+    "status": (
+        pa.string(),
+        "ok, failed, oom, diverged, or skipped (search: halving; the step-time model's "
+        "prediction, in `error`, put it too far behind the best to measure)",
+    ),
     "error": (pa.string(), "reason when status is not ok"),
     "throughput": (pa.float64(), "samples/s over all ranks, measured steps only"),
     "step_time_s": (pa.float64(), "median seconds per measured step (slowest rank)"),
@@ -178,6 +192,44 @@ def history_steps(count: int, limit: int = HISTORY_POINTS) -> list[int]:
     return sorted({round(i * (count - 1) / (limit - 1)) for i in range(limit)})
 
 
+def row_identity(
+    launch: LaunchConfig, trial: TrialConfig, repeat: int, started_at: str | None = None
+) -> dict[str, Any]:
+    """The columns that say which measurement a row is (what was run, and how), the same in
+    every row the worker measures and every failed row the driver records for it."""
+    train = launch.train
+    return {
+        "sweep": launch.sweep,
+        "trial_id": trial.trial_id,
+        "repeat": repeat,
+        "rung": launch.rung,
+        "launch_id": launch.launch_id,
+        "workload": launch.workload,
+        "params": json.dumps(trial.params, sort_keys=True),
+        **{k: getattr(trial, k) for k in SETTING_COLUMNS},
+        "batch_size": trial.per_device_batch,
+        "compile_cache": trial.compile_cache,
+        "scaling": train.scaling,
+        "steps": train.steps,
+        "target": target_label(train.target),
+        "warmup_steps": train.warmup_steps,
+        "started_at": started_at or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def row_key(row: dict[str, Any]) -> tuple[str, int, int | None]:
+    """What makes a row unique: a later row with the same key replaces it (a retried trial)."""
+    return row["trial_id"], row["repeat"], row.get("rung")
+
+
+def target_label(target: TargetSpec | None) -> str | None:
+    """`train.target` as the results table shows it, e.g. `val_accuracy>=0.9`."""
+    if target is None:
+        return None
+    op = "<=" if target.metric == "val_loss" else ">="
+    return f"{target.metric}{op}{target.value:g}"
+
+
 _OOM_REASON = re.compile(r"(launch failed: \S*RankStranded: )?oom: ")
 
 
@@ -212,16 +264,14 @@ def read_results(sweep_dir: str | Path) -> pa.Table:
 def append_rows(sweep_dir: str | Path, rows: list[dict[str, Any]]) -> pa.Table:
     """Add rows and atomically replace results.parquet; returns the whole new table.
 
-    A row replaces an earlier one with the same (trial_id, repeat): a retried trial has one row.
+    A row replaces an earlier one with the same `row_key`: a retried trial has one row.
     """
     path = Path(sweep_dir) / RESULTS_FILE
     old = read_results(sweep_dir)
-    keys = {(r["trial_id"], r["repeat"]) for r in rows}
+    keys = {row_key(r) for r in rows}
     if keys and old.num_rows:
-        kept = [
-            (t, r) not in keys
-            for t, r in zip(old["trial_id"].to_pylist(), old["repeat"].to_pylist(), strict=True)
-        ]
+        columns = zip(*(old[k].to_pylist() for k in ("trial_id", "repeat", "rung")), strict=True)
+        kept = [key not in keys for key in columns]
         old = old.filter(pa.array(kept))
     new = pa.Table.from_pylist([{k: r.get(k) for k in COLUMNS} for r in rows], schema=SCHEMA)
     table = pa.concat_tables([old, new]).replace_schema_metadata(SCHEMA.metadata)

@@ -123,6 +123,12 @@ grid:                         # every combination of these lists is one trial
 """
 
 
+def next_steps(directory: str | Path) -> str:
+    """The commands that plan and run the written sweep, from the working directory."""
+    here = "" if Path(directory).resolve() == Path.cwd() else f"cd {directory} && "
+    return f"{here}platform plan {SWEEP_FILE} && platform sweep {SWEEP_FILE}"
+
+
 def write_scaffold(directory: str | Path) -> list[Path]:
     """Write WORKLOAD_FILE and SWEEP_FILE into `directory` (made if missing); refuse, writing
     nothing, if either exists."""

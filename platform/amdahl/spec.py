@@ -25,21 +25,12 @@ from pydantic import (
 
 from amdahl.errors import UserError
 from amdahl.files import redact_uris, uri_passwords
+from amdahl.strategies import NAMES, OPTION_DEFAULTS
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "bf16_weights"]
 Compile = Literal["eager", "inductor", "torchscript"]
-Sync = Literal[
-    "ddp",
-    "ddp_fp16",
-    "ddp_bf16",
-    "powersgd",
-    "accumulate",
-    "local_sgd",
-    "zero1",
-    "fsdp",
-    "param_server",
-    "none",
-]
+#: The sync strategies, from their table (strategies.py); pydantic lists them in its error.
+Sync = Literal[NAMES]
 Input = Literal["ray_data", "torch_loader"]
 Isolation = Literal["exclusive", "shared"]
 Scaling = Literal["weak", "strong"]
@@ -177,15 +168,27 @@ class OptionsSpec(_Section):
         "compile_s counts every compilation; warm reuses the on-disk caches of earlier trials "
         "and runs (what a user's second run pays).",
     )
-    bucket_cap_mb: float = Field(25.0, gt=0, description="DDP gradient bucket size (ddp*).")
-    powersgd_rank: int = Field(1, ge=1, description="PowerSGD matrix rank (sync=powersgd).")
+    bucket_cap_mb: float = Field(
+        OPTION_DEFAULTS["bucket_cap_mb"], gt=0, description="DDP gradient bucket size (ddp*)."
+    )
+    powersgd_rank: int = Field(
+        OPTION_DEFAULTS["powersgd_rank"], ge=1, description="PowerSGD matrix rank (sync=powersgd)."
+    )
     accumulate_steps: int = Field(
-        4, ge=1, description="Micro-batches per optimizer step (sync=accumulate)."
+        OPTION_DEFAULTS["accumulate_steps"],
+        ge=1,
+        description="Micro-batches per optimizer step (sync=accumulate).",
     )
     local_sgd_every: int = Field(
-        4, ge=1, description="Steps between parameter averages (sync=local_sgd)."
+        OPTION_DEFAULTS["local_sgd_every"],
+        ge=1,
+        description="Steps between parameter averages (sync=local_sgd).",
     )
-    ps_shards: int = Field(2, ge=1, description="Parameter-server actors (sync=param_server).")
+    ps_shards: int = Field(
+        OPTION_DEFAULTS["ps_shards"],
+        ge=1,
+        description="Parameter-server actors (sync=param_server).",
+    )
 
 
 class ResourcesSpec(_Section):
@@ -241,6 +244,103 @@ class ReportSpec(_Section):
     )
 
 
+Objective = Literal["throughput", "throughput_per_device", "time_to_target"]
+_CONSTRAINT = re.compile(r"^\s*([a-z_]+)\s*(<=|>=|<|>)\s*([-+0-9.eE]+)\s*$")
+_BUDGET = re.compile(r"^\s*([0-9.]+)\s*(%|s)?\s*$")
+
+
+class SearchSpec(_Section):
+    """How the grid's configurations are searched (search.py, docs/architecture.md "Search")."""
+
+    method: Literal["grid", "halving"] = Field(
+        "grid",
+        description="grid: measure every configuration for train.steps; halving: successive "
+        "halving, short windows for all, longer ones for the best 1/eta of each rung.",
+    )
+    budget: float | str | None = Field(
+        None,
+        description="halving: most trial-seconds to spend, as seconds (600 or '600s') or as a "
+        "share of the whole grid's estimated trial-seconds ('25%'); null: no limit.",
+    )
+    eta: int = Field(3, ge=2, description="halving: keep the best 1/eta of each rung.")
+    min_steps: int = Field(
+        10, ge=1, description="halving: measured steps of the first rung (x eta per rung)."
+    )
+    objective: Objective = Field(
+        "throughput",
+        description="What is best: throughput (samples/s), throughput_per_device (samples/s "
+        "per device: throughput per device-hour), or time_to_target (train.target needed).",
+    )
+    constraints: list[str] = Field(
+        [],
+        description="Conditions on a row's columns a configuration must meet, such as "
+        "'peak_mem_bytes <= 4e9' or 'val_accuracy >= 0.8' (<=, >=, <, >).",
+    )
+    skip_below: float | None = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="halving: skip a configuration the step-time model predicts below this "
+        "share of the best measured objective (recorded as status skipped); null: never.",
+    )
+    calibration: str | None = Field(
+        None,
+        description="halving: a calibration.json (`platform calibrate`) giving the step-time "
+        "model its communication terms; without one it predicts sync none families only.",
+    )
+
+    @field_validator("budget")
+    @classmethod
+    def _budget_seconds_or_share(cls, value: float | str | None) -> float | str | None:
+        if value is None:
+            return None
+        m = _BUDGET.match(str(value))
+        if not m or float(m.group(1)) <= 0 or (m.group(2) == "%" and float(m.group(1)) > 100):
+            raise ValueError(
+                f"got {value!r}: give trial-seconds (600 or '600s') or a share of the grid's "
+                "estimated cost ('25%', at most 100%)"
+            )
+        return value
+
+    @field_validator("constraints")
+    @classmethod
+    def _constraints_parse(cls, value: list[str]) -> list[str]:
+        if not value:
+            return value
+        from amdahl.results import COLUMNS  # results imports spec
+
+        for text in value:
+            m = _CONSTRAINT.match(text)
+            if not m:
+                raise ValueError(
+                    f"got {text!r}: write COLUMN OP NUMBER, e.g. 'peak_mem_bytes <= 4e9' "
+                    "(OP one of <=, >=, <, >)"
+                )
+            column = m.group(1)
+            if column not in COLUMNS or not _numeric_column(COLUMNS[column][0]):
+                numeric = sorted(k for k, (t, _) in COLUMNS.items() if _numeric_column(t))
+                raise ValueError(
+                    f"{text!r}: {column!r} is not a numeric results column; one of "
+                    + ", ".join(numeric)
+                )
+        return value
+
+    def budget_s(self, grid_estimate_s: float) -> float | None:
+        """The budget in trial-seconds, given the whole grid's estimated trial-seconds."""
+        if self.budget is None:
+            return None
+        m = _BUDGET.match(str(self.budget))
+        assert m is not None  # validated
+        number = float(m.group(1))
+        return number / 100 * grid_estimate_s if m.group(2) == "%" else number
+
+
+def _numeric_column(typ: Any) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_integer(typ) or pa.types.is_floating(typ)
+
+
 class SweepSpec(_Section):
     """A whole sweep file."""
 
@@ -269,6 +369,7 @@ class SweepSpec(_Section):
         description="exclusive: one launch at a time (honest timing); shared: "
         "launches run side by side when resources allow.",
     )
+    search: SearchSpec = SearchSpec()
     tracking: TrackingSpec = TrackingSpec()
     report: ReportSpec = ReportSpec()
     storage: str | None = Field(

@@ -26,7 +26,7 @@ The strategies (`_STRATEGIES` maps the sweep's `sync` value to its class):
 - `param_server`: parameter shards held by Ray actors, synchronous push/pull each step.
 
 The gradient every rank applies is the equal-weight mean over ranks of each rank's mean-loss
-gradient; with unequal shards use `loss_scale_for_shard` to get the per-sample mean.
+gradient: the per-sample mean only because every rank of a trial gets an equal shard (data.py).
 """
 
 from __future__ import annotations
@@ -44,36 +44,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from amdahl.strategies import OPTION_DEFAULTS
+
 MakeOptimizer = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 
 #: Ray namespace of the parameter-server actors, so that workers started as separate Ray jobs
 #: find them too; names are unique per trial.
 _PS_NAMESPACE = "amdahl"
-
-
-def loss_scale_for_shard(local_samples: int, total_samples: int, world_size: int) -> float:
-    """Factor to multiply this rank's mean loss by so that DDP yields the per-sample mean gradient.
-
-    DDP (and every strategy here) averages with equal weight over ranks: g = (1/p) sum_r g_r,
-    where g_r is the gradient of rank r's mean loss over its n_r samples. With unequal shards
-    that over-weights the samples of the small shards. The gradient of the mean loss over all
-    N = sum_r n_r samples is the average weighted by shard size (D2L 12.5),
-    g* = sum_r (n_r / N) g_r, so scaling rank r's loss by s_r = p * n_r / N gives
-    (1/p) sum_r s_r g_r = g*. Equal shards give s_r = 1.
-
-    Seed worked example: shards of 1 and 3 samples with per-sample gradients 2 and 6; the plain
-    mean over ranks is (2 + 6) / 2 = 4, the per-sample mean is (1*2 + 3*6) / 4 = 5, and the scales
-    are 2*1/4 = 0.5 and 2*3/4 = 1.5: (0.5*2 + 1.5*6) / 2 = 5.
-    """
-    if world_size < 1:
-        raise ValueError(f"world_size must be >= 1, got {world_size}")
-    if total_samples < 1:
-        raise ValueError(f"total_samples must be >= 1, got {total_samples}")
-    if not 0 <= local_samples <= total_samples:
-        raise ValueError(
-            f"local_samples must be in [0, total_samples={total_samples}], got {local_samples}"
-        )
-    return world_size * local_samples / total_samples
 
 
 def model_state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[int, int]:
@@ -146,7 +123,7 @@ class DDPSync(SyncStrategy):
     ) -> tuple[nn.Module, torch.optim.Optimizer]:
         device_ids = [self.device.index] if self.device.type == "cuda" else None
         ddp = nn.parallel.DistributedDataParallel(
-            model, device_ids=device_ids, bucket_cap_mb=self.options.get("bucket_cap_mb", 25.0)
+            model, device_ids=device_ids, bucket_cap_mb=_option(self.options, "bucket_cap_mb")
         )
         self._register_hook(ddp)
         return ddp, make_optimizer(ddp.parameters())
@@ -203,7 +180,7 @@ class PowerSGDSync(DDPSync):
         #: kept for inspection: `state.compression_stats()` says how much was compressed
         self.state = powerSGD_hook.PowerSGDState(
             process_group=None,
-            matrix_approximation_rank=self.options.get("powersgd_rank", 1),
+            matrix_approximation_rank=_option(self.options, "powersgd_rank"),
             start_powerSGD_iter=self.start_iter,
         )
         ddp.register_comm_hook(self.state, powerSGD_hook.powerSGD_hook)
@@ -216,7 +193,7 @@ class AccumulateSync(DDPSync):
 
     def __init__(self, options: dict[str, Any], device: torch.device):
         super().__init__(options, device)
-        self.micro_steps = _positive(options.get("accumulate_steps", 4), "accumulate_steps")
+        self.micro_steps = _positive(options, "accumulate_steps")
 
     def micro_context(self, model: nn.Module, micro: int) -> contextlib.AbstractContextManager:
         if micro < self.micro_steps - 1:
@@ -236,7 +213,7 @@ class LocalSGDSync(SyncStrategy):
 
     def __init__(self, options: dict[str, Any], device: torch.device):
         super().__init__(options, device)
-        self.every = _positive(options.get("local_sgd_every", 4), "local_sgd_every")
+        self.every = _positive(options, "local_sgd_every")
 
     def prepare(
         self, model: nn.Module, make_optimizer: MakeOptimizer
@@ -313,7 +290,7 @@ class ParamServerSync(SyncStrategy):
 
     def __init__(self, options: dict[str, Any], device: torch.device):
         super().__init__(options, device)
-        self.n_shards = _positive(options.get("ps_shards", 2), "ps_shards")
+        self.n_shards = _positive(options, "ps_shards")
         self._params: dict[str, nn.Parameter] = {}
         self._keys: list[list[str]] = []
         self._actors: list[Any] = []
@@ -522,7 +499,14 @@ def unwrap(model: nn.Module) -> nn.Module:
 # --------------------------------------------------------------------------- helpers
 
 
-def _positive(value: Any, option: str) -> int:
+def _option(options: dict[str, Any], name: str) -> Any:
+    """A trial's option, or its default from the strategy table (a trial's settings hold only
+    the options its axis values read, and later ones only when set: plan.py's trial identity)."""
+    return options.get(name, OPTION_DEFAULTS[name])
+
+
+def _positive(options: dict[str, Any], option: str) -> int:
+    value = _option(options, option)
     if int(value) < 1:
         raise ValueError(f"options.{option}: must be >= 1, got {value}")
     return int(value)

@@ -12,9 +12,10 @@ import gc
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import torch
+
+from amdahl.spec import TargetSpec, TrainSpec
 
 _AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -85,10 +86,10 @@ class LRSchedule:
         self.base, self.peak, self.warmup_steps = base, peak, warmup_steps
 
     @classmethod
-    def for_trial(cls, config: dict[str, Any], effective_batch: int) -> LRSchedule:
-        base = config["lr"]
-        scale = effective_batch / config["lr_base_batch"] if config["lr_scaling"] == "linear" else 1
-        return cls(base, base * scale, config["lr_warmup_steps"])
+    def for_trial(cls, train: TrainSpec, effective_batch: int) -> LRSchedule:
+        base = train.lr
+        scale = effective_batch / train.lr_base_batch if train.lr_scaling == "linear" else 1
+        return cls(base, base * scale, train.lr_warmup_steps)
 
     def at(self, step: int) -> float:
         if step >= self.warmup_steps:
@@ -105,30 +106,22 @@ class LRSchedule:
             group["lr"] = rate
 
 
-def make_optimizer_factory(config: dict[str, Any]):
+def make_optimizer_factory(train: TrainSpec):
     """params -> optimizer, as the sweep's train section asks (strategies may wrap or shard it)."""
-    lr = config["lr"]
-    if config["optimizer"] == "adamw":
+    lr = train.lr
+    if train.optimizer == "adamw":
         return lambda params: torch.optim.AdamW(params, lr=lr)
     return lambda params: torch.optim.SGD(params, lr=lr, momentum=0.9)
 
 
-def target_label(target: dict[str, Any] | None) -> str | None:
-    """`train.target` as the results table shows it, e.g. `val_accuracy>=0.9`."""
-    if target is None:
-        return None
-    op = "<=" if target["metric"] == "val_loss" else ">="
-    return f"{target['metric']}{op}{target['value']:g}"
-
-
-def target_reached(quality: tuple[float, float | None], target: dict[str, Any]) -> bool:
+def target_reached(quality: tuple[float, float | None], target: TargetSpec) -> bool:
     """Whether validation (loss, accuracy) meets `train.target` (accuracy >=, loss <=)."""
     val_loss, val_acc = quality
-    if target["metric"] == "val_loss":
-        return val_loss <= target["value"]
+    if target.metric == "val_loss":
+        return val_loss <= target.value
     if val_acc is None:
         raise ValueError("train.target.metric val_accuracy: this workload reports no accuracy")
-    return val_acc >= target["value"]
+    return val_acc >= target.value
 
 
 # --------------------------------------------------------------------------- per-trial resets

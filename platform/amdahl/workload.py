@@ -61,6 +61,11 @@ class Workload(abc.ABC):
     #: parameter (a width, an augmentation) reuses the same stored and materialised data.
     data_params: ClassVar[tuple[str, ...] | None] = None
 
+    #: The parameters `preprocess` reads (None: all of them). Trials that differ only in other
+    #: parameters (a model width) share a launch and its running input pipeline; undeclared,
+    #: every parameter change starts a new one (safe, slower).
+    preprocess_params: ClassVar[tuple[str, ...] | None] = None
+
     def __init__(self, **params: Any):
         unknown = sorted(set(params) - set(self.defaults) - {"data"})
         if unknown:
@@ -130,6 +135,16 @@ class Workload(abc.ABC):
             return dict(self.params)
         names = (*self.data_params, "data")
         return {k: self.params[k] for k in names if k in self.params}
+
+    def input_key(self) -> dict[str, Any]:
+        """The parameters that decide a rank's input batches: the stored rows (`data_key`) and
+        what preprocessing reads (`preprocess_params`). Trials with equal keys can share one
+        input pipeline."""
+        key = {"data": self.data_key()}
+        if self.preprocesses:
+            names = self.params if self.preprocess_params is None else self.preprocess_params
+            key["preprocess"] = {k: self.params[k] for k in names if k in self.params}
+        return key
 
     @property
     def preprocesses(self) -> bool:

@@ -15,9 +15,14 @@ Every rank calls `enter` for every trial in the same order, so all agree on each
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import torch.distributed as dist
+
+if TYPE_CHECKING:
+    from amdahl.launch import TrialConfig
 
 #: Process-group timeout (seconds) for a launch's groups (Ray Train's TorchConfig and the rebuilt
 #: ones), by the slowest compilation its trials may run before their first collective: a rank
@@ -27,13 +32,12 @@ import torch.distributed as dist
 COLLECTIVE_TIMEOUT_S = {"eager": 600, "torchscript": 600, "inductor": 1800, "max-autotune": 3600}
 
 
-def collective_timeout_s(trials: list[dict]) -> int:
+def collective_timeout_s(trials: Iterable[TrialConfig]) -> int:
     """The longest collective timeout any of a launch's trials needs."""
     longest = COLLECTIVE_TIMEOUT_S["eager"]
     for trial in trials:
-        s = trial["settings"]
-        kind = s["compile"]
-        if kind == "inductor" and s["options"].get("compile_mode") == "max-autotune":
+        kind = trial.compile
+        if kind == "inductor" and trial.options.get("compile_mode") == "max-autotune":
             kind = "max-autotune"
         longest = max(longest, COLLECTIVE_TIMEOUT_S[kind])
     return longest

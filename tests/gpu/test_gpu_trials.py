@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from trial_runner import CONFIG, PARAMS, SlowData, SlowForward, run, settings
+from trial_runner import PARAMS, SlowData, SlowForward, launch_config, run, settings, trial_config
 
 from amdahl.feed import DeviceFeed
 from amdahl.harness import _aggregate
@@ -66,8 +66,8 @@ def test_every_precision_compile_and_sync_runs_on_one_gpu(cuda, request, precisi
     assert stats["peak_mem_bytes"] > 0
     assert stats["transfer_s"] is not None and stats["transfer_s"] > 0
     assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == flags
-    config = {**CONFIG, "flops_per_sample": workload.flops_per_sample()}
-    row = _aggregate([stats], settings(precision=precision), config)
+    trial = trial_config(precision=precision, flops_per_sample=workload.flops_per_sample())
+    row = _aggregate([stats], trial, launch_config())
     assert row["status"] == "ok"
     assert 0 < row["mfu"] < 1, row["mfu"]
 

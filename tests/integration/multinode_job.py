@@ -12,15 +12,20 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import ray
 from ray.cluster_utils import Cluster
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from amdahl import read_results, run_sweep, validate_spec
+from amdahl.cluster import make_plan, ray_nodes
 from amdahl.errors import UserError
-from amdahl.run import make_plan, ray_nodes
 from amdahl.workload import make_workload
+
+# tests/ (trial_runner's LaunchConfig factory), for this script run on its own.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from trial_runner import launch_config, trial_config  # noqa: E402
 
 _MLP = {"hidden": [32], "train_rows": 8192, "val_rows": 256}
 
@@ -60,10 +65,10 @@ class _Rank:
     as the harness does before a rank's first trial, then reads it the way the timed loop
     does (`iter_torch_batches` of that same iterator)."""
 
-    def fetch(self, config: dict, rank: int, world: int) -> float | None:
+    def fetch(self, launch: Any, rank: int, world: int) -> float | None:
         from amdahl.data import train_source
 
-        self.source = train_source(config, make_workload("mlp", _MLP), rank, world)
+        self.source = train_source(launch, make_workload("mlp", _MLP), rank, world)
         return self.source.local_fetch_s
 
     def read(self) -> dict:
@@ -99,21 +104,17 @@ def _shards_on_their_nodes(workers: list) -> dict:
 
     base = ray_dataset(stored_dataset(make_workload("mlp", _MLP), "mlp", "train", 0), 0.25)
     per_rank = 2 * _MLP["train_rows"]
-    config = {
-        "input": "ray_data",
-        "train_shards": {
-            world: [repeated(s, per_rank) for s in rank_shards(base, world)] for world in (1, 2)
-        },
-    }
+    shards = {world: [repeated(s, per_rank) for s in rank_shards(base, world)] for world in (1, 2)}
+    launch = launch_config((trial_config(input="ray_data"),)).with_inputs(train_shards=shards)
     out = {}
     # The d1 baseline (the whole training set) and rank 1 of 2, each on its own worker node.
     for (world, rank), node in zip(((1, 0), (2, 1)), workers, strict=True):
-        refs = list(shard_blocks(config["train_shards"][world][rank]))
+        refs = list(shard_blocks(shards[world][rank]))
         before = _locations(refs, node.node_id, timeout_s=0)
         actor = _Rank.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False)
         ).remote()
-        fetch_s = ray.get(actor.fetch.remote(config, rank, world))
+        fetch_s = ray.get(actor.fetch.remote(launch, rank, world))
         after = _locations(refs, node.node_id)
         out[f"d{world}r{rank}"] = {
             "node": node.node_id,

@@ -5,16 +5,13 @@ group), in a one-rank gloo process group, so they can look inside the model.
 """
 
 import math
-import socket
 
-import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
+from trial_runner import MLP_PARAMS, launch_config, trial_config
 
-from amdahl.harness import _aggregate, _run_guarded, build_trial_model, run_trial
-from amdahl.workload import Workload
+from amdahl.harness import Placement, _aggregate, _run_guarded, build_trial_model, run_trial
 from workloads.mlp import MLP
 
 
@@ -44,32 +41,12 @@ class Unscriptable(MLP):
         return Net()
 
 
-PARAMS = {"inputs": 8, "hidden": [16], "classes": 2, "train_rows": 512, "val_rows": 64}
+PARAMS = MLP_PARAMS
 
 
 @pytest.fixture(scope="module")
-def process_group():
-    if not dist.is_initialized():
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
-
-
-@pytest.fixture(scope="module")
-def shard(ray_cluster, process_group):
-    import ray.data
-
-    columns = MLP(**PARAMS).generate("train", 512, seed=0)
-    return (
-        ray.data.from_items(
-            [{"x": x, "y": y} for x, y in zip(columns["x"], columns["y"], strict=True)]
-        )
-        .materialize()
-        .iterator()
-    )
+def shard(mlp_shard):
+    return mlp_shard
 
 
 def _settings(**overrides):
@@ -90,18 +67,18 @@ def _settings(**overrides):
     return settings
 
 
-CONFIG = {
-    "seed": 0,
-    "lr": 0.05,
-    "optimizer": "sgd",
-    "steps": 6,
-    "warmup_steps": 2,
-    "flops_per_sample": 1.0,
-    "lr_scaling": "none",
-    "lr_base_batch": 256,
-    "lr_warmup_steps": 0,
-    "target": None,
-}
+STEPS, WARMUP = 6, 2
+LAUNCH = launch_config(steps=STEPS, warmup_steps=WARMUP)
+CPU = Placement(torch.device("cpu"), 0, 1)
+
+
+def _trial(**overrides):
+    return trial_config(_settings(), flops_per_sample=1.0, **overrides)
+
+
+def _run(workload, shard, launch=LAUNCH, **overrides):
+    """This rank's stats of one trial of `_settings(**overrides)` on one CPU rank."""
+    return run_trial(workload, _trial(**overrides), launch, shard, _val(workload), CPU)
 
 
 def _val(workload):
@@ -119,17 +96,8 @@ def _val(workload):
 )
 def test_precision_changes_the_dtype_inside_forward(shard, precision, dtype):
     workload = RecordingMLP(**PARAMS)
-    stats = run_trial(
-        workload,
-        _settings(precision=precision),
-        CONFIG,
-        shard,
-        _val(workload),
-        torch.device("cpu"),
-        rank=0,
-        world=1,
-    )
-    training_dtypes = set(workload.seen[: CONFIG["steps"] + CONFIG["warmup_steps"]])
+    stats = _run(workload, shard, precision=precision)
+    training_dtypes = set(workload.seen[: STEPS + WARMUP])
     assert training_dtypes == {dtype}
     assert math.isfinite(stats["final_loss"]) and math.isfinite(stats["val_loss"])
 
@@ -137,11 +105,11 @@ def test_precision_changes_the_dtype_inside_forward(shard, precision, dtype):
 def test_compile_axis_wraps_the_model(shard):
     workload = MLP(**PARAMS)
     device = torch.device("cpu")
-    eager, *_ = build_trial_model(workload, _settings(sync="none"), CONFIG, device)
+    eager, *_ = build_trial_model(workload, _trial(sync="none"), LAUNCH, device)
     scripted, *_ = build_trial_model(
-        workload, _settings(compile="torchscript", sync="none"), CONFIG, device
+        workload, _trial(compile="torchscript", sync="none"), LAUNCH, device
     )
-    compiled, *_ = build_trial_model(workload, _settings(compile="inductor"), CONFIG, device)
+    compiled, *_ = build_trial_model(workload, _trial(compile="inductor"), LAUNCH, device)
     assert isinstance(eager, nn.Sequential)
     assert isinstance(scripted, torch.jit.ScriptModule)
     assert isinstance(compiled, torch._dynamo.eval_frame.OptimizedModule)
@@ -153,16 +121,7 @@ def test_compile_axis_wraps_the_model(shard):
 
 def test_torchscript_run_records_compile_time(shard):
     workload = MLP(**PARAMS)
-    stats = run_trial(
-        workload,
-        _settings(compile="torchscript"),
-        CONFIG,
-        shard,
-        _val(workload),
-        torch.device("cpu"),
-        rank=0,
-        world=1,
-    )
+    stats = _run(workload, shard, compile="torchscript")
     assert stats["compile_s"] > 0
     assert stats["first_step_s"] > 0
 
@@ -170,14 +129,7 @@ def test_torchscript_run_records_compile_time(shard):
 def test_compile_failure_is_a_recorded_failure(shard):
     workload = Unscriptable(**PARAMS)
     stats, error, kind = _run_guarded(
-        workload,
-        _settings(compile="torchscript"),
-        CONFIG,
-        shard,
-        _val(workload),
-        torch.device("cpu"),
-        0,
-        1,
+        workload, _trial(compile="torchscript"), LAUNCH, shard, _val(workload), CPU
     )
     assert stats == {} and kind == "failed"
     assert error.startswith("failed: ")
@@ -186,39 +138,40 @@ def test_compile_failure_is_a_recorded_failure(shard):
 
 def test_a_non_finite_loss_is_recorded_as_diverged(shard):
     workload = MLP(**PARAMS)
-    config = {**CONFIG, "lr": 1e12}
-    stats = run_trial(
-        workload, _settings(), config, shard, _val(workload), torch.device("cpu"), rank=0, world=1
-    )
-    row = _aggregate([stats], _settings(), config)
+    launch = launch_config(steps=STEPS, warmup_steps=WARMUP, lr=1e12)
+    stats = _run(workload, shard, launch)
+    row = _aggregate([stats], _trial(), launch)
     assert row["status"] == "diverged"
     assert row["error"] == "non-finite training loss"
 
 
 def test_exposed_communication_is_estimated_for_ddp_only(shard):
     workload = MLP(**PARAMS)
-    ddp = run_trial(workload, _settings(), CONFIG, shard, _val(workload), torch.device("cpu"), 0, 1)
-    alone = run_trial(
-        workload, _settings(sync="none"), CONFIG, shard, _val(workload), torch.device("cpu"), 0, 1
-    )
+    ddp = _run(workload, shard)
+    alone = _run(workload, shard, sync="none")
     assert ddp["comm_s"] is not None and ddp["comm_s"] >= 0
     assert alone["comm_s"] is None
 
 
 def test_row_accounts_for_every_rank(shard):
     workload = MLP(**PARAMS)
-    stats = run_trial(
-        workload, _settings(), CONFIG, shard, _val(workload), torch.device("cpu"), 0, 1
-    )
-    slow = {**stats, "window_s": stats["window_s"] * 2, "step_time_s": stats["step_time_s"] * 3}
-    row = _aggregate([stats, slow], _settings(), CONFIG)
+    stats = _run(workload, shard)
+    slow = {
+        **stats,
+        "window_s": stats["window_s"] * 2,
+        "step_time_s": stats["step_time_s"] * 3,
+        "data_wait_s": stats["data_wait_s"] + 1.0,
+    }
+    row = _aggregate([stats, slow], _trial(), LAUNCH)
     # Throughput over all ranks is limited by the slowest rank's window.
-    assert row["throughput"] == pytest.approx(32 * 2 * CONFIG["steps"] / slow["window_s"])
+    assert row["throughput"] == pytest.approx(32 * 2 * STEPS / slow["window_s"])
     assert row["step_time_s"] == slow["step_time_s"]
     assert row["global_batch"] == 64
     assert row["peak_flops"] > 0
     assert 0 < row["mfu"]
-    assert isinstance(np.float64(row["data_wait_s"]), np.float64)
+    # Per-phase figures are the median over ranks, and the worst rank's kept beside them.
+    assert row["data_wait_s"] == pytest.approx(stats["data_wait_s"] + 0.5)
+    assert row["data_wait_max_s"] == pytest.approx(slow["data_wait_s"])
 
 
 def test_workload_without_accuracy_reports_none(shard):
@@ -227,11 +180,9 @@ def test_workload_without_accuracy_reports_none(shard):
             return None
 
     workload = NoAccuracy(**PARAMS)
-    stats = run_trial(
-        workload, _settings(sync="none"), CONFIG, shard, _val(workload), torch.device("cpu"), 0, 1
-    )
+    stats = _run(workload, shard, sync="none")
     assert stats["val_accuracy"] is None
-    assert isinstance(workload, Workload)
+    assert stats["val_loss"] is not None and math.isfinite(stats["val_loss"])
 
 
 def _target(value: float, max_steps: int = 12, every: int = 2, metric: str = "val_accuracy"):
@@ -240,35 +191,30 @@ def _target(value: float, max_steps: int = 12, every: int = 2, metric: str = "va
 
 def test_time_to_target_stops_at_the_first_validation_that_meets_it(shard):
     workload = MLP(**PARAMS)
-    config = {**CONFIG, "target": _target(0.0)}  # any accuracy meets 0.0
-    stats = run_trial(
-        workload, _settings(sync="none"), config, shard, _val(workload), torch.device("cpu"), 0, 1
-    )
+    launch = launch_config(steps=STEPS, warmup_steps=WARMUP, target=_target(0.0))  # any accuracy
+    stats = _run(workload, shard, launch, sync="none")
     # Checked only after the 2 warmup steps, every 2 steps: first at step 4.
-    assert stats["steps_to_target"] == CONFIG["warmup_steps"] + 2
+    assert stats["steps_to_target"] == WARMUP + 2
     assert stats["measured_steps"] == 2
     assert 0 < stats["time_to_target_s"]
-    row = _aggregate([stats], _settings(), config)
+    row = _aggregate([stats], _trial(), launch)
     assert row["steps"] == 2 and row["steps_to_target"] == 4
     assert row["throughput"] == pytest.approx(32 * 2 / stats["window_s"])
 
 
 def test_time_to_target_missed_runs_max_steps_and_records_none(shard):
     workload = MLP(**PARAMS)
-    config = {**CONFIG, "target": _target(1e-9, metric="val_loss")}  # never that low
-    stats = run_trial(
-        workload, _settings(sync="none"), config, shard, _val(workload), torch.device("cpu"), 0, 1
-    )
+    never = _target(1e-9, metric="val_loss")  # never that low
+    stats = _run(workload, shard, launch_config(warmup_steps=WARMUP, target=never), sync="none")
     assert stats["steps_to_target"] is None and stats["time_to_target_s"] is None
-    assert stats["measured_steps"] == 12 - CONFIG["warmup_steps"]
+    assert stats["measured_steps"] == 12 - WARMUP
 
 
 def test_linear_lr_scaling_sets_the_optimizer_rate_and_changes_training(shard):
     workload = MLP(**PARAMS)
-    scaled = {**CONFIG, "lr_scaling": "linear", "lr_base_batch": 8}  # batch 32: 4x the rate
-    device = torch.device("cpu")
-    plain = run_trial(workload, _settings(sync="none"), CONFIG, shard, _val(workload), device, 0, 1)
-    fast = run_trial(workload, _settings(sync="none"), scaled, shard, _val(workload), device, 0, 1)
-    assert plain["lr"] == CONFIG["lr"]
-    assert fast["lr"] == pytest.approx(4 * CONFIG["lr"])
+    scaled = launch_config(steps=STEPS, warmup_steps=WARMUP, lr_scaling="linear", lr_base_batch=8)
+    plain = _run(workload, shard, sync="none")
+    fast = _run(workload, shard, scaled, sync="none")  # batch 32: 4x the rate
+    assert plain["lr"] == LAUNCH.train.lr
+    assert fast["lr"] == pytest.approx(4 * LAUNCH.train.lr)
     assert fast["final_loss"] != plain["final_loss"]

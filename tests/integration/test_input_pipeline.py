@@ -5,6 +5,7 @@ configuration whose data wait shows against a fed one."""
 import pytest
 import torch
 from idx_files import write_fashion_mnist
+from trial_runner import launch_config, trial_config
 
 from amdahl import read_results, run_sweep, validate_spec
 from amdahl.data import (
@@ -15,7 +16,7 @@ from amdahl.data import (
     stored_dataset,
     validation_rows,
 )
-from amdahl.harness import run_trial
+from amdahl.harness import Placement, run_trial
 from workloads.resnet import ResNet
 
 pytestmark = pytest.mark.integration
@@ -79,18 +80,8 @@ SETTINGS = {
     "data_workers": 1,
     "prefetch_batches": 2,
     "sync": "none",
+    "input": "ray_data",
     "options": {},
-}
-CONFIG = {
-    "seed": 0,
-    "lr": 0.05,
-    "optimizer": "sgd",
-    "steps": 40,
-    "warmup_steps": 2,
-    "lr_scaling": "none",
-    "lr_base_batch": 256,
-    "lr_warmup_steps": 0,
-    "target": None,
 }
 
 
@@ -108,9 +99,10 @@ def _data_wait(input_name: str, params: dict) -> dict:
     else:
         source = LoaderSource(path, workload, rank=0, world=1, workers=1)
     torch.set_num_threads(1)
-    val = validation_rows(workload, {"seed": 0})
-    settings = {**SETTINGS, "params": workload.params}
-    return run_trial(workload, settings, CONFIG, source, val, torch.device("cpu"), 0, 1)
+    val = validation_rows(workload, None, seed=0)
+    trial = trial_config({**SETTINGS, "params": workload.params})
+    launch = launch_config((trial,), steps=40, warmup_steps=2)
+    return run_trial(workload, trial, launch, source, val, Placement(torch.device("cpu"), 0, 1))
 
 
 @pytest.mark.parametrize("input_name", ["torch_loader", "ray_data"])

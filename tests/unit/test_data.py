@@ -117,7 +117,7 @@ def test_params_data_points_at_the_users_parquet(tmp_path, monkeypatch):
     workload = make_workload("resnet", {"data": "mine", "augment": "none"})
     # Relative paths are resolved in the driver (workers run in other directories).
     assert dataset_path(workload, "resnet", "train", 0) == str(tmp_path / "mine" / "train")
-    val = validation_rows(workload, {"seed": 0, "val_rows": str(tmp_path / "mine" / "val")})
+    val = validation_rows(workload, str(tmp_path / "mine" / "val"), seed=0)
     assert val["x"].shape == (32, 1, 28, 28) and val["y"].shape == (32,)
     # URIs go to pyarrow / Ray Data untouched; a missing local directory fails before launch.
     s3 = make_workload("resnet", {"data": "s3://bucket/fmnist"})

@@ -22,10 +22,11 @@ from report_rows import row, write_sweep
 from amdahl.data import read_idx
 from amdahl.errors import UserError
 from amdahl.report import build_report
-from amdahl.report.inputs import PLAN_FILE, load_inputs
+from amdahl.report.inputs import load_inputs
 from amdahl.report.render_text import to_markdown
 from amdahl.results import COLUMNS, RESULTS_FILE, SCHEMA_TAG, read_results
 from amdahl.spec import validate_spec
+from amdahl.sweepdir import PLAN_FILE
 from amdahl.track import STATE_FILE, Tracker, load_state
 
 FUZZ = settings(
@@ -162,7 +163,7 @@ def foreign_tables(draw: st.DrawFn) -> pa.Table:
 
 def _read_sweep(d: Path) -> None:
     """What resume, report and sync read of results.parquet; UserError names the file."""
-    from amdahl.run import finished_trials
+    from amdahl.sweepdir import finished_trials
 
     try:
         table = read_results(d)

@@ -3,15 +3,19 @@
 import pytest
 import torch
 
-from amdahl.training import LRSchedule, target_label, target_reached
+from amdahl.results import target_label
+from amdahl.spec import TargetSpec, TrainSpec
+from amdahl.training import LRSchedule, target_reached
 
-BASE = {"lr": 0.1, "lr_scaling": "linear", "lr_base_batch": 256, "lr_warmup_steps": 4}
+BASE = TrainSpec(lr=0.1, lr_scaling="linear", lr_base_batch=256, lr_warmup_steps=4)
 
 
 def test_linear_scaling_multiplies_by_effective_batch_over_base_batch():
     assert LRSchedule.for_trial(BASE, effective_batch=1024).peak == pytest.approx(0.4)
     assert LRSchedule.for_trial(BASE, effective_batch=128).peak == pytest.approx(0.05)
-    unscaled = LRSchedule.for_trial({**BASE, "lr_scaling": "none"}, effective_batch=1024)
+    unscaled = LRSchedule.for_trial(
+        BASE.model_copy(update={"lr_scaling": "none"}), effective_batch=1024
+    )
     assert unscaled.peak == pytest.approx(0.1)
 
 
@@ -36,8 +40,8 @@ def test_update_sets_every_param_group_and_ends_at_the_peak():
 
 
 def test_target_directions():
-    accuracy = {"metric": "val_accuracy", "value": 0.9}
-    loss = {"metric": "val_loss", "value": 0.5}
+    accuracy = TargetSpec(metric="val_accuracy", value=0.9, max_steps=10)
+    loss = TargetSpec(metric="val_loss", value=0.5, max_steps=10)
     assert target_reached((1.0, 0.9), accuracy) and not target_reached((1.0, 0.89), accuracy)
     assert target_reached((0.5, None), loss) and not target_reached((0.51, 0.99), loss)
     with pytest.raises(ValueError, match="no accuracy"):

@@ -1,11 +1,21 @@
 """Expansion, exclusion, stable ids, capability refusals and the resource arithmetic."""
 
 import pytest
+from pydantic import Field
 
+from amdahl import plan as planner
+from amdahl.cluster import make_plan
 from amdahl.errors import UserError
-from amdahl.plan import DRIVER_CPUS, Node, check_storage, plan_sweep
-from amdahl.run import make_plan, ray_storage
-from amdahl.spec import validate_spec
+from amdahl.plan import DRIVER_CPUS, Node, check_storage, expand_grid, plan_sweep, trial_id
+from amdahl.spec import (
+    GridSpec,
+    OptionsSpec,
+    ResourcesSpec,
+    TargetSpec,
+    TrainSpec,
+    validate_spec,
+)
+from amdahl.sweepdir import ray_storage
 from workloads.mlp import MLP
 
 TWO_CPUS = [Node(cpus=2.0)]
@@ -176,6 +186,124 @@ def test_ids_of_earlier_sweeps_survive_new_train_fields():
             {},
         )
         assert not {t.trial_id for t in changed.trials} & {t.trial_id for t in plan.trials}
+
+
+#: Specs whose trial ids were recorded when trial-id schema 1 was frozen (plan.py, "trial
+#: identity"), with those ids: sweep directories recorded then must resume, so they never change.
+GOLDEN = [
+    (
+        {
+            "grid": {
+                "devices": [1, 2],
+                "sync": ["ddp", "accumulate", "none"],
+                "compile": ["eager", "inductor"],
+                "params.hidden": [[64]],
+            },
+            "options": {"compile_cache": "warm", "accumulate_steps": 2},
+            "resources": {"cpus_per_device": 0.5, "cpus_per_data_worker": 0.5},
+        },
+        ["3e3894f07a", "99814d310f", "ed7ed9fa61", "1b048f231a", "692943563e", "61692ed650"]
+        + ["12cd0ce2ff", "05b94b2def", "c7aca718d1", "45a12f1832", "b1f13c6b34", "41901f7aa6"],
+    ),
+    (
+        {
+            "grid": {"batch_size": [64, 128], "sync": ["local_sgd"]},
+            "train": {
+                "lr_scaling": "linear",
+                "lr_warmup_steps": 5,
+                "target": {"metric": "val_accuracy", "value": 0.9, "max_steps": 300},
+            },
+        },
+        ["9b95b0bb79", "10774a5ae8"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("sections", "ids"), GOLDEN, ids=["axes+options", "schedule+target"])
+def test_golden_trial_ids_never_change(sections, ids):
+    # No workload defaults: the ids hash the parameters, and a workload's may grow.
+    plan = plan_sweep(_spec(**sections), TWO_CPUS, {})
+    assert [t.trial_id for t in plan.trials] == ids
+
+
+def _one_trial(**sections):
+    """A planned trial and the resolved spec its id hashes."""
+    plan = plan_sweep(_spec(**sections), TWO_CPUS, {})
+    return plan.spec, plan.trials[0]
+
+
+def test_a_new_axis_keeps_ids_at_its_default():
+    class LaterGrid(GridSpec):  # as if `numa` were added to spec.GridSpec (and spec.AXES)
+        numa: list[str] = Field(["off"], min_length=1)
+
+    spec, trial = _one_trial(grid={"sync": ["ddp"]})
+    later = spec.model_copy(update={"grid": LaterGrid(**spec.grid.model_dump())})
+    assert trial_id(later, {**trial.settings, "numa": "off"}) == trial.trial_id
+    assert trial_id(later, {**trial.settings, "numa": "on"}) != trial.trial_id
+    # A setting with no one-value default would change every id: refused, not hashed.
+    with pytest.raises(ValueError, match="'numa' is not in trial-id schema 1"):
+        trial_id(spec, {**trial.settings, "numa": "off"})
+
+
+def test_new_resources_and_train_fields_keep_ids_at_their_default():
+    class LaterResources(ResourcesSpec):
+        numa_bind: bool = False
+
+    class LaterTrain(TrainSpec):
+        grad_clip: float | None = None
+
+    class LaterTarget(TargetSpec):
+        patience: int = 0
+
+    target = {"metric": "val_loss", "value": 0.5, "max_steps": 100}
+    spec, trial = _one_trial(train={"target": target})
+    r, t = spec.resources.model_dump(), spec.train.model_dump()
+    cases = [
+        ("resources", LaterResources(**r), LaterResources(**r, numa_bind=True)),
+        ("train", LaterTrain(**t), LaterTrain(**t, grad_clip=1.0)),
+        (
+            "train",
+            spec.train.model_copy(update={"target": LaterTarget(**target)}),
+            spec.train.model_copy(update={"target": LaterTarget(**target, patience=3)}),
+        ),
+    ]
+    for section, at_default, changed in cases:
+        same = spec.model_copy(update={section: at_default})
+        assert trial_id(same, trial.settings) == trial.trial_id, (section, at_default)
+        other = spec.model_copy(update={section: changed})
+        assert trial_id(other, trial.settings) != trial.trial_id, (section, changed)
+    # A field of schema 1 enters the id at its default too (it always did).
+    pack = spec.model_copy(
+        update={"resources": spec.resources.model_copy(update={"placement": "spread"})}
+    )
+    assert trial_id(pack, trial.settings) != trial.trial_id
+
+
+def test_a_new_option_keeps_settings_and_ids_at_its_default(monkeypatch):
+    class LaterOptions(OptionsSpec):
+        static_graph: bool = False
+
+    spec = plan_sweep(_spec(grid={"sync": ["ddp", "zero1"]}), TWO_CPUS, {}).spec
+    before = {s["sync"]: (s, trial_id(spec, s)) for s in expand_grid(spec, {})}
+    # compile_cache and zero1's bucket_cap_mb follow the same rule: absent at their default.
+    zero1, zero1_id = before["zero1"]
+    assert zero1["options"] == {}
+    small = spec.model_copy(update={"options": OptionsSpec(bucket_cap_mb=1)})
+    (moved,) = (s for s in expand_grid(small, {}) if s["sync"] == "zero1")
+    assert moved["options"] == {"bucket_cap_mb": 1.0}
+    assert trial_id(small, moved) != zero1_id
+    cold = _plan(grid={"compile": ["inductor"]}, options={"compile_cache": "cold"})
+    assert "compile_cache" not in cold.trials[0].settings["options"]
+    monkeypatch.setitem(planner._OPTIONS_USED_BY, "ddp", ("bucket_cap_mb", "static_graph"))
+    for value, expected in ((False, "same"), (True, "new")):
+        later = spec.model_copy(update={"options": LaterOptions(static_graph=value)})
+        ddp = next(s for s in expand_grid(later, {}) if s["sync"] == "ddp")
+        if expected == "same":
+            assert ddp == before["ddp"][0]
+            assert trial_id(later, ddp) == before["ddp"][1]
+        else:
+            assert ddp["options"] == {"bucket_cap_mb": 25.0, "static_graph": True}
+            assert trial_id(later, ddp) != before["ddp"][1]
 
 
 GPU_NODE = Node(cpus=48, gpus=4, name="gpu")

@@ -25,42 +25,38 @@ def test_launch_error_without_any_error_points_to_the_log(tmp_path):
 
 
 def _crashed_launch(tmp_path, relaunch: bool, reported: set, skip: list):
+    """A three-trial, two-repeat launch whose worker group died: the rows the driver records."""
+    import dataclasses
+
+    from trial_runner import launch_config, trial_config
+
     from amdahl.run import SweepOutcome, _ResultSink
 
-    settings = {
-        "devices": 1,
-        "batch_size": 32,
-        "per_device_batch": 32,
-        "params": {},
-        **{k: "x" for k in ("precision", "compile", "sync", "input")},
-        "data_workers": 1,
-        "prefetch_batches": 1,
-    }
-    config = {
-        "launch_id": "L",
-        "sweep": "s",
-        "workload": "mlp",
-        "scaling": "weak",
-        "steps": 10,
-        "warmup_steps": 1,
-        "repeats": 2,
-        "relaunch": relaunch,
-        "skip": skip,
-        "trials": [{"trial_id": t, "settings": settings} for t in ("a", "b", "c")],
-    }
+    trials = tuple(trial_config(trial_id=t) for t in ("a", "b", "c"))
+    launch = dataclasses.replace(
+        launch_config(trials, repeats=2),
+        launch_id="L",
+        skip=tuple(tuple(pair) for pair in skip),
+        relaunch=relaunch,
+    )
     error_file = tmp_path / "error.txt"
     error_file.write_text("RuntimeError: worker died\n")
     sink = _ResultSink(
         tmp_path,
         {},
+        {"L": launch},
         SweepOutcome(sweep_dir=tmp_path, plan=None),
         SimpleNamespace(log_trial_soon=lambda row: None),
         lambda kind, payload: None,
     )
     sink.reported["L"] = set(reported)
-    trial = SimpleNamespace(config={"launch": config}, error_file=str(error_file))
+    trial = SimpleNamespace(config={"launch_id": "L"}, error_file=str(error_file))
     sink.on_trial_error(0, [], trial)
-    return [(r["trial_id"], r["repeat"]) for r in sink.outcome.rows], sink.relaunch
+    rows = sink.outcome.rows
+    # Failed rows carry the same identity columns as measured ones (results.row_identity).
+    assert all(r["target"] is None and r["scaling"] == "weak" and r["steps"] == 8 for r in rows)
+    assert all(r["status"] == "failed" and "worker died" in r["error"] for r in rows)
+    return [(r["trial_id"], r["repeat"]) for r in rows], sink.relaunch
 
 
 def test_a_crash_costs_the_trial_it_hit_and_the_rest_run_again(tmp_path):

@@ -21,20 +21,21 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from amdahl import run
+from amdahl import run, sweepdir
 from amdahl.errors import UserError
-from amdahl.results import RESULTS_FILE, append_rows, read_results
-from amdahl.run import (
+from amdahl.results import append_rows, read_results
+from amdahl.run import SweepInterrupted, run_sweep
+from amdahl.spec import validate_spec
+from amdahl.sweepdir import (
     FINGERPRINT_FILE,
     LOCK_FILE,
-    SweepInterrupted,
+    RESULTS_FILE,
+    SPEC_FILE,
     latest_sweep_dir,
     lock_sweep_dir,
-    run_sweep,
     spec_changes,
     write_fingerprint,
 )
-from amdahl.spec import validate_spec
 
 BASE = {
     "name": "fp",
@@ -62,7 +63,7 @@ def _sweep_dir(tmp_path: Path, spec=None) -> Path:
     spec = spec or _spec()
     path = tmp_path / "runs" / "fp-20250101T120000Z"
     path.mkdir(parents=True)
-    (path / "spec.yaml").write_text(yaml.safe_dump(spec.model_dump(), sort_keys=False))
+    (path / SPEC_FILE).write_text(yaml.safe_dump(spec.model_dump(), sort_keys=False))
     write_fingerprint(path, spec)
     append_rows(path, [{"sweep": "fp", "trial_id": "t1", "repeat": 0, "status": "ok"}])
     return path
@@ -84,6 +85,18 @@ def test_a_second_driver_is_refused_naming_the_first(tmp_path):
     lock_sweep_dir(tmp_path).release()  # released: the next driver gets it
 
 
+def test_the_refusal_says_what_holds_the_directory_and_what_to_do(tmp_path):
+    with lock_sweep_dir(tmp_path, by="MLflow push", advice="wait for the push"):
+        with pytest.raises(UserError) as e:
+            lock_sweep_dir(tmp_path)
+    assert "in use by another MLflow push (pid " in str(e.value)
+    assert str(e.value).endswith("--resume to start a new sweep directory")  # the driver's
+    old = tmp_path / "old.lock"  # written before the holder said what it is: a driver
+    old.write_text(json.dumps({"pid": 1, "host": "h", "since": "t"}))
+    with open(old) as file:
+        assert sweepdir._lock_holder(file) == ("pid 1 on host h, running since t", "sweep driver")
+
+
 def test_the_lock_dies_with_its_driver(tmp_path):
     holder = subprocess.Popen(
         [
@@ -91,7 +104,7 @@ def test_the_lock_dies_with_its_driver(tmp_path):
             "-c",
             "import sys, time\n"
             "from pathlib import Path\n"
-            "from amdahl.run import lock_sweep_dir\n"
+            "from amdahl.sweepdir import lock_sweep_dir\n"
             "held = lock_sweep_dir(Path(sys.argv[1]))\n"
             "print('locked', flush=True)\n"
             "time.sleep(120)\n",
@@ -118,7 +131,7 @@ def _no_ray_start(monkeypatch) -> bool:
     def refuse(*args, **kwargs):
         raise AssertionError("Ray was started before the refusal")
 
-    monkeypatch.setattr(run, "_init_ray", refuse)
+    monkeypatch.setattr(run, "connect_ray", refuse)
     return ray.is_initialized()
 
 
@@ -153,25 +166,25 @@ class _SameSecond(datetime):
 
 
 def test_a_directory_made_by_another_driver_after_the_check_is_not_shared(tmp_path, monkeypatch):
-    monkeypatch.setattr(run, "datetime", _SameSecond)
+    monkeypatch.setattr(sweepdir, "datetime", _SameSecond)
     runs = tmp_path / "runs"
     (runs / "s-20250101T120000Z").mkdir(parents=True)
     # The other driver's mkdir lands between any existence check and ours.
     monkeypatch.setattr(Path, "exists", lambda self: False)
-    made = run._new_sweep_dir(runs, "s")
+    made = sweepdir._new_sweep_dir(runs, "s")
     monkeypatch.undo()
     assert made.name == "s-20250101T120000Z-2"
 
 
 def test_sweeps_started_in_the_same_second_each_get_their_own_directory(tmp_path, monkeypatch):
-    monkeypatch.setattr(run, "datetime", _SameSecond)
+    monkeypatch.setattr(sweepdir, "datetime", _SameSecond)
     runs, made, errors = tmp_path / "runs", [], []
     start = threading.Barrier(8)
 
     def make() -> None:
         start.wait()
         try:
-            made.append(run._new_sweep_dir(runs, "s"))
+            made.append(sweepdir._new_sweep_dir(runs, "s"))
         except Exception as e:  # noqa: BLE001 - collected for the assertion
             errors.append(e)
 
@@ -187,7 +200,7 @@ def test_sweeps_started_in_the_same_second_each_get_their_own_directory(tmp_path
 
 
 def test_a_new_sweep_directory_is_locked_by_its_driver(tmp_path):
-    sweep_dir, finished, lock, created = run._open_sweep_dir(
+    sweep_dir, finished, lock, created = sweepdir.open_sweep_dir(
         _spec(), tmp_path / "runs", None, False, False
     )
     try:
@@ -245,14 +258,14 @@ def test_a_resume_with_other_measurement_settings_is_refused(
 
     ray_was_up = _no_ray_start(monkeypatch)
     sweep_dir = _sweep_dir(tmp_path)
-    spec_before = (sweep_dir / "spec.yaml").read_text()
+    spec_before = (sweep_dir / SPEC_FILE).read_text()
     with pytest.raises(UserError) as e:
         run_sweep(_spec({dotted: value}), resume=sweep_dir, tracking=False)
     message = str(e.value)
     assert f"--resume {sweep_dir}: these settings differ" in message
     assert f"  {shown}\n" in message and "--new-if-changed" in message
     assert ray.is_initialized() == ray_was_up
-    assert (sweep_dir / "spec.yaml").read_text() == spec_before  # not replaced
+    assert (sweep_dir / SPEC_FILE).read_text() == spec_before  # not replaced
     lock_sweep_dir(sweep_dir).release()  # the refused driver let go of the directory
 
 
@@ -306,15 +319,15 @@ def test_a_field_added_to_amdahl_later_blocks_no_resume_at_its_default(tmp_path)
 def test_an_unreadable_record_is_refused_with_the_fix(tmp_path):
     sweep_dir = _sweep_dir(tmp_path)
     (sweep_dir / FINGERPRINT_FILE).write_text("{not json")
-    (sweep_dir / "spec.yaml").write_text("[1, 2")
+    (sweep_dir / SPEC_FILE).write_text("[1, 2")
     with pytest.raises(UserError, match="cannot tell which settings.*--new-if-changed"):
         spec_changes(sweep_dir, _spec())
 
 
 def test_new_if_changed_starts_a_new_directory_and_lets_go_of_the_old(tmp_path, caplog):
     sweep_dir = _sweep_dir(tmp_path)
-    with caplog.at_level(logging.WARNING, logger="amdahl.run"):
-        new_dir, finished, lock, created = run._open_sweep_dir(
+    with caplog.at_level(logging.WARNING, logger="amdahl.sweepdir"):
+        new_dir, finished, lock, created = sweepdir.open_sweep_dir(
             _spec({"train.steps": 20}), tmp_path / "runs", sweep_dir, False, True
         )
     try:
@@ -328,7 +341,7 @@ def test_new_if_changed_starts_a_new_directory_and_lets_go_of_the_old(tmp_path, 
 
 def test_a_matching_resume_keeps_its_directory_and_finished_rows(tmp_path):
     sweep_dir = _sweep_dir(tmp_path)
-    same_dir, finished, lock, created = run._open_sweep_dir(
+    same_dir, finished, lock, created = sweepdir.open_sweep_dir(
         _spec({"train.repeats": 2}), tmp_path / "runs", sweep_dir, False, True
     )
     lock.release()

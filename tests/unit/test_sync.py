@@ -25,7 +25,6 @@ from amdahl.sync import (
     AccumulateSync,
     _assign_shards,
     _ParamShard,
-    loss_scale_for_shard,
     make_strategy,
     model_state_bytes,
     unwrap,
@@ -212,44 +211,27 @@ def test_strategies_train_and_keep_replicas_consistent(tmp_path: Path) -> None:
     assert "ddp_bf16 needs CUDA and NCCL" in ranks[0]["ddp_bf16_error"]
 
 
-# --------------------------------------------------------------------------- seed worked example
+# ------------------------------------------------------- the gradient DDP averages (D2L 12.5)
 
 
 def _worked_example(rank: int) -> dict[str, float]:
     """Scalar weight w, loss = mean over the shard of w * x: each sample's gradient is its x."""
     shards = {0: [2.0], 1: [4.0, 6.0, 8.0]}  # per-sample gradients; shard means 2 and 6
     local = torch.tensor(shards[rank])
-    total = sum(len(s) for s in shards.values())
-    out = {}
-    for weighted in (False, True):
-        strategy = make_strategy("ddp", OPTIONS["ddp"], torch.device("cpu"))
-        model, _ = strategy.prepare(
-            nn.Linear(1, 1, bias=False), lambda p: torch.optim.SGD(p, lr=0.1)
-        )
-        scale = loss_scale_for_shard(len(local), total, WORLD) if weighted else 1.0
-        (model(local[:, None]).mean() * scale).backward()
-        out["weighted" if weighted else "plain"] = float(unwrap(model).weight.grad)
-        strategy.close()
-    return out
+    strategy = make_strategy("ddp", OPTIONS["ddp"], torch.device("cpu"))
+    model, _ = strategy.prepare(nn.Linear(1, 1, bias=False), lambda p: torch.optim.SGD(p, lr=0.1))
+    model(local[:, None]).mean().backward()
+    grad = float(unwrap(model).weight.grad)
+    strategy.close()
+    return {"plain": grad}
 
 
-def test_seed_worked_example_gradient_average(tmp_path: Path) -> None:
+def test_ddp_averages_rank_gradients_with_equal_weight(tmp_path: Path) -> None:
+    """Why every rank of a trial gets an equal shard: DDP applies the mean of the ranks' mean-
+    loss gradients, which is the per-sample mean ((2 + 4 + 6 + 8) / 4 = 5) only then."""
     ranks = _spawn(_worked_example, tmp_path)
     for r in range(WORLD):
-        # DDP: equal-weight mean of the shard gradients 2 and 6
-        assert ranks[r]["plain"] == pytest.approx(4.0)
-        # weighted by shard size: the per-sample mean (2 + 4 + 6 + 8) / 4
-        assert ranks[r]["weighted"] == pytest.approx(5.0)
-
-
-def test_loss_scale_for_shard() -> None:
-    assert loss_scale_for_shard(1, 4, 2) == 0.5
-    assert loss_scale_for_shard(3, 4, 2) == 1.5
-    assert loss_scale_for_shard(5, 10, 2) == 1.0  # equal shards: plain DDP is already right
-    with pytest.raises(ValueError, match="local_samples"):
-        loss_scale_for_shard(5, 4, 2)
-    with pytest.raises(ValueError, match="world_size"):
-        loss_scale_for_shard(1, 4, 0)
+        assert ranks[r]["plain"] == pytest.approx(4.0)  # (2 + 6) / 2, not 5
 
 
 # --------------------------------------------------------------------------- memory

@@ -17,7 +17,7 @@ def test_http_settings_are_restored_after_the_sweep(tmp_path, monkeypatch):
         {"workload": "mlp", "tracking": {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}}
     )
     tracker = Tracker(spec, tmp_path)
-    tracker._client_or_raise()
+    tracker.backend.connect()
     assert os.environ[RETRIES] == "1" and os.environ[TIMEOUT] == "33"
     tracker.finish(SimpleNamespace(rows=[], wall_s=1.0, failed=[]))
     assert RETRIES not in os.environ and os.environ[TIMEOUT] == "33"
@@ -44,5 +44,5 @@ def test_the_environment_is_changed_only_from_the_callers_thread(tmp_path, monke
     tracker = Tracker(validate_spec({"workload": "mlp"}), tmp_path)
     tracker.open_soon()  # connects on the tracker's thread
     tracker.finish(SimpleNamespace(rows=[], wall_s=1.0, failed=[]))
-    assert tracker.parent_run_id is not None and tracker.error is None
+    assert tracker.state["stores"][0]["parent_run_id"] is not None and tracker.error is None
     assert setters and set(setters) == {threading.current_thread().name}

@@ -55,7 +55,7 @@ def tracker(tmp_path, monkeypatch):
 
 
 def _children(tracker: Tracker) -> list:
-    client = MlflowClient(tracking_uri=tracker._resolved_uri())
+    client = MlflowClient(tracking_uri=tracker.backend.uri)
     runs = client.search_runs([client.get_experiment_by_name("errors").experiment_id])
     return [r for r in runs if "mlflow.parentRunId" in r.data.tags]
 

@@ -22,10 +22,10 @@ from amdahl.track import (
     HISTORY_METRICS,
     STATE_FILE,
     Tracker,
-    _batches,
     metric_names,
     scaling_metrics,
 )
+from amdahl.track_mlflow import _batches
 
 EXPERIMENT = "curves"
 

@@ -50,7 +50,7 @@ def test_the_default_store_is_created_atomically_too(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     connect = (
         "from amdahl.spec import validate_spec; from amdahl.track import Tracker; "
-        "Tracker(validate_spec({'workload': 'mlp'}), '.', enabled=True)._client_or_raise()"
+        "Tracker(validate_spec({'workload': 'mlp'}), '.', enabled=True).backend.connect()"
     )
     proc = subprocess.Popen([sys.executable, "-c", connect], cwd=tmp_path, env=env)
     deadline = time.monotonic() + 120

@@ -4,6 +4,7 @@ import os
 
 import pytest
 import torch
+from trial_runner import trial_config
 
 from amdahl.results import failure_status
 from amdahl.training import Precision, compile_caches, failure_kind, tf32_flags
@@ -51,7 +52,7 @@ def test_a_failed_rows_status_says_out_of_memory_when_a_rank_ran_out(reason, sta
 
 
 def _trial(compile_="eager", mode="default"):
-    return {"settings": {"compile": compile_, "options": {"compile_mode": mode}}}
+    return trial_config(compile=compile_, options={"compile_mode": mode})
 
 
 def test_collective_timeout_outlasts_the_slowest_compile_of_the_launch():

@@ -14,9 +14,9 @@ import pytest
 from click.testing import CliRunner
 
 from amdahl.cli import main
+from amdahl.cluster import make_plan
 from amdahl.errors import UserError
 from amdahl.plan import Node
-from amdahl.run import make_plan
 from amdahl.spec import load_spec, validate_spec
 from amdahl.workload import (
     check_workload,

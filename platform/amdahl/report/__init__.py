@@ -19,9 +19,11 @@ from amdahl.report.document import comparison
 from amdahl.report.render_html import to_html
 from amdahl.report.render_text import render_terminal_text, to_markdown
 from amdahl.report.stepmodel import predict_sweep
+from amdahl.sweepdir import REPORT_HTML_FILE, REPORT_MD_FILE, SweepDir
 
-MARKDOWN_FILE = "report.md"
-HTML_FILE = "report.html"
+#: The report files' names (sweepdir.py holds every file name of a sweep directory).
+MARKDOWN_FILE = REPORT_MD_FILE
+HTML_FILE = REPORT_HTML_FILE
 
 __all__ = [
     "HTML_FILE",
@@ -38,9 +40,9 @@ __all__ = [
 
 def write_reports(sweep_dir: str | Path, report: Report | None = None) -> dict[str, Path]:
     """Write report.md and report.html into the sweep directory; returns their paths."""
-    d = Path(sweep_dir)
-    report = report or build_report(d)
-    paths = {"markdown": d / MARKDOWN_FILE, "html": d / HTML_FILE}
+    d = SweepDir(sweep_dir)
+    report = report or build_report(d.path)
+    paths = {"markdown": d.report_md, "html": d.report_html}
     _write(paths["markdown"], to_markdown(report))
     _write(paths["html"], to_html(report))
     return paths

@@ -25,6 +25,7 @@ from amdahl.report.compute import (
     ring_allreduce_s,
 )
 from amdahl.report.inputs import Calibration
+from amdahl.strategies import ALL_PHASES, STRATEGIES
 
 COMMUNICATION = "communication"
 DATA = "data loading"
@@ -104,23 +105,6 @@ ADVICE: dict[str, list[str]] = {
     ],
 }
 
-#: Timed phases that contain each sync strategy's communication (where the exposed
-#: all-reduce lands); strategies not listed put it anywhere in the step.
-COMM_PHASES: dict[str, tuple[str, ...]] = {
-    "ddp": ("backward_s",),
-    "ddp_fp16": ("backward_s",),
-    "ddp_bf16": ("backward_s",),
-    "powersgd": ("backward_s",),
-    "accumulate": ("backward_s",),
-    "zero1": ("backward_s", "optimizer_s"),
-    "fsdp": ("forward_s", "backward_s"),
-    "local_sgd": ("backward_s", "optimizer_s"),
-    "param_server": ("optimizer_s",),
-}
-_ALL_PHASES = ("forward_s", "backward_s", "optimizer_s")
-#: Bytes on the wire per gradient byte, for strategies the ring model describes.
-WIRE_FACTOR: dict[str, float] = {"ddp": 1.0, "accumulate": 1.0, "ddp_fp16": 0.5, "ddp_bf16": 0.5}
-
 SEGMENTS = ("data wait", "forward", "backward", "optimizer", "exposed comm", "other")
 
 
@@ -151,9 +135,22 @@ def _without(config: Config, **changes: Any) -> tuple:
     return tuple(s[c] for c in (*SETTINGS, "devices"))
 
 
+def _comm_phases(sync: str) -> tuple[str, ...]:
+    """The timed phases that hold `sync`'s communication (strategies.py's table); a strategy the
+    table does not know (a results file from another version) may put it anywhere."""
+    strategy = STRATEGIES.get(sync)
+    return strategy.comm_phases if strategy is not None else ALL_PHASES
+
+
+def _wire_factor(sync: str) -> float | None:
+    """Bytes on the wire per gradient byte when the ring model describes `sync`, else None."""
+    strategy = STRATEGIES.get(sync)
+    return strategy.wire_factor if strategy is not None else None
+
+
 def _exposed_comm(c: Config, none: Config) -> tuple[Stat, bool, dict[str, float]]:
     """Exposed communication = phase time with the strategy - same phases with sync none."""
-    phases = COMM_PHASES.get(c.sync, _ALL_PHASES)
+    phases = _comm_phases(c.sync)
     med = lo = hi = margin = 0.0
     per_phase: dict[str, float] = {}
     for ph in phases:
@@ -179,14 +176,14 @@ def diagnose(configs: list[Config], calibration: Calibration | None = None) -> l
         d = Diagnosis(config=c)
         wall = c.step_wall
         d.wall_s = wall.median if wall else None
-        phase = {ph: (c.stat(ph).median if c.stat(ph) else None) for ph in _ALL_PHASES}
+        phase = {ph: (c.stat(ph).median if c.stat(ph) else None) for ph in ALL_PHASES}
         per_phase: dict[str, float] = {}
         none = by_key.get(_without(c, sync=NO_SYNC))
         if c.sync != NO_SYNC and c.devices > 1 and none is not None and none.ok:
             d.comm, d.comm_measurable, per_phase = _exposed_comm(c, none)
         data = c.stat("data_wait_s")
         seg = {"data wait": data.median if data else 0.0}
-        for ph, name in zip(_ALL_PHASES, ("forward", "backward", "optimizer"), strict=True):
+        for ph, name in zip(ALL_PHASES, ("forward", "backward", "optimizer"), strict=True):
             seg[name] = max(0.0, (phase[ph] or 0.0) - per_phase.get(ph, 0.0))
         seg["exposed comm"] = sum(per_phase.values())
         timed = sum(seg.values())
@@ -207,15 +204,10 @@ def _attach_model(d: Diagnosis, calib: Calibration | None) -> None:
     if calib is not None:
         grad = grad or calib.grad_bytes_for(c.settings["params"])
     d.grad_bytes = grad
-    if (
-        calib is not None
-        and calib.has_comm_model
-        and grad
-        and c.devices > 1
-        and c.sync in WIRE_FACTOR
-    ):
+    wire = _wire_factor(c.sync)
+    if calib is not None and calib.has_comm_model and grad and c.devices > 1 and wire is not None:
         d.predicted_comm_s = ring_allreduce_s(
-            c.devices, grad * WIRE_FACTOR[c.sync], calib.alpha_s, calib.bandwidth_Bps
+            c.devices, grad * wire, calib.alpha_s, calib.bandwidth_Bps
         )
     flops = c.stat("achieved_flops")
     # Each trial's own peak first: measured by the same probe as calibrate's, on the trial's own
@@ -261,76 +253,160 @@ def _fixed_costs(diags: dict[tuple, Diagnosis]) -> None:
             d.fixed_s = min(max(intercept, 0.0), y)
 
 
+@dataclass(frozen=True)
+class Finding:
+    """A bottleneck category that passed its threshold: its share of the step and the evidence."""
+
+    category: str
+    share: float
+    evidence: str
+
+
+@dataclass(frozen=True)
+class StepFigures:
+    """What the bottleneck rules read about one configuration's step (seconds per step)."""
+
+    wall: float
+    cuda: bool
+    comm: float  # exposed communication
+    comm_measured: bool  # measured against a sync-none twin and above its spread
+    data: float  # data wait
+    other: float  # outside the timed phases
+    compute: float  # forward + backward + optimizer
+    fixed: float  # fixed per-step cost from the batch-size sweep (0 when unknown)
+
+    @classmethod
+    def of(cls, d: Diagnosis, wall: float) -> StepFigures:
+        seg = d.segments
+        return cls(
+            wall=wall,
+            cuda=d.config.device_type == "cuda",
+            comm=seg["exposed comm"],
+            comm_measured=d.comm is not None and d.comm_measurable,
+            data=seg["data wait"],
+            other=seg["other"],
+            compute=_compute_s(d),
+            fixed=d.fixed_s or 0.0,
+        )
+
+    @property
+    def fixed_hit(self) -> bool:
+        """Whether the fixed per-step cost passes its threshold (share of the compute phases)."""
+        return self.compute > 0 and self.fixed / self.compute >= THRESHOLDS["fixed_cost"]
+
+    @property
+    def overhead(self) -> float:
+        """Python/framework overhead: time outside the phases, plus on CPU a fixed cost that
+        passes its threshold (on a GPU that cost is kernel-launch overhead)."""
+        return self.other + (self.fixed if not self.cuda and self.fixed_hit else 0.0)
+
+    @property
+    def data_name(self) -> str:
+        """On a GPU the device's idle gap also holds a late host-to-device copy."""
+        return f"{DATA} or {TRANSFER}" if self.cuda else DATA
+
+    def of_step(self, seconds: float) -> str:
+        return f"{seconds / self.wall:.0%} of the {_ms(self.wall)} step"
+
+    def fixed_text(self) -> str:
+        return (
+            f"a fixed per-step cost of {_ms(self.fixed)} ({self.fixed / self.compute:.0%} of "
+            "compute, from the batch-size sweep)"
+        )
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.2f} ms"
+
+
+def _communication_rule(s: StepFigures) -> Finding | None:
+    if not (s.comm_measured and s.comm / s.wall >= THRESHOLDS["communication"]):
+        return None
+    return Finding(
+        COMMUNICATION, s.comm / s.wall, f"exposed communication {_ms(s.comm)} = {s.of_step(s.comm)}"
+    )
+
+
+def _data_rule(s: StepFigures) -> Finding | None:
+    if not (s.data / s.wall >= THRESHOLDS["data_wait"]):
+        return None
+    return Finding(s.data_name, s.data / s.wall, f"data wait {_ms(s.data)} = {s.of_step(s.data)}")
+
+
+def _overhead_rule(s: StepFigures) -> Finding | None:
+    cpu_fixed = s.fixed_hit and not s.cuda
+    if not (s.other / s.wall >= THRESHOLDS["outside_phases"] or cpu_fixed):
+        return None
+    parts = [f"{_ms(s.other)} outside the timed phases"] if s.other else []
+    if cpu_fixed:
+        parts.append(s.fixed_text())
+    evidence = " and ".join(parts) + f" = {s.of_step(s.overhead)}"
+    return Finding(OVERHEAD, s.overhead / s.wall, evidence)
+
+
+def _launch_rule(s: StepFigures) -> Finding | None:
+    if not (s.cuda and s.fixed_hit):
+        return None
+    return Finding(LAUNCH, s.fixed / s.wall, s.fixed_text())
+
+
+#: The bottleneck rules, in THRESHOLD_TEXT's order. Every rule that fires is a finding; the one
+#: with the largest share of the step is the bottleneck (on a tie, the earlier rule), the others
+#: are named beside it. None firing: compute-bound.
+BOTTLENECK_RULES = (_communication_rule, _data_rule, _overhead_rule, _launch_rule)
+
+
+def _shares(s: StepFigures, findings: list[Finding]) -> dict[str, float]:
+    """Each category's share of the step (kernel-launch overhead only when it is a finding)."""
+    shares = {COMMUNICATION: s.comm / s.wall, s.data_name: s.data / s.wall}
+    shares[OVERHEAD] = s.overhead / s.wall
+    shares.update({f.category: f.share for f in findings})
+    shares[COMPUTE] = s.compute / s.wall
+    return shares
+
+
+def _comm_note(d: Diagnosis) -> str | None:
+    """What the diagnosis could not say about communication, and how to measure it."""
+    c = d.config
+    if c.sync != NO_SYNC and c.devices > 1 and d.comm is None:
+        return "exposed communication unknown: add sync none to the grid to measure it"
+    if d.comm is not None and not d.comm_measurable:
+        return "exposed communication: no measurable difference from sync none"
+    return None
+
+
+def _advice(bottleneck: str, s: StepFigures, memory_bound: bool) -> list[str]:
+    """What to try, from ADVICE: on a GPU an idle gap may be input or copy, so both lists'
+    first tips; a compute-bound step near its memory limit also gets the memory tip."""
+    if bottleneck == s.data_name and s.cuda:
+        return ADVICE[DATA][:2] + ADVICE[TRANSFER][:1]
+    if memory_bound and bottleneck == COMPUTE:
+        return ADVICE[COMPUTE] + ADVICE[MEMORY][:1]
+    return list(ADVICE[bottleneck])  # a copy: the table is shared by every diagnosis
+
+
 def _name_bottleneck(d: Diagnosis, configs: list[Config], calib: Calibration | None) -> None:
-    c, wall, seg = d.config, d.wall_s, d.segments
-    if not wall:
+    """Run BOTTLENECK_RULES over the step's figures and fill the diagnosis's verdict."""
+    if not d.wall_s:
         d.evidence = "no step time recorded"
         return
-    t = THRESHOLDS
-    cuda = c.device_type == "cuda"
-    compute = _compute_s(d)
-    flagged: dict[str, tuple[float, str]] = {}
-    ms = lambda s: f"{s * 1e3:.2f} ms"  # noqa: E731
-    step = f"of the {ms(wall)} step"
-
-    comm = seg["exposed comm"]
-    d.shares[COMMUNICATION] = comm / wall
-    if d.comm is not None and d.comm_measurable and comm / wall >= t["communication"]:
-        flagged[COMMUNICATION] = (
-            comm / wall,
-            f"exposed communication {ms(comm)} = {comm / wall:.0%} {step}",
-        )
-    data_name = f"{DATA} or {TRANSFER}" if cuda else DATA
-    d.shares[data_name] = seg["data wait"] / wall
-    if seg["data wait"] / wall >= t["data_wait"]:
-        flagged[data_name] = (
-            seg["data wait"] / wall,
-            f"data wait {ms(seg['data wait'])} = {seg['data wait'] / wall:.0%} {step}",
-        )
-    fixed = d.fixed_s or 0.0
-    fixed_hit = compute > 0 and fixed / compute >= t["fixed_cost"]
-    overhead = seg["other"] + (fixed if not cuda and fixed_hit else 0.0)
-    d.shares[OVERHEAD] = overhead / wall
-    if seg["other"] / wall >= t["outside_phases"] or (fixed_hit and not cuda):
-        parts = []
-        if seg["other"]:
-            parts.append(f"{ms(seg['other'])} outside the timed phases")
-        if fixed_hit and not cuda:
-            parts.append(
-                f"a fixed per-step cost of {ms(fixed)} ({fixed / compute:.0%} of "
-                "compute, from the batch-size sweep)"
-            )
-        flagged[OVERHEAD] = (
-            overhead / wall,
-            " and ".join(parts) + f" = {overhead / wall:.0%} {step}",
-        )
-    if cuda and fixed_hit:
-        d.shares[LAUNCH] = fixed / wall
-        flagged[LAUNCH] = (
-            fixed / wall,
-            f"a fixed per-step cost of {ms(fixed)} "
-            f"({fixed / compute:.0%} of compute, from the batch-size sweep)",
-        )
-    d.shares[COMPUTE] = compute / wall
-
-    if flagged:
-        d.bottleneck = max(flagged, key=lambda k: flagged[k][0])
-        d.evidence = flagged[d.bottleneck][1]
-        d.also = [f"{k}: {v[1]}" for k, v in flagged.items() if k != d.bottleneck]
+    s = StepFigures.of(d, d.wall_s)
+    findings = [f for rule in BOTTLENECK_RULES if (f := rule(s)) is not None]
+    d.shares = _shares(s, findings)
+    if findings:
+        top = max(findings, key=lambda f: f.share)  # the first of equal shares
+        d.bottleneck, d.evidence = top.category, top.evidence
+        d.also = [f"{f.category}: {f.evidence}" for f in findings if f is not top]
     else:
         d.bottleneck = COMPUTE
-        d.evidence = f"forward + backward + optimizer {ms(compute)} = {compute / wall:.0%} {step}"
-    memory = _memory_finding(c, configs, calib)
+        d.evidence = f"forward + backward + optimizer {_ms(s.compute)} = {s.of_step(s.compute)}"
+    memory = _memory_finding(d.config, configs, calib)
     if memory:
         d.also.append(f"{MEMORY}: {memory}")
-    if c.sync != NO_SYNC and c.devices > 1 and d.comm is None:
-        d.also.append("exposed communication unknown: add sync none to the grid to measure it")
-    elif d.comm is not None and not d.comm_measurable:
-        d.also.append("exposed communication: no measurable difference from sync none")
-    key = d.bottleneck
-    d.advice = ADVICE[DATA][:2] + ADVICE[TRANSFER][:1] if key == data_name and cuda else ADVICE[key]
-    if memory and key == COMPUTE:
-        d.advice = d.advice + ADVICE[MEMORY][:1]
+    note = _comm_note(d)
+    if note:
+        d.also.append(note)
+    d.advice = _advice(d.bottleneck, s, bool(memory))
 
 
 def _memory_finding(c: Config, configs: list[Config], calib: Calibration | None) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from amdahl.report import stepmodel
 from amdahl.report.build import Report
 from amdahl.report.compute import NO_SYNC, PROJECTION_FACTORS, SETTINGS, Config, Stat, differs
-from amdahl.report.diagnose import SEGMENTS, THRESHOLD_TEXT, cost_stat
+from amdahl.report.diagnose import SEGMENTS, THRESHOLD_TEXT, Diagnosis, cost_stat
 
 
 @dataclass
@@ -273,75 +273,82 @@ def _breakdown(r: Report) -> Section:
     return sec
 
 
+_COMM_HEADERS = [
+    "configuration",
+    "gradient MiB",
+    "predicted ms",
+    "measured exposed ms",
+    "spread",
+    "measured/predicted",
+]
+
+
 def _communication(r: Report) -> Section:
     sec = Section("communication", "Communication: alpha-beta model against measurement")
+    sec.paras.append(_ring_model_text(r))
+    compared = [d for d in r.diagnoses if d.config.devices > 1 and d.config.sync != NO_SYNC]
+    if not compared:
+        sec.paras.append("No multi-device configuration with synchronisation in this sweep.")
+        return sec
+    for d in compared:
+        ratio = _comm_ratio(d)
+        if ratio is not None:
+            sec.bullets.append(f"{d.config.label}: {_comm_verdict(ratio)}")
+    sec.tables.append(Table(list(_COMM_HEADERS), [_comm_row(d) for d in compared]))
+    sec.paras.append(
+        "Measured exposed communication = phase time with the sync strategy minus the same "
+        "configuration with sync none; below the prediction means overlap with backward, "
+        "above it means contention or framework cost the model leaves out."
+    )
+    if not any(d.grad_bytes for d in r.diagnoses):
+        sec.paras.append(
+            "Gradient bytes unknown (not in calibration.json): no prediction. "
+            "`platform calibrate` records them when the sweep directory has spec.yaml."
+        )
+    return sec
+
+
+def _ring_model_text(r: Report) -> str:
+    """The ring model with the calibration's alpha and bandwidth, or how to measure them."""
     cal = r.calibration
     if cal is None or not cal.has_comm_model:
-        sec.paras.append(
+        return (
             "No calibration.json with alpha and bandwidth: run `platform calibrate DIR "
             "--devices N` to measure all-reduce latency and bandwidth for the ring prediction."
         )
-    else:
-        sec.paras.append(
-            f"Ring all-reduce t = 2(p-1) alpha + 2(p-1)/p * bytes / bandwidth with alpha = "
-            f"{cal.alpha_s * 1e6:,.1f} us and bandwidth = {cal.bandwidth_Bps / 1e9:.3f} GB/s "
-            f"(measured by `platform calibrate` on {cal.devices} devices, {cal.backend or '?'}"
-            + (
-                f", fit RMS relative error {cal.fit_rel_rmse:.0%}"
-                if cal.fit_rel_rmse is not None
-                else ""
-            )
-            + "; alpha and bandwidth are assumed the same at other p)."
-        )
-    rows = []
-    for d in r.diagnoses:
-        c = d.config
-        if c.devices <= 1 or c.sync == NO_SYNC:
-            continue
-        measured = d.comm
-        ratio = (
-            f"{measured.median / d.predicted_comm_s:.2f}" if measured and d.predicted_comm_s else ""
-        )
-        if measured and d.predicted_comm_s:
-            sec.bullets.append(f"{c.label}: {_comm_verdict(measured.median / d.predicted_comm_s)}")
-        rows.append(
-            [
-                c.label,
-                mib(d.grad_bytes) if d.grad_bytes else "unknown",
-                ms(d.predicted_comm_s) if d.predicted_comm_s is not None else "",
-                ms(measured.median) if measured else "",
-                ("" if measured is None else "no measurable" if not d.comm_measurable else "")
-                + (f" {spread(measured)}" if measured else ""),
-                ratio,
-            ]
-        )
-    if rows:
-        sec.tables.append(
-            Table(
-                [
-                    "configuration",
-                    "gradient MiB",
-                    "predicted ms",
-                    "measured exposed ms",
-                    "spread",
-                    "measured/predicted",
-                ],
-                rows,
-            )
-        )
-        sec.paras.append(
-            "Measured exposed communication = phase time with the sync strategy minus the same "
-            "configuration with sync none; below the prediction means overlap with backward, "
-            "above it means contention or framework cost the model leaves out."
-        )
-        if not any(d.grad_bytes for d in r.diagnoses):
-            sec.paras.append(
-                "Gradient bytes unknown (not in calibration.json): no prediction. "
-                "`platform calibrate` records them when the sweep directory has spec.yaml."
-            )
-    else:
-        sec.paras.append("No multi-device configuration with synchronisation in this sweep.")
-    return sec
+    fit = f", fit RMS relative error {cal.fit_rel_rmse:.0%}" if cal.fit_rel_rmse is not None else ""
+    return (
+        f"Ring all-reduce t = 2(p-1) alpha + 2(p-1)/p * bytes / bandwidth with alpha = "
+        f"{cal.alpha_s * 1e6:,.1f} us and bandwidth = {cal.bandwidth_Bps / 1e9:.3f} GB/s "
+        f"(measured by `platform calibrate` on {cal.devices} devices, {cal.backend or '?'}"
+        f"{fit}; alpha and bandwidth are assumed the same at other p)."
+    )
+
+
+def _comm_ratio(d: Diagnosis) -> float | None:
+    """Measured exposed communication / the ring prediction, when both are known."""
+    if d.comm is None or not d.predicted_comm_s:
+        return None
+    return d.comm.median / d.predicted_comm_s
+
+
+def _comm_row(d: Diagnosis) -> list[str]:
+    measured, predicted, ratio = d.comm, d.predicted_comm_s, _comm_ratio(d)
+    return [
+        d.config.label,
+        mib(d.grad_bytes) if d.grad_bytes else "unknown",
+        ms(predicted) if predicted is not None else "",
+        ms(measured.median) if measured is not None else "",
+        _comm_spread(d),
+        f"{ratio:.2f}" if ratio is not None else "",
+    ]
+
+
+def _comm_spread(d: Diagnosis) -> str:
+    """The measured figure's spread, marked when it is within the noise of sync none."""
+    if d.comm is None:
+        return ""
+    return ("" if d.comm_measurable else "no measurable") + f" {spread(d.comm)}"
 
 
 def _comm_verdict(ratio: float) -> str:

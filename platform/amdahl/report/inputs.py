@@ -17,10 +17,8 @@ from typing import Any
 import yaml
 
 from amdahl.results import read_results
+from amdahl.sweepdir import CALIBRATION_FILE, PLAN_FILE, SPEC_FILE
 
-CALIBRATION_FILE = "calibration.json"
-SPEC_FILE = "spec.yaml"
-PLAN_FILE = "plan.json"
 #: The measured peak (calibration.json's `peak_flops` key) a precision's MFU is taken against:
 #: its own number format's (amdahl.peak measures each the same way).
 PEAK_KIND = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "bf16_weights": "bf16", "fp16": "fp16"}
@@ -155,7 +153,7 @@ def load_inputs(sweep_dir: str | Path) -> SweepInputs:
         inputs.notes.append(f"{PLAN_FILE} ignored: no list of trials in it")
     for t in trials if isinstance(trials, list) else []:
         if isinstance(t, dict) and t.get("refused"):
-            reason = t["refused"]  # a string as run.py writes it; anything else shown as JSON
+            reason = t["refused"]  # a string as sweepdir.plan_summary writes it; else JSON
             if not isinstance(reason, str):
                 reason = json.dumps(reason, default=str)
             inputs.refused.append((str(t.get("label") or t.get("trial_id")), reason))

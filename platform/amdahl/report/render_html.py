@@ -14,6 +14,7 @@ from amdahl.report.compute import NO_SYNC, SETTINGS
 from amdahl.report.diagnose import SEGMENTS
 from amdahl.report.document import TEXT_COLUMNS, Section, Table, predicted_view, sections
 from amdahl.report.svg import PALETTE, Series, line_plot, stacked_bars
+from amdahl.strategies import STRATEGIES
 
 #: At most this many per-curve throughput plots (the efficiency plot shows every curve).
 MAX_CURVE_PLOTS = 12
@@ -224,7 +225,7 @@ def _breakdown_plot(report: Report) -> tuple[str, str] | None:
 
 
 #: Strategies whose memory per device depends on the device count (sharded state).
-_SHARDED = {"zero1", "fsdp"}
+_SHARDED = frozenset(n for n, s in STRATEGIES.items() if s.sharded)
 
 
 def _memory_plot(report: Report) -> tuple[str, str] | None:

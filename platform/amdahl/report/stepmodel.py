@@ -43,12 +43,13 @@ import json
 import math
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import yaml
 
+from amdahl import strategies
 from amdahl.errors import UserError
 from amdahl.report.compute import (
     NO_SYNC,
@@ -61,15 +62,16 @@ from amdahl.report.compute import (
 )
 from amdahl.report.inputs import CALIBRATION_FILE, SPEC_FILE, Calibration, load_inputs
 from amdahl.results import RESULTS_FILE
-from amdahl.spec import OptionsSpec, Sync
 
 #: The settings that make a family: all but devices, the batch and the trial id.
 FAMILY_SETTINGS = tuple(c for c in SETTINGS if c not in ("batch_size", "trial"))
 GAMMA_RANGE = (1.0, 8.0)
 KAPPA_RANGE = (0.25, 4.0)
 #: Strategies whose whole communication the harness's `comm_s` measures (DDP's all-reduce and
-#: its hooks): their multi-device trials give compute observations.
-COMM_S_COVERS = frozenset({"ddp", "ddp_fp16", "ddp_bf16", "powersgd", "accumulate"})
+#: its hooks): their multi-device trials give compute observations. From the strategy table.
+COMM_S_COVERS = frozenset(n for n, s in strategies.STRATEGIES.items() if s.comm_s_covers)
+#: Strategies that never communicate (`none`, the ceiling), from the strategy table.
+SILENT = frozenset(n for n, s in strategies.STRATEGIES.items() if not s.communicates)
 #: Optional calibration.json keys for links across nodes (not measured by `platform calibrate`).
 INTER_ALPHA_KEY = "inter_node_alpha_s"
 INTER_BANDWIDTH_KEY = "inter_node_bandwidth_Bps"
@@ -77,13 +79,18 @@ INTER_BANDWIDTH_KEY = "inter_node_bandwidth_Bps"
 SHAPES_KEY = "param_shapes_by_params"
 #: torch's PowerSGDState default: a matrix is compressed only when that divides its size by more.
 POWERSGD_MIN_COMPRESSION = 2
-#: Every sync strategy the model knows: the sweep schema's (a strategy added there without a
+#: Every sync strategy the model knows: the strategy table's (a strategy added there without a
 #: communication model here fails the test that checks every one has a volume).
-STRATEGIES: tuple[str, ...] = get_args(Sync)
+STRATEGIES: tuple[str, ...] = strategies.NAMES
 
 
-def _option_default(name: str) -> Any:
-    return OptionsSpec.model_fields[name].default
+def communicates(sync: str, devices: int) -> bool:
+    """Whether `sync` moves data on `devices` ranks (the strategy table's `communicates` and
+    `communicates_alone`); a name the table lacks is taken as one that communicates on p > 1."""
+    strategy = strategies.STRATEGIES.get(sync)
+    if strategy is None:
+        return devices > 1
+    return strategy.communicates and (devices > 1 or strategy.communicates_alone)
 
 
 # --------------------------------------------------------------------------- communication
@@ -93,11 +100,11 @@ def _option_default(name: str) -> Any:
 class SyncOptions:
     """The sweep's `options` that set how much a strategy communicates."""
 
-    bucket_cap_mb: float = _option_default("bucket_cap_mb")
-    powersgd_rank: int = _option_default("powersgd_rank")
-    accumulate_steps: int = _option_default("accumulate_steps")
-    local_sgd_every: int = _option_default("local_sgd_every")
-    ps_shards: int = _option_default("ps_shards")
+    bucket_cap_mb: float = strategies.OPTION_DEFAULTS["bucket_cap_mb"]
+    powersgd_rank: int = strategies.OPTION_DEFAULTS["powersgd_rank"]
+    accumulate_steps: int = strategies.OPTION_DEFAULTS["accumulate_steps"]
+    local_sgd_every: int = strategies.OPTION_DEFAULTS["local_sgd_every"]
+    ps_shards: int = strategies.OPTION_DEFAULTS["ps_shards"]
 
     @classmethod
     def from_spec(cls, spec: Any) -> SyncOptions:
@@ -196,6 +203,10 @@ def comm_volume(
     ring = 2 * (p - 1) / p
     half = (p - 1) / p
     buckets = ddp_buckets(g, options)
+    if sync not in STRATEGIES:
+        return None
+    if not communicates(sync, p):
+        return CommVolume(0.0, 0.0, "no communication")
     if sync == "param_server":
         shards = max(1, options.ps_shards)
         return CommVolume(
@@ -203,10 +214,6 @@ def comm_volume(
             2.0,
             f"push + pull of the gradient through {shards} parameter-server shard(s)",
         )
-    if sync not in STRATEGIES:
-        return None
-    if p == 1 or sync == NO_SYNC:
-        return CommVolume(0.0, 0.0, "no communication")
     if sync in ("ddp", "accumulate"):
         return CommVolume(
             ring * g,
@@ -338,7 +345,7 @@ def measured_point(c: Config) -> Point | None:
     gb = c.stat("global_batch")
     p = c.devices
     compute = None
-    if c.sync == NO_SYNC or (p == 1 and c.sync != "param_server"):
+    if not communicates(c.sync, p):
         compute = busy
     elif c.sync in COMM_S_COVERS:
         comm = c.stat("comm_s")
@@ -461,8 +468,7 @@ class StepModel:
         comm = 0.0
         if family.sync not in STRATEGIES:
             return Prediction(p, batch, nodes, compute, unknown=f"unknown sync {family.sync!r}")
-        needs_comm = family.sync == "param_server" or (p > 1 and family.sync != NO_SYNC)
-        if needs_comm:
+        if communicates(family.sync, p):
             link, caveat = self.comm.link(nodes)
             if link is None:
                 return Prediction(
@@ -583,7 +589,8 @@ def _new_family(key: tuple, c: Config, inputs: ModelInputs) -> Family:
             chosen = next(iter(shapes.values()))
         if _shape_list(chosen):
             fam.shapes = chosen
-    fam.micro = float(inputs.options.accumulate_steps) if fam.sync == "accumulate" else 1.0
+    known = fam.sync in strategies.STRATEGIES
+    fam.micro = float(strategies.micro_steps(fam.sync, asdict(inputs.options)) if known else 1)
     return fam
 
 
@@ -667,7 +674,7 @@ def _fit_gammas(model: StepModel, points: list[Point]) -> None:
     pairs: dict[str, list[tuple[float, float, float]]] = {}
     for pt in points:
         fam = model.families.get(pt.family)
-        if fam is None or pt.devices <= 1 or fam.sync in (NO_SYNC, ""):
+        if fam is None or pt.devices <= 1 or fam.sync in SILENT or not fam.sync:
             continue
         compute = fam.compute_s(pt.batch, pt.devices)
         link, _ = model.comm.link(pt.nodes)
@@ -679,11 +686,13 @@ def _fit_gammas(model: StepModel, points: list[Point]) -> None:
             pairs.setdefault(fam.sync, []).append((compute, comm, pt.busy_s))
     model.gammas = {sync: (_fit_gamma(tuple(obs)), len(obs)) for sync, obs in pairs.items()}
     everything = tuple(o for obs in pairs.values() for o in obs)
-    needed = any(f.sync not in model.gammas and f.sync != NO_SYNC for f in model.families.values())
+    needed = any(
+        f.sync not in model.gammas and f.sync not in SILENT for f in model.families.values()
+    )
     if everything and needed:
         model.pooled_gamma = (_fit_gamma(everything), len(everything))
     for fam in model.families.values():
-        if fam.sync == NO_SYNC:
+        if fam.sync in SILENT:
             fam.gamma_source = "not used: no communication"
         elif fam.sync in model.gammas:
             g, n = model.gammas[fam.sync]

@@ -1,4 +1,7 @@
-"""Terminal rendering for the CLI: the plan table, live sweep progress, the closing summary."""
+"""What the CLI shows while it works: the plan table, the live sweep progress, the closing summary.
+
+(The report's renderers are report/render_text.py and report/render_html.py.)
+"""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from amdahl.plan import SweepPlan
+from amdahl.sweepdir import SweepDir
 
 console = Console()
 
@@ -137,11 +141,12 @@ def print_outcome(outcome: Any) -> None:
         f"({measured:.1f} s inside measured steps, "
         f"{(outcome.wall_s - measured) / max(len(rows), 1):.1f} s per trial outside them)."
     )
-    console.print(f"results: {outcome.sweep_dir}/results.parquet", markup=False)
-    html = outcome.sweep_dir / "report.html"
-    if html.exists():
+    files = SweepDir(outcome.sweep_dir)
+    console.print(f"results: {files.results}", markup=False)
+    if files.report_html.exists():
         console.print(
-            f"report:  {html} (and report.md); terminal view: platform report {outcome.sweep_dir}",
+            f"report:  {files.report_html} (and {files.report_md.name}); "
+            f"terminal view: platform report {outcome.sweep_dir}",
             markup=False,
         )
     else:

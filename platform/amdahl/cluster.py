@@ -1,0 +1,183 @@
+"""The cluster a sweep runs on: Ray's start, the nodes there are, and the plan for them.
+
+- `connect_ray`: the one place amdahl initialises Ray (the sweep driver, `platform calibrate`,
+  `platform plan --address`): a local Ray sized to this machine unless an address is given,
+  never a stray one found on the machine;
+- the nodes to plan against: `local_nodes` (this machine, no Ray needed), `ray_nodes` (a
+  connected cluster, counting the nodes its autoscaler may add: `autoscaler_nodes`);
+- `make_plan`: a spec planned for those nodes, after the user's workload is imported and its
+  data path checked on a few rows; `plan_for` does the same for `platform plan`.
+
+make_plan lives here, not in plan.py (pure: no Ray, no torch) nor in run.py (the driver, which
+imports Ray Tune): checking the workload builds torch tensors, and the nodes come from Ray, so
+this is the one module between the spec and the driver that knows both the user's code and the
+cluster. Nothing here imports Ray Tune or Train, and ray itself only inside the functions that
+talk to a running Ray, so `platform plan` stays quick (tests/unit/test_cli.py checks it).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from amdahl.files import touch_private
+from amdahl.plan import Node, SweepPlan, check_storage, plan_sweep
+from amdahl.spec import SweepSpec
+from amdahl.workload import check_workload, locate_spec_workload, make_workload
+
+# --------------------------------------------------------------------------- Ray
+
+
+def connect_ray(
+    address: str | None,
+    log_path: Path | None,
+    verbose: bool = False,
+    runtime_env: dict[str, Any] | None = None,
+) -> bool:
+    """Connect to `address`, else start a local Ray sized to this machine, with Ray's chatter
+    kept out of the terminal unless `verbose` (it goes to `log_path` when one is given).
+    Returns whether this call initialised Ray (the caller may shut it down again); a Ray this
+    process initialised before is used as it is.
+
+    `runtime_env` (WorkloadCode.runtime_env: the user's workload code as py_modules) becomes
+    the job's, so every Ray worker of the sweep (train workers, Ray Data tasks, Tune trials) on
+    every node imports the same code. A Ray this process initialised before keeps its own
+    runtime_env: whoever called ray.init passes `runtime_env=locate_spec_workload(spec)
+    .runtime_env()` to it (else workers import the code only where their sys.path has it).
+    """
+    import ray
+
+    os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
+    if not verbose:
+        os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+        os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")
+        os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+        if log_path is not None:
+            _route_ray_logs(log_path)
+    if ray.is_initialized():
+        if runtime_env and not ray.get_runtime_context().runtime_env.get("py_modules"):
+            logging.getLogger(__name__).warning(
+                "Ray was initialised without the workload's code in its runtime_env (%s): "
+                "workers import it only where their sys.path finds it",
+                runtime_env["py_modules"],
+            )
+        return False
+    kwargs: dict[str, Any] = {
+        "log_to_driver": verbose,
+        "include_dashboard": False,
+        "logging_level": logging.INFO if verbose else logging.WARNING,
+    }
+    if runtime_env:
+        kwargs["runtime_env"] = runtime_env
+    if address:
+        ray.init(address=address, **kwargs)
+    else:
+        ray.init(address="local", num_cpus=os.cpu_count(), **kwargs)  # never join a stray one
+    return True
+
+
+def _route_ray_logs(log_path: Path) -> None:
+    handler = logging.FileHandler(touch_private(log_path))
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    for name in ("ray", "ray.tune", "ray.train", "ray.data"):
+        logger = logging.getLogger(name)
+        logger.handlers = [handler]
+        logger.propagate = False
+
+
+# --------------------------------------------------------------------------- nodes
+
+
+def local_nodes() -> list[Node]:
+    """This machine as Ray would see it if started here with defaults."""
+    gpus = 0
+    try:
+        import torch
+
+        gpus = torch.cuda.device_count()
+    except ImportError:
+        pass
+    return [Node(cpus=float(os.cpu_count() or 1), gpus=float(gpus), name="local")]
+
+
+def ray_nodes() -> list[Node]:
+    """The nodes the connected Ray cluster has, or can have: the alive nodes, or, on an
+    autoscaling cluster whose node types add up to more, every node the autoscaler may start
+    (`max_workers` of each type; Ray Train waits while it starts them). Without this, a fresh
+    cluster with `min_workers: 0` would refuse every GPU trial."""
+    import ray
+
+    alive = [
+        Node(
+            cpus=n["Resources"].get("CPU", 0.0),
+            gpus=n["Resources"].get("GPU", 0.0),
+            name=n.get("NodeManagerAddress", "node"),
+        )
+        for n in ray.nodes()
+        if n.get("Alive")
+    ]
+    possible = autoscaler_nodes(ray._private.state.state.get_cluster_config())
+    capacity = lambda nodes: (sum(n.gpus for n in nodes), sum(n.cpus for n in nodes))  # noqa: E731
+    return possible if capacity(possible) > capacity(alive) else alive
+
+
+#: Nodes planned for a node type whose `max_workers` is unbounded.
+UNBOUNDED_NODE_TYPE = 64
+
+
+def autoscaler_nodes(config: Any) -> list[Node]:
+    """Every node an autoscaler's cluster config (Ray's `autoscaler_pb2.ClusterConfig`, as the
+    autoscaler publishes it in the GCS; None without an autoscaler) may run at once."""
+    if config is None:
+        return []
+    nodes = []
+    for group in config.node_group_configs:
+        count = group.max_count if group.max_count >= 0 else UNBOUNDED_NODE_TYPE
+        cpus, gpus = float(group.resources.get("CPU", 0)), float(group.resources.get("GPU", 0))
+        nodes += [Node(cpus=cpus, gpus=gpus, name=f"{group.name}-{i}") for i in range(count)]
+    return nodes
+
+
+# --------------------------------------------------------------------------- planning
+
+
+def make_plan(spec: SweepSpec, nodes: list[Node] | None = None) -> SweepPlan:
+    """Validate the workload and its parameters, then plan against `nodes` (default: this host);
+    a plan spanning several nodes without shared `storage` is refused (plan.check_storage).
+
+    The workload is imported from the user's folder where it lives there (workload_path, the
+    sweep file's directory, the working directory: workload.locate_workload), must implement
+    every abstract method, and its data path runs on a few rows of every parameter set
+    (workload.check_workload): all before anything is drawn or launched.
+    """
+    from amdahl.data import check_source  # numpy and pyarrow: only when planning
+
+    locate_spec_workload(spec)
+    workload = make_workload(spec.workload, spec.params)
+    for name, values in spec.grid.param_axes().items():
+        for v in values:
+            variant = make_workload(spec.workload, {**spec.params, name: v})
+            check_source(variant)
+            check_workload(variant, spec.train.seed, "ray_data" in spec.grid.input)
+    check_source(workload)
+    check_workload(workload, spec.train.seed, "ray_data" in spec.grid.input)
+    plan = plan_sweep(
+        spec,
+        nodes if nodes is not None else local_nodes(),
+        workload.defaults,
+        preprocesses=workload.preprocesses,
+        input_key=lambda params: make_workload(spec.workload, params).input_key(),
+    )
+    check_storage(plan)
+    return plan
+
+
+def plan_for(spec: SweepSpec, address: str | None = None) -> SweepPlan:
+    """`spec` planned for the Ray cluster at `address` (joined, not started: its nodes as
+    `ray_nodes` counts them), else for this machine (no Ray started at all)."""
+    if not address:
+        return make_plan(spec)
+    connect_ray(address, None)
+    return make_plan(spec, ray_nodes())

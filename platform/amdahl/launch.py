@@ -1,0 +1,156 @@
+"""The driver -> worker contract: everything a launch's workers need, as frozen dataclasses.
+
+The driver (run.py) builds one `LaunchConfig` per launch from the typed spec and the plan; it
+crosses process boundaries by pickle (Tune's param space, Ray Train's `train_loop_config`), and
+the worker side (harness, data, training, worlds) reads only its fields. Pure: no Ray, no torch
+(docs/architecture.md, "The launch contract").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from amdahl import strategies
+from amdahl.spec import TargetSpec, TrainSpec
+
+
+@dataclass(frozen=True)
+class TrialConfig:
+    """One trial of a launch: its id and its settings (one value per axis, resolved).
+
+    `params` and `options` are read-only by convention (plain dicts, so that they pickle)."""
+
+    trial_id: str
+    devices: int
+    #: As in the sweep file: the global batch under strong scaling, per device under weak.
+    batch_size: int
+    #: What one rank's forward pass takes.
+    per_device_batch: int
+    precision: str
+    compile: str
+    sync: str
+    data_workers: int
+    input: str
+    prefetch_batches: int
+    #: The workload's parameters (defaults, then the spec's, then this trial's axis values).
+    params: dict[str, Any] = field(default_factory=dict)
+    #: The `options` this trial's axis values read (plan._relevant_options).
+    options: dict[str, Any] = field(default_factory=dict)
+    #: The workload's estimate for these params (Workload.flops_per_sample), for MFU.
+    flops_per_sample: float | None = None
+
+    @classmethod
+    def from_settings(
+        cls,
+        trial_id: str,
+        settings: dict[str, Any],
+        scaling: str,
+        flops_per_sample: float | None = None,
+    ) -> TrialConfig:
+        """From a planned trial's settings (plan.Trial.settings)."""
+        devices, batch = settings["devices"], settings["batch_size"]
+        return cls(
+            trial_id=trial_id,
+            devices=devices,
+            batch_size=batch,
+            per_device_batch=batch // devices if scaling == "strong" else batch,
+            precision=settings["precision"],
+            compile=settings["compile"],
+            sync=settings["sync"],
+            data_workers=settings["data_workers"],
+            input=settings["input"],
+            prefetch_batches=settings["prefetch_batches"],
+            params=dict(settings["params"]),
+            options=dict(settings["options"]),
+            flops_per_sample=flops_per_sample,
+        )
+
+    @property
+    def inductor(self) -> bool:
+        return self.compile == "inductor"
+
+    @property
+    def micro_steps(self) -> int:
+        """Forward/backward passes per optimizer step (strategies.micro_steps)."""
+        return strategies.micro_steps(self.sync, self.options)
+
+    @property
+    def compile_cache(self) -> str | None:
+        """cold or warm for an inductor trial, None otherwise (nothing is compiled)."""
+        return self.options.get("compile_cache", "cold") if self.inductor else None
+
+
+@dataclass(frozen=True)
+class WorkerResources:
+    """What each of the launch's Ray Train workers holds."""
+
+    workers: int
+    cpus_per_worker: float
+    gpus_per_worker: float
+    cpus_per_data_worker: float
+
+    @property
+    def torch_threads(self) -> int:
+        return max(1, int(self.cpus_per_worker))
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """One launch: a worker group running `trials` one after another (plan.Launch)."""
+
+    launch_id: str
+    sweep: str
+    workload: str
+    trials: tuple[TrialConfig, ...]
+    #: The spec's train section (steps, warmup, repeats, seed, learning rate, target, ...).
+    train: TrainSpec
+    resources: WorkerResources
+    #: Device counts of the launch's trials (one worker group can serve several).
+    device_counts: tuple[int, ...]
+    #: (trial_id, repeat) pairs already in results.parquet: the workers skip them.
+    skip: tuple[tuple[str, int], ...]
+    collective_timeout_s: int
+    #: Where the stored training and validation rows are (data.dataset_path).
+    train_path: str
+    val_path: str | None
+    #: JSON of the workload's data_key: launches with equal keys read the same rows.
+    dataset_key: str
+    preprocesses: bool
+    #: Ray Train's placement strategy (PACK or SPREAD), its storage and its run name.
+    placement: str
+    storage_path: str
+    run_name: str
+    #: True for a relaunch of trials a crashed launch had not reached.
+    relaunch: bool = False
+    #: search: halving: the rung this launch measures (`train.steps` is the rung's), else None.
+    rung: int | None = None
+    #: Object refs the driver's trainable fills in (data.shared_rows / rank_shards): the
+    #: user's validation rows, torch_loader's rows, and per device count each rank's shard.
+    val_rows: Any = None
+    train_rows: Any = None
+    train_shards: dict[int, list[Any]] | None = None
+
+    @property
+    def input(self) -> str:
+        """ray_data or torch_loader: one per launch (it is part of the launch key)."""
+        return self.trials[0].input
+
+    @property
+    def data_workers(self) -> int:
+        return self.trials[0].data_workers
+
+    @property
+    def target(self) -> TargetSpec | None:
+        return self.train.target
+
+    @property
+    def steps_per_trial(self) -> int:
+        """Optimizer steps a trial runs, warmup included (time-to-target: at most)."""
+        t = self.train
+        return t.target.max_steps if t.target else t.warmup_steps + t.steps
+
+    def with_inputs(self, **inputs: Any) -> LaunchConfig:
+        """A copy carrying the driver's object refs (`val_rows`, `train_rows`, `train_shards`)."""
+        return dataclasses.replace(self, **inputs)

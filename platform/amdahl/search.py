@@ -1,0 +1,394 @@
+"""Successive halving over a sweep's configurations (`search: {method: halving}`): the decisions.
+
+Rung r measures every surviving configuration for `min_steps * eta**r` steps (the last rung for
+`train.steps`); the best 1/eta go on to the next rung, together with any configuration that is
+not measurably worse than the last one kept (its throughput within two standard errors, from
+the per-step times of the two rows). A configuration that failed, or breaks a constraint, is
+dropped with the reason. Before the first rung's remaining configurations run, the step-time
+model (report/stepmodel.py), fitted on each family's configurations at its smallest device
+count, predicts the others; one predicted below `skip_below` of the best measured objective is
+recorded with status `skipped` and the prediction as its reason, never silently dropped.
+
+Every decision is a pure function of the results rows, so a resumed sweep and the report's
+"search" section recompute the same rungs from results.parquet (`replay`). Pure: no Ray, no
+torch (docs/architecture.md, "Search").
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from amdahl.spec import SearchSpec, TrainSpec
+
+_OPS: dict[str, Callable[[float, float], bool]] = {
+    "<=": operator.le,
+    ">=": operator.ge,
+    "<": operator.lt,
+    ">": operator.gt,
+}
+_CONSTRAINT = re.compile(r"^\s*([a-z_]+)\s*(<=|>=|<|>)\s*([-+0-9.eE]+)\s*$")
+#: Relative standard error assumed for a row without per-step times to estimate its own.
+DEFAULT_NOISE = 0.02
+#: Standard errors within which a configuration is "not measurably worse" than the cutoff.
+NOISE_SIGMAS = 2.0
+OK = "ok"
+SKIPPED = "skipped"
+
+
+# --------------------------------------------------------------------------- objectives
+
+
+@dataclass(frozen=True)
+class Constraint:
+    column: str
+    op: str
+    bound: float
+
+    @classmethod
+    def parse(cls, text: str) -> Constraint:
+        m = _CONSTRAINT.match(text)
+        if not m:  # spec.SearchSpec validated it
+            raise ValueError(f"not a constraint: {text!r}")
+        return cls(m.group(1), m.group(2), float(m.group(3)))
+
+    def violation(self, row: dict[str, Any]) -> str | None:
+        """Why `row` breaks this constraint, or None when it meets it."""
+        value = row.get(self.column)
+        if value is None or (isinstance(value, float) and not math.isfinite(value)):
+            return f"{self.column} not measured (constraint {self})"
+        if _OPS[self.op](float(value), self.bound):
+            return None
+        return f"{self.column} {value:.4g} breaks the constraint {self}"
+
+    def __str__(self) -> str:
+        return f"{self.column} {self.op} {self.bound:g}"
+
+
+def objective_value(row: dict[str, Any], objective: str) -> float | None:
+    """The row's objective, higher is better; None when the row does not give it."""
+    throughput = row.get("throughput")
+    if objective == "time_to_target":
+        t = row.get("time_to_target_s")
+        return 1.0 / t if t else None
+    if not throughput or not math.isfinite(throughput):
+        return None
+    if objective == "throughput_per_device":
+        return throughput / max(1, int(row.get("devices") or 1))
+    return throughput
+
+
+def describe(value: float, objective: str) -> str:
+    if objective == "time_to_target":
+        return f"{1 / value:.3g} s to target"
+    unit = "samples/s per device" if objective == "throughput_per_device" else "samples/s"
+    return f"{value:,.0f} {unit}"
+
+
+def relative_noise(row: dict[str, Any]) -> float:
+    """Relative standard error of the row's mean step time, from its per-step history
+    (measured steps only); DEFAULT_NOISE when it has too few."""
+    import json
+
+    try:
+        history = json.loads(row.get("history") or "{}")
+    except ValueError:
+        history = {}
+    warm = int(row.get("warmup_steps") or 0)
+    times = [
+        t
+        for s, t in zip(history.get("step", []), history.get("step_time_s", []), strict=False)
+        if s > warm and t
+    ]
+    if len(times) < 3:
+        return DEFAULT_NOISE
+    mean = statistics.fmean(times)
+    return statistics.stdev(times) / mean / math.sqrt(len(times)) if mean > 0 else DEFAULT_NOISE
+
+
+# --------------------------------------------------------------------------- rungs
+
+
+def rung_steps(search: SearchSpec, train: TrainSpec) -> list[int]:
+    """Measured steps of each rung: min_steps x eta^r below train.steps, then train.steps
+    (time-to-target: the steps cap, target.max_steps, instead)."""
+    full = train.target.max_steps if train.target else train.steps
+    steps, s = [], search.min_steps
+    while s < full:
+        steps.append(s)
+        s *= search.eta
+    return [*steps, full]
+
+
+@dataclass
+class Rung:
+    """One rung's decisions."""
+
+    index: int
+    steps: int
+    measured: list[str] = field(default_factory=list)  # trial ids, in ranking order
+    kept: list[str] = field(default_factory=list)
+    dropped: dict[str, str] = field(default_factory=dict)  # trial id -> why
+    values: dict[str, float] = field(default_factory=dict)  # trial id -> objective
+    cutoff: float | None = None
+
+
+def _merged(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per trial id, one row: the first failing repeat's, else the repeat with the median
+    objective (repeats measure the same configuration)."""
+    by: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by.setdefault(r["trial_id"], []).append(r)
+    out = {}
+    for tid, rs in by.items():
+        bad = [r for r in rs if r.get("status") != OK]
+        if bad:
+            out[tid] = bad[0]
+            continue
+        rs = sorted(rs, key=lambda r: r.get("throughput") or 0.0)
+        out[tid] = rs[len(rs) // 2]
+    return out
+
+
+def promote(
+    rows: list[dict[str, Any]],
+    index: int,
+    steps: int,
+    search: SearchSpec,
+    last: bool = False,
+) -> Rung:
+    """Decide rung `index` from its rows: rank, keep the best 1/eta and everything not
+    measurably worse than the last one kept, drop the rest with the reason. On the `last`
+    rung nothing is dropped for rank: the survivors are the final ranking."""
+    rung = Rung(index, steps)
+    constraints = [Constraint.parse(c) for c in search.constraints]
+    valid: list[tuple[float, str, dict[str, Any]]] = []
+    for tid, row in _merged(rows).items():
+        if row.get("status") != OK:
+            rung.dropped[tid] = f"rung {index}: {row.get('status')}: " + _first_line(row)
+            continue
+        broken = next((why for c in constraints if (why := c.violation(row))), None)
+        value = objective_value(row, search.objective)
+        if broken or value is None:
+            rung.dropped[tid] = f"rung {index}: " + (
+                broken or f"no {search.objective} (target not reached in {steps} steps)"
+            )
+            continue
+        valid.append((value, tid, row))
+    valid.sort(key=lambda v: (-v[0], v[1]))
+    rung.measured = [tid for _, tid, _ in valid]
+    rung.values = {tid: v for v, tid, _ in valid}
+    if not valid:
+        return rung
+    if last:
+        rung.kept = list(rung.measured)
+        return rung
+    n_keep = max(1, math.ceil(len(valid) / search.eta))
+    cut_value, _, cut_row = valid[n_keep - 1]
+    rung.cutoff = cut_value
+    cut_se = relative_noise(cut_row) * cut_value
+    for i, (value, tid, row) in enumerate(valid):
+        se = relative_noise(row) * value
+        band = NOISE_SIGMAS * math.hypot(se, cut_se)
+        if i < n_keep or cut_value - value <= band:
+            rung.kept.append(tid)
+        else:
+            cutoff = describe(cut_value, search.objective)
+            rung.dropped[tid] = (
+                f"rung {index} ({steps} steps): {describe(value, search.objective)}, "
+                f"{cut_value / value:.2f}x below the cutoff {cutoff} (best 1/{search.eta} of "
+                f"{len(valid)}; beyond {NOISE_SIGMAS:g} standard errors)"
+            )
+    return rung
+
+
+def trim_to_budget(
+    rung: Rung, rows: list[dict[str, Any]], next_steps: int, left_s: float | None
+) -> float:
+    """Keep only as many of the rung's survivors, best first, as the budget left can measure
+    at the next rung (each dropped one gets the reason); returns the estimated seconds."""
+    by = _merged(rows)
+    total = 0.0
+    kept = []
+    for tid in rung.kept:
+        cost = estimate_s(by[tid], next_steps)
+        if left_s is not None and total + cost > left_s:
+            rung.dropped[tid] = (
+                f"rung {rung.index}: budget: measuring it for {next_steps} steps (~{cost:.1f} s) "
+                f"would pass search.budget ({left_s:.0f} s left)"
+            )
+            continue
+        kept.append(tid)
+        total += cost
+    rung.kept = kept
+    return total
+
+
+def estimate_s(row: dict[str, Any], steps: int) -> float:
+    """Trial-seconds a configuration would take for `steps` measured steps, from one row of
+    it: the row's seconds outside its window plus the window scaled to `steps`."""
+    wall = float(row.get("wall_s") or 0.0)
+    measured = float(row.get("measured_s") or 0.0)
+    done = int(row.get("steps") or 0) or 1
+    return max(0.0, wall - measured) + measured * steps / done
+
+
+def spent_s(rows: list[dict[str, Any]]) -> float:
+    """Trial-seconds the rows took (what search.budget counts)."""
+    return sum(float(r.get("wall_s") or 0.0) for r in rows if r.get("status") != SKIPPED)
+
+
+def grid_estimate_s(first_rung: list[dict[str, Any]], n_configs: int, full_steps: int) -> float:
+    """The whole grid's trial-seconds at full length, estimated from the first rung's rows
+    (configurations it did not measure count as the median measured one)."""
+    by = _merged([r for r in first_rung if r.get("status") == OK])
+    costs = [estimate_s(r, full_steps) for r in by.values()]
+    if not costs:
+        return 0.0
+    return sum(costs) + statistics.median(costs) * max(0, n_configs - len(costs))
+
+
+def _first_line(row: dict[str, Any]) -> str:
+    return (row.get("error") or "").splitlines()[0] if row.get("error") else ""
+
+
+# --------------------------------------------------------------------------- replay
+
+
+@dataclass
+class SearchState:
+    """Where a halving search stands, recomputed from its results rows."""
+
+    rungs: list[Rung]
+    skipped: dict[str, str]  # trial id -> the prediction that skipped it
+    steps: list[int]
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.rungs) and (
+            self.rungs[-1].index == len(self.steps) - 1 or not self.rungs[-1].kept
+        )
+
+    def ranking(self) -> list[tuple[str, int, float]]:
+        """(trial id, rung reached, objective there), best first: deepest rung first."""
+        seen: set[str] = set()
+        out = []
+        for rung in reversed(self.rungs):
+            for tid in rung.measured:
+                if tid not in seen:
+                    seen.add(tid)
+                    out.append((tid, rung.index, rung.values[tid]))
+        return out
+
+
+def rows_by_rung(rows: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    out: dict[int, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r.get("rung") is not None and r.get("status") != SKIPPED:
+            out.setdefault(int(r["rung"]), []).append(r)
+    return out
+
+
+def replay(rows: list[dict[str, Any]], search: SearchSpec, train: TrainSpec) -> SearchState:
+    """Every completed rung's decisions from the rows (a rung is complete when each trial the
+    previous rung kept has a row in it). The budget trims of the live run are recomputed with
+    the trial-seconds the rows record."""
+    steps = rung_steps(search, train)
+    by_rung = rows_by_rung(rows)
+    skipped = {r["trial_id"]: r.get("error") or "" for r in rows if r.get("status") == SKIPPED}
+    state = SearchState([], skipped, steps)
+    expected: set[str] | None = None
+    spent = 0.0
+    limit = None
+    for index, n_steps in enumerate(steps):
+        these = by_rung.get(index, [])
+        ids = {r["trial_id"] for r in these}
+        if not these or (expected is not None and not expected <= ids):
+            break
+        spent += spent_s(these)
+        if index == 0:
+            limit = search.budget_s(grid_estimate_s(these, len(ids) + len(skipped), steps[-1]))
+        last = index == len(steps) - 1
+        rung = promote(these, index, n_steps, search, last=last)
+        if not last:
+            trim_to_budget(rung, these, steps[index + 1], None if limit is None else limit - spent)
+        state.rungs.append(rung)
+        expected = set(rung.kept)
+        if not rung.kept:
+            break
+    return state
+
+
+# --------------------------------------------------------------------------- model skips
+
+
+def anchors(candidates: list[dict[str, Any]]) -> list[str]:
+    """The first rung's configurations measured before the model predicts the rest: those at
+    their family's smallest device count (what the model's compute line is fitted from)."""
+    from amdahl.report.stepmodel import family_key
+
+    smallest: dict[tuple, int] = {}
+    for c in candidates:
+        key = family_key(c)
+        smallest[key] = min(smallest.get(key, c["devices"]), c["devices"])
+    return [c["trial_id"] for c in candidates if c["devices"] == smallest[family_key(c)]]
+
+
+def predicted_skips(
+    measured: list[dict[str, Any]],
+    candidates: list[dict[str, Any]],
+    search: SearchSpec,
+    options: dict[str, Any],
+    calibration: dict[str, Any] | None,
+) -> dict[str, str]:
+    """Trial ids of `candidates` (row-shaped settings, not yet measured) that the step-time
+    model, fitted on the `measured` rows, predicts below `skip_below` of the best measured
+    objective, with the prediction as the reason. Candidates it cannot predict (no compute
+    line, no communication model) are never skipped."""
+    from amdahl.report.compute import group_configs
+    from amdahl.report.inputs import Calibration
+    from amdahl.report.stepmodel import ModelInputs, SyncOptions, fit
+
+    if search.skip_below is None or search.objective == "time_to_target":
+        return {}
+    values = [v for r in measured if (v := objective_value(r, search.objective)) is not None]
+    if not values:
+        return {}
+    best = max(values)
+    # Grouped together, so that candidates get the settings their measured siblings get.
+    pending = [{**c, "status": "pending"} for c in candidates]
+    configs = group_configs([*measured, *pending])
+    model = fit(
+        ModelInputs(
+            configs=configs,
+            calibration=Calibration.from_dict(calibration) if calibration else None,
+            options=SyncOptions.from_spec({"options": options}),
+            calibration_raw=calibration or {},
+        )
+    )
+    by_id = {c["trial_id"]: c for c in candidates}
+    out = {}
+    for config in configs:
+        if not all(r.get("status") == "pending" for r in config.rows):
+            continue
+        family = model.family_of(config)
+        if family is None:
+            continue
+        c = by_id[config.rows[0]["trial_id"]]
+        p = model.predict(family, c["devices"], float(c["batch_size"]))
+        if p.throughput is None:
+            continue
+        value = objective_value({**c, "throughput": p.throughput}, search.objective)
+        if value is not None and value < search.skip_below * best:
+            out[c["trial_id"]] = (
+                f"predicted {describe(value, search.objective)} by the step-time model (compute "
+                f"{p.compute_s * 1e3:.2f} ms + communication {(p.comm_s or 0) * 1e3:.2f} ms per "
+                f"step), below {search.skip_below:g} x the best measured "
+                f"{describe(best, search.objective)}"
+            )
+    return out

@@ -1,0 +1,206 @@
+"""The `platform` command: one message and exit 2 for bad input, the command list, the old `sync`
+name, `mlflow-push`'s refusals and failures, `plan --json`, and a plan that loads no Ray Tune."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from amdahl.cli import main
+from amdahl.errors import UserError
+from amdahl.results import append_rows
+from amdahl.spec import validate_spec
+from amdahl.sweepdir import SPEC_FILE, lock_sweep_dir
+
+TINY = {
+    "name": "tiny",
+    "workload": "mlp",
+    "params": {"hidden": [16], "train_rows": 256},
+    "train": {"steps": 2, "warmup_steps": 1},
+    "grid": {"devices": [1]},
+}
+COMMANDS = {"calibrate", "data", "init", "mlflow-push", "plan", "predict", "report", "sweep"}
+
+
+def _spec_file(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(TINY))
+    return path
+
+
+def _sweep_dir(tmp_path: Path) -> Path:
+    """A sweep directory as a driver leaves it: spec.yaml and one row."""
+    path = tmp_path / "runs" / "tiny-20250101T120000Z"
+    path.mkdir(parents=True)
+    spec = validate_spec(TINY)
+    (path / SPEC_FILE).write_text(yaml.safe_dump(spec.model_dump(), sort_keys=False))
+    append_rows(path, [{"sweep": "tiny", "trial_id": "t1", "repeat": 0, "status": "ok"}])
+    return path
+
+
+def _one_error(result) -> str:
+    """The output of a refused command: exactly one line, `error: ...`, and no traceback."""
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    return lines[0]
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+def test_help_lists_the_commands_and_hides_the_old_name():
+    result = CliRunner().invoke(main, ["--help"])
+    assert result.exit_code == 0
+    listed = result.output.split("Commands:", 1)[1].split()
+    assert COMMANDS <= set(listed)
+    assert "sync" not in listed
+
+
+@pytest.mark.parametrize("command", ["plan", "sweep"])
+def test_a_missing_sweep_file_is_one_message_and_exit_2(tmp_path, command):
+    result = CliRunner().invoke(main, [command, str(tmp_path / "nope.yaml")])
+    assert result.exit_code == 2
+    assert "nope.yaml: cannot read sweep file" in _one_error(result)
+
+
+@pytest.mark.parametrize(
+    "override, says",
+    [
+        ("train.steps", "expected KEY.PATH=VALUE"),
+        ("trian.steps=3", "unknown key 'trian' (did you mean 'train'?)"),
+    ],
+)
+def test_a_bad_set_is_one_message_and_exit_2(tmp_path, override, says):
+    result = CliRunner().invoke(main, ["plan", str(_spec_file(tmp_path)), "--set", override])
+    assert result.exit_code == 2
+    assert says in _one_error(result)
+
+
+@pytest.mark.parametrize("command", ["mlflow-push", "sync"])
+def test_a_directory_no_sweep_wrote_is_one_message_and_exit_2(tmp_path, command):
+    result = CliRunner().invoke(main, [command, str(tmp_path)])
+    assert result.exit_code == 2
+    assert f"{tmp_path}: not a sweep directory" in _one_error(result)
+    assert not (tmp_path / "driver.lock").exists()
+
+
+def test_plan_json_on_a_tiny_spec(tmp_path):
+    result = CliRunner().invoke(main, ["plan", str(_spec_file(tmp_path)), "--json"])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output)
+    assert [n["name"] for n in plan["nodes"]] == ["local"]
+    [trial] = plan["trials"]
+    assert trial["settings"]["devices"] == 1 and trial["refused"] is None
+    assert [launch["trials"] for launch in plan["launches"]] == [[trial["trial_id"]]]
+
+
+def test_planning_loads_no_ray_tune_or_train(tmp_path):
+    """`platform plan` without --address: the planner and the CLI's plan command import neither
+    Ray Tune nor Ray Train (run.py does, at module level)."""
+    spec = _spec_file(tmp_path)
+    probe = (
+        "import sys\n"
+        "from amdahl.cluster import make_plan\n"
+        "from amdahl.spec import load_spec\n"
+        "from amdahl.sweepdir import plan_summary\n"
+        "plan_summary(make_plan(load_spec(sys.argv[1])))\n"
+        "from amdahl.cli import main\n"
+        "main(['plan', sys.argv[1], '--json'], standalone_mode=False)\n"
+        "loaded = [m for m in sys.modules if m.startswith(('ray.tune', 'ray.train'))]\n"
+        "print('loaded:', sorted(loaded))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe, str(spec)], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip().splitlines()[-1] == "loaded: []"
+
+
+# --------------------------------------------------------------------------- mlflow-push
+
+
+class _FakeTracker:
+    """Stands in for track.Tracker: records what it was asked to push, fails as told."""
+
+    error: str | None = None
+    offline_reason: str | None = None
+    calls: list = []
+
+    def __init__(self, spec, sweep_dir, enabled: bool = True):
+        self.state_error = None
+        _FakeTracker.calls.append(sweep_dir)
+
+    def sync(self, rows):
+        logging.getLogger("amdahl.track").error("the tracker's own message")
+        return len(rows)
+
+
+@pytest.fixture
+def tracker(monkeypatch):
+    import amdahl.track
+
+    monkeypatch.setattr(_FakeTracker, "calls", [])
+    monkeypatch.setattr(amdahl.track, "Tracker", _FakeTracker)
+    return _FakeTracker
+
+
+@pytest.mark.parametrize("command", ["mlflow-push", "sync"])
+def test_mlflow_push_pushes_the_rows_and_the_old_name_still_works(tmp_path, tracker, command):
+    sweep_dir = _sweep_dir(tmp_path)
+    result = CliRunner().invoke(main, [command, str(sweep_dir)])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == "1 rows pushed to MLflow, 0 were already there"
+    assert tracker.calls == [sweep_dir]
+
+
+def test_mlflow_push_is_refused_while_a_driver_writes_the_directory(tmp_path, tracker):
+    sweep_dir = _sweep_dir(tmp_path)
+    with lock_sweep_dir(sweep_dir):
+        result = CliRunner().invoke(main, ["mlflow-push", str(sweep_dir)])
+    assert result.exit_code == 2
+    assert "is in use by another sweep driver (pid " in _one_error(result)
+    assert tracker.calls == []
+
+
+def test_a_driver_is_refused_while_a_push_holds_the_directory(tmp_path, tracker, monkeypatch):
+    sweep_dir = _sweep_dir(tmp_path)
+
+    def sync(self, rows):  # a second driver starts while the push runs
+        with pytest.raises(UserError, match="in use by another MLflow push"):
+            lock_sweep_dir(sweep_dir)
+        return 0
+
+    monkeypatch.setattr(tracker, "sync", sync)
+    assert CliRunner().invoke(main, ["mlflow-push", str(sweep_dir)]).exit_code == 0
+    lock_sweep_dir(sweep_dir).release()  # and let go after it
+
+
+def test_an_error_that_is_no_outage_exits_1_with_one_message(
+    tmp_path, tracker, caplog, monkeypatch
+):
+    sweep_dir = _sweep_dir(tmp_path)
+    error = "logging a child run: MlflowException: INVALID_PARAMETER_VALUE"
+    monkeypatch.setattr(tracker, "error", error)
+    with caplog.at_level(logging.DEBUG, logger="amdahl.track"):
+        result = CliRunner().invoke(main, ["mlflow-push", str(sweep_dir)])
+    assert result.exit_code == 1
+    line = _one_error(result)
+    assert "pushing to MLflow failed (logging a child run: MlflowException" in line
+    assert f"`platform mlflow-push {sweep_dir}` pushes what MLflow lacks" in line
+    assert "the tracker's own message" not in caplog.text  # said once, by the command
+
+
+def test_an_outage_exits_2_saying_nothing_is_lost(tmp_path, tracker, monkeypatch):
+    sweep_dir = _sweep_dir(tmp_path)
+    monkeypatch.setattr(tracker, "offline_reason", "ConnectionError: refused")
+    result = CliRunner().invoke(main, ["mlflow-push", str(sweep_dir)])
+    assert result.exit_code == 2
+    line = _one_error(result)
+    assert "MLflow unreachable: ConnectionError: refused; nothing lost" in line
+    assert f"`platform mlflow-push {sweep_dir}` again" in line

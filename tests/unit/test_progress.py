@@ -1,0 +1,132 @@
+"""The CLI's live progress table, plan table and closing summary (amdahl.progress): what each
+shows, and error text and labels shown as text, never read as rich markup (an error holding
+"[/data]" used to raise MarkupError in the refresh thread, and "shape [batch, 784]" was blanked
+as an unknown tag)."""
+
+import io
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from rich.console import Console
+
+from amdahl import progress
+from amdahl.plan import Node, plan_sweep
+from amdahl.spec import validate_spec
+
+ERROR = "RuntimeError: cannot open [/data] for shape [batch, 784]\nsecond line"
+
+
+@pytest.fixture
+def out(monkeypatch) -> io.StringIO:
+    buf = io.StringIO()
+    console = Console(file=buf, width=200, color_system=None, force_terminal=False)
+    monkeypatch.setattr(progress, "console", console)
+    return buf
+
+
+def _plan(tag: str = "[/x] [batch, 784]"):
+    spec = validate_spec(
+        {"name": "t", "workload": "mlp", "grid": {"devices": [1], "params.tag": [tag]}}
+    )
+    return plan_sweep(spec, [Node(cpus=4)], {})
+
+
+def _text(renderable) -> str:
+    buf = io.StringIO()
+    Console(file=buf, width=200, color_system=None, force_terminal=False).print(renderable)
+    return buf.getvalue()
+
+
+def test_an_error_with_brackets_is_shown_as_text(out, tmp_path):
+    plan = _plan()
+    trial = plan.trials[0]
+    with progress.LiveProgress() as live:
+        live.event("planned", {"plan": plan, "sweep_dir": tmp_path / "[run]"})
+        live.event("launch_started", {"launch": SimpleNamespace(trials=[trial])})
+        row = {"trial_id": trial.trial_id, "repeat": 0, "status": "failed", "error": ERROR}
+        live.event("trial_done", {"row": {**row, "throughput": None}})
+        text = _text(live._table())
+    assert "cannot open [/data] for shape [batch, 784]" in text
+    assert "second line" not in text  # the note is the error's first line
+    assert "tag=[/x] [batch, 784]" in text  # the label
+    assert "failed" in text and "[run]" in text
+    assert "[/data]" in out.getvalue()  # the live display itself rendered it
+
+
+def test_the_plan_table_shows_labels_and_names_as_text(out):
+    progress.print_plan(_plan("[red]x[/red] [/y]"))
+    assert "tag=[red]x[/red] [/y]" in out.getvalue()
+
+
+def test_the_outcome_prints_paths_with_brackets(out, tmp_path):
+    sweep_dir = Path(tmp_path / "[" / "w]")  # the path holds "[/w]"
+    sweep_dir.mkdir(parents=True)
+    outcome = SimpleNamespace(rows=[], wall_s=1.0, sweep_dir=sweep_dir, failed=[])
+    progress.print_outcome(outcome)
+    assert f"results: {sweep_dir}/results.parquet" in out.getvalue()
+
+
+# --------------------------------------------------------------------------- what it shows
+
+
+def _two_trials():
+    spec = validate_spec({"name": "t", "workload": "mlp", "grid": {"devices": [1, 64]}})
+    return plan_sweep(spec, [Node(cpus=2)], {})
+
+
+def test_the_table_follows_each_trial_from_pending_to_its_result(out, tmp_path):
+    spec = validate_spec({"name": "t", "workload": "mlp", "grid": {"batch_size": [32, 64, 128]}})
+    plan = plan_sweep(spec, [Node(cpus=2)], {})
+    first, second, third = plan.trials
+    with progress.LiveProgress() as live:
+        finished = {(first.trial_id, 0)}  # from the run this one resumes
+        live.event("planned", {"plan": plan, "sweep_dir": tmp_path, "finished": finished})
+        statuses = lambda: [live.rows[f"{t.trial_id}:0"]["status"] for t in plan.trials]  # noqa: E731
+        assert statuses() == ["earlier", "pending", "pending"]
+        live.event("launch_started", {"launch": SimpleNamespace(trials=[second, third])})
+        assert statuses() == ["earlier", "running", "running"]
+        row = {"trial_id": second.trial_id, "repeat": 0, "status": "ok", "throughput": 12345.6}
+        live.event("trial_done", {"row": row})
+        assert statuses() == ["earlier", "ok", "running"]
+        text = _text(live._table())
+    assert "12,346" in text  # samples/s, whole numbers with separators
+    assert "1 done, 1 to go" in text and "ETA" in text
+
+
+def test_a_refused_trial_shows_its_reason_and_is_not_counted(out, tmp_path):
+    plan = _two_trials()
+    [refused] = plan.refused
+    with progress.LiveProgress() as live:
+        live.event("planned", {"plan": plan, "sweep_dir": tmp_path})
+        text = _text(live._table())
+    assert live.rows[f"{refused.trial_id}:0"]["status"] == "refused"
+    assert refused.refused[:40] in text
+    assert "0 done, 1 to go" in text and "ETA" not in text  # nothing done: no estimate yet
+
+
+def test_the_plan_table_lists_what_will_not_run_with_the_reason(out):
+    plan = _two_trials()
+    progress.print_plan(plan)
+    text = out.getvalue()
+    assert "1 of 2 trials will run in 1 launches" in text
+    assert "cluster: node 2 CPU 0 GPU" in text
+    assert plan.resource_note and plan.resource_note in text  # what `resources: auto` chose
+    [refused] = plan.refused
+    assert f"will not run:\n  {refused.trial_id} {refused.label()}: {refused.refused}" in text
+
+
+def test_the_outcome_sums_up_time_inside_and_outside_measured_steps(out, tmp_path):
+    (tmp_path / "report.html").write_text("<html/>")
+    rows = [
+        {"trial_id": "a", "status": "ok", "measured_s": 4.0},
+        {"trial_id": "b", "status": "failed", "error": "boom"},
+    ]
+    failed = rows[1:]
+    progress.print_outcome(
+        SimpleNamespace(rows=rows, wall_s=10.0, sweep_dir=tmp_path, failed=failed)
+    )
+    text = out.getvalue()
+    assert "1 of 2 trial runs ok in 10.0 s (4.0 s inside measured steps, 3.0 s per trial" in text
+    assert f"report:  {tmp_path / 'report.html'} (and report.md)" in text
+    assert "1 trial runs did not succeed" in text

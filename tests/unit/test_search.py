@@ -1,0 +1,168 @@
+"""Successive halving's decisions (search.py): rungs, promotion with a noise band, constraints,
+budget, replay from rows (resume), and the step-time model's skips."""
+
+import json
+
+import pytest
+
+from amdahl.search import (
+    Constraint,
+    grid_estimate_s,
+    predicted_skips,
+    promote,
+    replay,
+    rung_steps,
+    trim_to_budget,
+)
+from amdahl.spec import SearchSpec, TargetSpec, TrainSpec
+
+
+def _row(tid, throughput, rung=0, steps=10, status="ok", jitter=0.0, **extra):
+    """A results row whose per-step times have relative spread `jitter` around the mean."""
+    step = 64 / throughput if throughput else 0.01
+    times = [step * (1 + jitter * (-1) ** i) for i in range(steps)]
+    history = {"step": [2 + i + 1 for i in range(steps)], "step_time_s": times}
+    return {
+        "trial_id": tid,
+        "repeat": 0,
+        "rung": rung,
+        "status": status,
+        "error": None if status == "ok" else f"{status}: boom",
+        "throughput": throughput if status == "ok" else None,
+        "devices": 1,
+        "steps": steps,
+        "warmup_steps": 2,
+        "history": json.dumps(history),
+        "wall_s": 1.0 + step * steps,
+        "measured_s": step * steps,
+        **extra,
+    }
+
+
+def test_rung_steps_grow_by_eta_and_end_at_the_full_length():
+    assert rung_steps(SearchSpec(min_steps=10, eta=3), TrainSpec(steps=200)) == [10, 30, 90, 200]
+    assert rung_steps(SearchSpec(min_steps=10, eta=3), TrainSpec(steps=90)) == [10, 30, 90]
+    assert rung_steps(SearchSpec(min_steps=50, eta=2), TrainSpec(steps=20)) == [20]
+    target = TrainSpec(steps=5, target=TargetSpec(metric="val_loss", value=0.1, max_steps=40))
+    assert rung_steps(SearchSpec(min_steps=10, eta=2), target) == [10, 20, 40]
+
+
+def test_promote_keeps_the_best_third_and_says_why_the_others_go():
+    search = SearchSpec(method="halving", eta=3)
+    rows = [_row(f"t{i}", 1000.0 * (i + 1)) for i in range(6)]  # t5 best
+    rung = promote(rows, 0, 10, search)
+    assert rung.kept == ["t5", "t4"]
+    assert rung.measured[0] == "t5" and set(rung.dropped) == {"t0", "t1", "t2", "t3"}
+    assert "below the cutoff 5,000 samples/s" in rung.dropped["t3"]
+    assert "rung 0 (10 steps)" in rung.dropped["t0"]
+
+
+def test_a_configuration_within_the_noise_of_the_cutoff_is_not_dropped():
+    search = SearchSpec(method="halving", eta=3)
+    steady = [_row("a", 3000.0), _row("b", 2000.0), _row("c", 1990.0)]
+    assert promote(steady, 0, 10, search).kept == ["a"]  # c 0.5% below: steady steps tell
+    noisy = [_row("a", 3000.0, jitter=0.3), _row("b", 2000.0, jitter=0.3)]
+    noisy.append(_row("c", 1990.0, jitter=0.3))
+    # Two-sigma bands of noisy rows overlap: b and c cannot be told apart from the cutoff a.
+    kept = promote(noisy, 0, 10, SearchSpec(method="halving", eta=2)).kept
+    assert kept == ["a", "b", "c"]
+
+
+def test_failures_and_constraint_breaks_are_dropped_with_their_reason():
+    search = SearchSpec(method="halving", constraints=["peak_mem_bytes <= 1e9"])
+    rows = [
+        _row("fits", 1000.0, peak_mem_bytes=5e8),
+        _row("big", 9000.0, peak_mem_bytes=2e9),
+        _row("crashed", 0.0, status="oom", peak_mem_bytes=None),
+    ]
+    rung = promote(rows, 0, 10, search)
+    assert rung.kept == ["fits"]
+    assert rung.dropped["big"] == "rung 0: peak_mem_bytes 2e+09 breaks the constraint " + str(
+        Constraint("peak_mem_bytes", "<=", 1e9)
+    )
+    assert rung.dropped["crashed"].startswith("rung 0: oom: oom: boom")
+
+
+def test_per_device_objective_ranks_by_throughput_over_devices():
+    search = SearchSpec(method="halving", eta=2, objective="throughput_per_device")
+    rows = [_row("d1", 1000.0), _row("d4", 3000.0, devices=4)]
+    assert promote(rows, 0, 10, search).kept == ["d1"]
+
+
+def test_the_budget_trims_survivors_worst_first():
+    search = SearchSpec(method="halving", eta=2)
+    rows = [_row(f"t{i}", 1000.0 * (i + 1)) for i in range(4)]
+    rung = promote(rows, 0, 10, search)
+    assert rung.kept == ["t3", "t2"]
+    trim_to_budget(rung, rows, next_steps=30, left_s=1.1 + 64 / 4000 * 30)
+    assert rung.kept == ["t3"] and "budget" in rung.dropped["t2"]
+
+
+def test_grid_estimate_scales_windows_and_counts_unmeasured_configurations():
+    rows = [_row("a", 640.0, steps=10), _row("b", 6400.0, steps=10)]  # 1 s and 0.1 s windows
+    # full length 100: 1 + 10 and 1 + 1 seconds, and one unmeasured at the median 7 s
+    assert grid_estimate_s(rows, 3, 100) == pytest.approx(11 + 2 + 6.5)
+
+
+def test_replay_recovers_the_rungs_a_resumed_search_continues_from():
+    search = SearchSpec(method="halving", eta=2, min_steps=10)
+    train = TrainSpec(steps=40)
+    first = [_row(f"t{i}", 1000.0 * (i + 1)) for i in range(4)]
+    state = replay(first, search, train)
+    assert [r.index for r in state.rungs] == [0] and state.rungs[0].kept == ["t3", "t2"]
+    assert not state.finished
+    # Rung 1 half done (the driver died): still at rung 0's decision.
+    partial = [*first, _row("t3", 4100.0, rung=1, steps=20)]
+    assert len(replay(partial, search, train).rungs) == 1
+    done = [*partial, _row("t2", 3900.0, rung=1, steps=20), _row("t3", 4000.0, rung=2, steps=40)]
+    state = replay(done, search, train)
+    assert [r.kept for r in state.rungs] == [["t3", "t2"], ["t3"], ["t3"]]
+    assert state.finished
+    assert state.ranking()[0] == ("t3", 2, 4000.0)
+    assert [tid for tid, _, _ in state.ranking()] == ["t3", "t2", "t1", "t0"]
+
+
+def test_the_model_skips_a_configuration_predicted_far_behind_and_says_why():
+    def candidate(tid, devices, batch, sync="none"):
+        return {
+            "trial_id": tid,
+            "workload": "mlp",
+            "params": "{}",
+            "scaling": "weak",
+            "devices": devices,
+            "batch_size": batch,
+            "precision": "fp32",
+            "compile": "eager",
+            "data_workers": 1,
+            "input": "ray_data",
+            "prefetch_batches": 2,
+            "sync": sync,
+            "steps": 10,
+            "warmup_steps": 2,
+        }
+
+    def measured(tid, batch, step_s):
+        c = candidate(tid, 1, batch)
+        return {
+            **c,
+            "repeat": 0,
+            "status": "ok",
+            "throughput": batch / step_s,
+            "step_time_s": step_s,
+            "data_wait_s": 0.0,
+            "micro_steps": 1,
+            "global_batch": batch,
+        }
+
+    # Compute 1 ms + 0.1 ms per sample: batch 8 runs 1.8 ms (4.4k/s), batch 512 52 ms (9.8k/s).
+    rows = [measured("small", 8, 0.0018), measured("big", 512, 0.0522)]
+    search = SearchSpec(method="halving", skip_below=0.5)
+    slow = candidate("d2-tiny", 2, 2)  # 1.2 ms for 4 samples: 3.3k/s < 0.5 x 9.8k/s
+    fast = candidate("d2-big", 2, 512)  # 19.6k/s
+    ddp = candidate("d2-ddp", 2, 2, sync="ddp")  # no communication model: never skipped
+    skips = predicted_skips(rows, [slow, fast, ddp], search, {}, None)
+    assert set(skips) == {"d2-tiny"}
+    assert "predicted 3,333 samples/s by the step-time model" in skips["d2-tiny"]
+    assert (
+        predicted_skips(rows, [slow], SearchSpec(method="halving", skip_below=None), {}, None) == {}
+    )
