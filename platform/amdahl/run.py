@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ray import tune
 
@@ -39,6 +39,9 @@ from amdahl.results import (
 from amdahl.spec import SweepSpec
 from amdahl.sweepdir import SweepDir, open_sweep_dir, ray_storage, write_sweep_files
 from amdahl.workload import locate_spec_workload, make_workload
+
+if TYPE_CHECKING:
+    from amdahl.track import Tracker
 
 #: Events the runner emits for whoever renders progress: (kind, payload).
 EventHandler = Callable[[str, dict[str, Any]], None]
@@ -161,30 +164,24 @@ def _run_locked(
     tracker.sync(read_results(sweep_dir).to_pylist())  # rows an outage kept from MLflow
     tracker.open_soon()
     outcome = SweepOutcome(sweep_dir=sweep_dir, plan=plan)
-    repeats = range(spec.train.repeats)
-    done_ids = {
-        t.trial_id for t in plan.trials if all((t.trial_id, r) in finished for r in repeats)
-    }
-    launches = plan.launches(
-        skip=done_ids, group=group_launches, across_devices=share_across_devices
-    )
     interrupt = _InterruptFlag()
+    run = _Measurement(
+        spec,
+        plan,
+        sweep_dir,
+        outcome,
+        tracker,
+        emit,
+        interrupt,
+        group_launches,
+        share_across_devices,
+    )
     try:
         with interrupt.installed():
-            attempt = 0
-            while launches:
-                done = finished | {(row["trial_id"], row["repeat"]) for row in outcome.rows}
-                relaunch = _run_launches(
-                    spec, launches, sweep_dir, done, outcome, tracker, emit, interrupt, attempt
-                )
-                if interrupt.is_set() or not relaunch:
-                    break
-                attempt += 1
-                launches = plan.launches(
-                    skip={t.trial_id for t in plan.runnable} - relaunch,
-                    group=group_launches,
-                    across_devices=share_across_devices,
-                )
+            if spec.search.method == "halving":
+                _halving(run)
+            else:
+                run.measure({t.trial_id for t in plan.runnable}, finished)
     finally:
         outcome.wall_s = time.perf_counter() - started
         _write_report(sweep_dir)
@@ -193,6 +190,136 @@ def _run_locked(
         raise SweepInterrupted(sweep_dir, interrupt.signum or signal.SIGINT)
     emit("finished", {"outcome": outcome})
     return outcome
+
+
+@dataclass
+class _Measurement:
+    """What measuring a set of trials needs (a grid sweep measures all of them once; a search
+    measures subsets, each rung with its own step count)."""
+
+    spec: SweepSpec
+    plan: SweepPlan
+    sweep_dir: Path
+    outcome: SweepOutcome
+    tracker: Tracker
+    emit: EventHandler
+    interrupt: _InterruptFlag
+    group: bool
+    across_devices: bool
+
+    def record(self, row: dict[str, Any]) -> None:
+        """A row is final: into results.parquet first (the source of truth), then MLflow."""
+        append_rows(self.sweep_dir, [row])
+        self.outcome.rows.append(row)
+        self.tracker.log_trial_soon(row)
+        self.emit("trial_done", {"row": row})
+
+    def measure(
+        self, trial_ids: set[str], finished: set[tuple[str, int]], rung: int | None = None
+    ) -> None:
+        """Run `trial_ids` (every repeat not in `finished`) in launches, launching again the
+        trials a crashed launch had not reached. `rung`: a search rung, measured with its
+        own `train.steps` (search.rung_steps)."""
+        spec = self.spec if rung is None else _rung_spec(self.spec, rung)
+        repeats = range(spec.train.repeats)
+        todo = {tid for tid in trial_ids if not all((tid, r) in finished for r in repeats)}
+        others = {t.trial_id for t in self.plan.trials} - todo
+        launches = self.plan.launches(others, self.group, self.across_devices)
+        attempt = 0
+        while launches:
+            done = finished | {
+                (row["trial_id"], row["repeat"])
+                for row in self.outcome.rows
+                if row.get("rung") == rung
+            }
+            relaunch = _run_launches(spec, launches, self, done, attempt, rung)
+            if self.interrupt.is_set() or not relaunch:
+                return
+            attempt += 1
+            skip = {t.trial_id for t in self.plan.runnable} - relaunch
+            launches = self.plan.launches(skip, self.group, self.across_devices)
+
+
+def _rung_spec(spec: SweepSpec, rung: int) -> SweepSpec:
+    """The spec a search rung runs: `train.steps` (time-to-target: `target.max_steps`) cut to
+    the rung's length."""
+    from amdahl.search import rung_steps
+
+    steps = rung_steps(spec.search, spec.train)[rung]
+    train = spec.train
+    if train.target is not None:
+        target = train.target.model_copy(update={"max_steps": steps})
+        train = train.model_copy(update={"target": target})
+    else:
+        train = train.model_copy(update={"steps": steps})
+    return spec.model_copy(update={"train": train})
+
+
+def _halving(run: _Measurement) -> None:
+    """search: halving (search.py): the first rung over every configuration (the step-time
+    model's skips recorded as rows), then each rung over the survivors of the one before.
+    Where it stands comes from results.parquet every time, so a resumed search goes on from
+    the rung it was in."""
+    from amdahl import search
+
+    spec = run.spec
+    rows = read_results(run.sweep_dir).to_pylist()
+    at = lambda k: {(r["trial_id"], r["repeat"]) for r in rows if r.get("rung") == k}  # noqa: E731
+    candidates = {t.trial_id for t in run.plan.runnable}
+    if not search.replay(rows, spec.search, spec.train).rungs:
+        skipped = {r["trial_id"] for r in rows if r.get("status") == search.SKIPPED}
+        first = _rung0_identities(run, candidates - skipped)
+        anchors = set(search.anchors(list(first.values())))
+        if not skipped and spec.search.skip_below is not None and anchors != set(first):
+            run.measure(anchors, at(0), rung=0)
+            if run.interrupt.is_set():
+                return
+            rows = read_results(run.sweep_dir).to_pylist()
+            measured = [r for r in rows if r.get("rung") == 0 and r["trial_id"] in anchors]
+            rest = [first[t] for t in first if t not in anchors]
+            reasons = search.predicted_skips(
+                measured, rest, spec.search, spec.options.model_dump(), _calibration(spec)
+            )
+            for tid, reason in reasons.items():
+                run.record({**first[tid], "status": search.SKIPPED, "error": reason})
+            skipped = set(reasons)
+        rows = read_results(run.sweep_dir).to_pylist()
+        run.measure(candidates - skipped, at(0), rung=0)
+    while not run.interrupt.is_set():
+        rows = read_results(run.sweep_dir).to_pylist()
+        state = search.replay(rows, spec.search, spec.train)
+        if state.finished or not state.rungs:
+            return
+        nxt = state.rungs[-1].index + 1
+        run.emit("rung", {"rung": nxt, "trials": state.rungs[-1].kept})
+        run.measure(set(state.rungs[-1].kept), at(nxt), rung=nxt)
+
+
+def _rung0_identities(run: _Measurement, trial_ids: set[str]) -> dict[str, dict[str, Any]]:
+    """Row-shaped identity columns of the first rung's trials (what a skipped row records)."""
+    spec = _rung_spec(run.spec, 0)
+    out = {}
+    for launch in run.plan.launches({t.trial_id for t in run.plan.trials} - trial_ids):
+        config = launch_config(spec, launch, run.sweep_dir, set(), "plan", rung=0)
+        for trial in config.trials:
+            out[trial.trial_id] = {**row_identity(config, trial, 0), "wall_s": 0.0}
+    return out
+
+
+def _calibration(spec: SweepSpec) -> dict[str, Any] | None:
+    """search.calibration's content for the step-time model (a UserError when unreadable)."""
+    if not spec.search.calibration:
+        return None
+    path = Path(spec.search.calibration).expanduser()
+    if not path.is_absolute() and spec.source_dir is not None:
+        path = spec.source_dir / path
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(
+            f"search.calibration: cannot read {path} ({e}); give the calibration.json that "
+            "`platform calibrate` wrote, or leave search.calibration out"
+        ) from None
 
 
 class _InterruptFlag(tune.Stopper):
@@ -255,28 +382,24 @@ class _InterruptFlag(tune.Stopper):
 def _run_launches(
     spec: SweepSpec,
     launches: list[Launch],
-    sweep_dir: Path,
+    run: _Measurement,
     finished: set[tuple[str, int]],
-    outcome: SweepOutcome,
-    tracker: Any,
-    emit: EventHandler,
-    interrupt: _InterruptFlag,
     attempt: int = 0,
+    rung: int | None = None,
 ) -> set[str]:
     """Run these launches under one Tuner; returns the ids of trials to launch again (those a
     crashed launch had not reached, see `_ResultSink.on_trial_error`). `attempt` > 0: such a
-    relaunch."""
+    relaunch; `rung`: a search rung (`spec` is then the rung's)."""
     session = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
     configs = [
-        launch_config(spec, launch, sweep_dir, finished, session, relaunch=attempt > 0)
+        launch_config(spec, launch, run.sweep_dir, finished, session, attempt > 0, rung)
         for launch in launches
     ]
     datasets = _materialise_datasets(spec, configs)
     by_launch = {launch.launch_id: launch for launch in launches}
-    sink = _ResultSink(
-        sweep_dir, by_launch, {c.launch_id: c for c in configs}, outcome, tracker, emit
-    )
+    sink = _ResultSink(by_launch, {c.launch_id: c for c in configs}, run)
     concurrency = 1 if spec.isolation == "exclusive" else len(configs)
+    name = "tune" if rung is None else f"tune-rung{rung}"
     tuner = tune.Tuner(
         tune.with_resources(
             tune.with_parameters(
@@ -293,10 +416,10 @@ def _run_launches(
             trial_dirname_creator=_launch_name,
         ),
         run_config=tune.RunConfig(
-            name="tune" if attempt == 0 else f"tune-relaunch-{attempt}",
-            storage_path=ray_storage(spec, sweep_dir),
+            name=name if attempt == 0 else f"{name}-relaunch-{attempt}",
+            storage_path=ray_storage(spec, run.sweep_dir),
             callbacks=[sink],
-            stop=interrupt,
+            stop=run.interrupt,
             verbose=0,
         ),
     )
@@ -423,6 +546,7 @@ def launch_config(
     finished: set[tuple[str, int]],
     session: str,
     relaunch: bool = False,
+    rung: int | None = None,
 ) -> LaunchConfig:
     """The workers' contract for one launch (launch.py): plain data that crosses processes."""
     from amdahl.data import dataset_path
@@ -475,6 +599,7 @@ def launch_config(
         # (the old driver may have died between a worker's report and the row's write).
         run_name=f"launch-{launch.launch_id}-{session}",
         relaunch=relaunch,
+        rung=rung,
     )
 
 
@@ -482,17 +607,9 @@ class _ResultSink(tune.Callback):
     """Tune callback in the driver: every reported row goes to results.parquet, then MLflow."""
 
     def __init__(
-        self,
-        sweep_dir: Path,
-        launches: dict[str, Launch],
-        configs: dict[str, LaunchConfig],
-        outcome: SweepOutcome,
-        tracker: Any,
-        emit: EventHandler,
+        self, launches: dict[str, Launch], configs: dict[str, LaunchConfig], run: _Measurement
     ):
-        self.sweep_dir, self.launches, self.outcome = sweep_dir, launches, outcome
-        self.configs = configs
-        self.tracker, self.emit = tracker, emit
+        self.launches, self.configs, self.run = launches, configs, run
         self.reported: dict[str, set[tuple[str, int]]] = {}
         self.relaunch: set[str] = set()  # trial ids a crashed launch had not reached
 
@@ -502,7 +619,7 @@ class _ResultSink(tune.Callback):
         return {}
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self.emit("launch_started", {"launch": self.launches[trial.config["launch_id"]]})
+        self.run.emit("launch_started", {"launch": self.launches[trial.config["launch_id"]]})
 
     def on_trial_result(
         self, iteration: int, trials: list, trial: Any, result: dict, **info: Any
@@ -512,7 +629,7 @@ class _ResultSink(tune.Callback):
         row = json.loads(result[ROW_KEY])
         launch_id = trial.config["launch_id"]
         self.reported.setdefault(launch_id, set()).add((row["trial_id"], row["repeat"]))
-        self._record(row)
+        self.run.record(row)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         """The launch died (its worker group crashed past train.max_failures).
@@ -536,15 +653,9 @@ class _ResultSink(tune.Callback):
         failing = pending if launch.relaunch and not reported else pending[:1]
         self.relaunch.update(t.trial_id for t, _ in pending[len(failing) :])
         for t, repeat in failing:
-            self._record(
+            self.run.record(
                 {**row_identity(launch, t, repeat), "status": failure_status(error), "error": error}
             )
-
-    def _record(self, row: dict[str, Any]) -> None:
-        append_rows(self.sweep_dir, [row])
-        self.outcome.rows.append(row)
-        self.tracker.log_trial_soon(row)
-        self.emit("trial_done", {"row": row})
 
 
 def _launch_error(trial: Any) -> str:

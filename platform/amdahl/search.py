@@ -92,7 +92,9 @@ def describe(value: float, objective: str) -> str:
 
 def relative_noise(row: dict[str, Any]) -> float:
     """Relative standard error of the row's mean step time, from its per-step history
-    (measured steps only); DEFAULT_NOISE when it has too few."""
+    (measured steps only; the spread taken robustly, 1.4826 x the median absolute deviation,
+    so that one stalled step does not make every configuration look indistinguishable);
+    DEFAULT_NOISE when it has too few steps."""
     import json
 
     try:
@@ -107,8 +109,9 @@ def relative_noise(row: dict[str, Any]) -> float:
     ]
     if len(times) < 3:
         return DEFAULT_NOISE
-    mean = statistics.fmean(times)
-    return statistics.stdev(times) / mean / math.sqrt(len(times)) if mean > 0 else DEFAULT_NOISE
+    mid = statistics.median(times)
+    mad = statistics.median(abs(t - mid) for t in times)
+    return 1.4826 * mad / mid / math.sqrt(len(times)) if mid > 0 else DEFAULT_NOISE
 
 
 # --------------------------------------------------------------------------- rungs
@@ -284,6 +287,23 @@ class SearchState:
                     seen.add(tid)
                     out.append((tid, rung.index, rung.values[tid]))
         return out
+
+
+def final_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each (trial, repeat)'s row of the last rung it reached (its longest measurement);
+    skipped configurations have none. Rows without a rung (a grid sweep) are kept as they are."""
+    best: dict[tuple[str, int], dict[str, Any]] = {}
+    out = []
+    for r in rows:
+        if r.get("status") == SKIPPED:
+            continue
+        if r.get("rung") is None:
+            out.append(r)
+            continue
+        key = (r["trial_id"], r["repeat"])
+        if key not in best or r["rung"] > best[key]["rung"]:
+            best[key] = r
+    return out + list(best.values())
 
 
 def rows_by_rung(rows: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:

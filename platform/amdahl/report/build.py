@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from amdahl.report.compute import Config, Curve, group_configs, scaling_curves
 from amdahl.report.diagnose import (
@@ -24,6 +24,9 @@ from amdahl.report.diagnose import (
     recommend,
 )
 from amdahl.report.inputs import Calibration, SweepInputs, load_inputs
+
+if TYPE_CHECKING:
+    from amdahl.search import SearchState
 
 
 @dataclass
@@ -42,6 +45,9 @@ class Report:
     calibration: Calibration | None = None
     price: float = 0.0
     notes: list[str] = field(default_factory=list)
+    #: search: halving: the rungs replayed from the rows, and plan.json's trial labels.
+    search: SearchState | None = None
+    labels: dict[str, str] = field(default_factory=dict)
 
     @property
     def scaling_modes(self) -> list[str]:
@@ -76,6 +82,8 @@ def assemble(inputs: SweepInputs) -> Report:
         calibration=inputs.calibration,
         price=inputs.price_per_device_hour,
         notes=list(inputs.notes),
+        search=inputs.search,
+        labels=dict(inputs.labels),
     )
     if report.configs and report.max_repeats <= 1:
         report.notes.append(

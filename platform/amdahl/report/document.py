@@ -96,9 +96,56 @@ def sections(report: Report) -> list[Section]:
     out += [_communication(report), _predicted(report), _efficiency(report), _quality(report)]
     if any(row.get("target") for c in report.configs for row in c.rows):
         out.append(_time_to_target(report))
+    if report.search is not None:
+        out.append(_search(report))
     out.append(_failures(report))
     out.append(Section("thresholds", "Thresholds used", bullets=list(THRESHOLD_TEXT)))
     return out
+
+
+def _search(r: Report) -> Section:
+    """search: halving: each rung (what it measured, kept and dropped, and why), what the
+    step-time model skipped, and the final ranking."""
+    state = r.search
+    assert state is not None
+    label = lambda tid: r.labels.get(tid, tid)  # noqa: E731
+    sec = Section("search", "Search: successive halving")
+    rungs = len(state.steps)
+    sec.paras.append(
+        f"{rungs} rung(s) of {', '.join(str(s) for s in state.steps)} measured steps; "
+        + ("finished." if state.finished else f"stopped after rung {len(state.rungs) - 1}.")
+    )
+    sec.tables.append(
+        Table(
+            ["rung", "steps", "measured", "kept", "dropped"],
+            [
+                [
+                    str(g.index),
+                    str(g.steps),
+                    str(len(set(g.measured) | set(g.dropped))),
+                    str(len(g.kept)),
+                    str(len(g.dropped)),
+                ]
+                for g in state.rungs
+            ],
+        )
+    )
+    dropped = [[label(tid), why] for g in state.rungs for tid, why in sorted(g.dropped.items())]
+    skipped = [[label(tid), why] for tid, why in sorted(state.skipped.items())]
+    if skipped:
+        sec.tables.append(Table(["configuration", "reason"], skipped, "Skipped by prediction"))
+    if dropped:
+        sec.tables.append(Table(["configuration", "reason"], dropped, "Dropped"))
+    ranking = state.ranking()
+    if ranking:
+        sec.tables.append(
+            Table(
+                ["configuration", "rung reached", "objective"],
+                [[label(t), str(k), f"{v:,.4g}"] for t, k, v in ranking[:_MAX_LISTED]],
+                "Final ranking (deepest rung first, then objective)",
+            )
+        )
+    return sec
 
 
 def _summary(r: Report) -> Section:

@@ -12,12 +12,15 @@ import math
 import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from amdahl.results import read_results
 from amdahl.sweepdir import CALIBRATION_FILE, PLAN_FILE, SPEC_FILE
+
+if TYPE_CHECKING:
+    from amdahl.search import SearchState
 
 #: The measured peak (calibration.json's `peak_flops` key) a precision's MFU is taken against:
 #: its own number format's (amdahl.peak measures each the same way).
@@ -131,6 +134,10 @@ class SweepInputs:
     price_per_device_hour: float = 0.0
     refused: list[tuple[str, str]] = field(default_factory=list)  # (label, reason)
     notes: list[str] = field(default_factory=list)
+    #: search: halving: its rungs and skips replayed from every row (`rows` then holds each
+    #: configuration's longest measurement only), and plan.json's trial labels.
+    search: SearchState | None = None
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 def load_inputs(sweep_dir: str | Path) -> SweepInputs:
@@ -152,12 +159,39 @@ def load_inputs(sweep_dir: str | Path) -> SweepInputs:
     if plan is not None and not isinstance(trials, list):
         inputs.notes.append(f"{PLAN_FILE} ignored: no list of trials in it")
     for t in trials if isinstance(trials, list) else []:
+        if isinstance(t, dict) and t.get("trial_id"):
+            inputs.labels[str(t["trial_id"])] = str(t.get("label") or t["trial_id"])
         if isinstance(t, dict) and t.get("refused"):
             reason = t["refused"]  # a string as sweepdir.plan_summary writes it; else JSON
             if not isinstance(reason, str):
                 reason = json.dumps(reason, default=str)
             inputs.refused.append((str(t.get("label") or t.get("trial_id")), reason))
+    if any(r.get("rung") is not None for r in rows):
+        _searched(inputs, spec)
     return inputs
+
+
+def _searched(inputs: SweepInputs, spec: Any) -> None:
+    """A halving search's rows: replay its decisions for the "Search" section, and keep each
+    configuration's longest measurement for the rest of the report."""
+    from pydantic import ValidationError
+
+    from amdahl.search import final_rows, replay
+    from amdahl.spec import SearchSpec, TrainSpec
+
+    raw = spec if isinstance(spec, dict) else {}
+    try:
+        search = SearchSpec(**(raw.get("search") or {}))
+        train = TrainSpec(**(raw.get("train") or {}))
+    except (ValidationError, TypeError) as e:
+        inputs.notes.append(f"search section left out: {SPEC_FILE} does not validate ({e})")
+    else:
+        inputs.search = replay(inputs.rows, search, train)
+    inputs.rows = final_rows(inputs.rows)
+    inputs.notes.append(
+        "search: halving: each configuration is shown with its longest measurement (the last "
+        "rung it reached); the Search section says what was dropped where, and why"
+    )
 
 
 def _read_json(path: Path, notes: list[str]) -> Any:
