@@ -16,6 +16,10 @@ PURE = [
     "errors",
     "stepclock",
     "sweepdir",
+    "strategies",
+    "launch",
+    "search",
+    "track_backend",
     *[f"report/{p.stem}" for p in (PACKAGE / "report").glob("*.py")],
 ]
 #: Worker-side modules: they never talk to MLflow (the driver is the single writer).
@@ -39,6 +43,21 @@ def _imports(path: Path, module_level_only: bool) -> set[str]:
 def test_pure_modules_import_no_heavy_library_at_module_level(module):
     imported = _imports(PACKAGE / f"{module}.py", module_level_only=True)
     assert not {n for n in imported if n.split(".")[0] in HEAVY}
+
+
+def test_pure_modules_load_no_heavy_library_through_their_imports_either():
+    """What a pure module imports from amdahl must be pure too: importing them all, in a fresh
+    interpreter, loads none of Ray, torch or MLflow."""
+    import subprocess
+    import sys
+
+    modules = ["amdahl." + m.removesuffix("/__init__").replace("/", ".") for m in sorted(PURE)]
+    probe = (
+        f"import sys; import {', '.join(modules)}; "
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)!r}))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 @pytest.mark.parametrize("module", WORKER)

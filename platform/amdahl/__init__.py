@@ -27,10 +27,13 @@ _LAZY = {
     "validate_spec": "amdahl.spec",
     "run_sweep": "amdahl.run",
     "make_plan": "amdahl.cluster",
+    "PushOutcome": "amdahl.track",
+    "push_results": "amdahl.track",
 }
 
 __all__ = [
     "COLUMNS",
+    "PushOutcome",
     "SweepPlan",
     "SweepSpec",
     "Trial",
@@ -40,6 +43,7 @@ __all__ = [
     "load_spec",
     "make_plan",
     "plan_sweep",
+    "push_results",
     "read_results",
     "run_sweep",
     "validate_spec",

@@ -183,37 +183,27 @@ def init(directory: str) -> None:
 def mlflow_push(sweep_dir: str) -> None:
     """Push to MLflow every result of SWEEP_DIR that MLflow does not have yet (rows it has are
     found by their tags, not duplicated). Refused while a sweep driver writes SWEEP_DIR."""
-    from amdahl.results import read_results
-    from amdahl.spec import load_spec
-    from amdahl.sweepdir import existing_sweep_dir, lock_sweep_dir
-    from amdahl.track import Tracker
+    from amdahl.track import push_results
 
-    d = existing_sweep_dir(sweep_dir)  # before the lock: no lock file in a foreign directory
-    spec = load_spec(d.spec)
-    advice = (
-        "its driver pushes its rows to MLflow itself, and a push beside it would replace its "
-        f"{d.tracking.name}. Wait for it to end, or stop it (Ctrl-C in its terminal, or "
-        "`kill -INT <pid>` on its host) and push then"
-    )
-    with lock_sweep_dir(d.path, by="MLflow push", advice=advice), _quiet("amdahl.track"):
-        rows = read_results(d.path).to_pylist()
-        tracker = Tracker(spec, d.path)
-        pushed = tracker.sync(rows)
+    with _quiet("amdahl.track"):
+        outcome = push_results(sweep_dir)
     again = f"`platform mlflow-push {shlex.quote(sweep_dir)}`"
-    if tracker.offline_reason:
+    if outcome.offline_reason:
         raise UserError(
-            f"MLflow unreachable: {tracker.offline_reason}; nothing lost, run {again} again "
+            f"MLflow unreachable: {outcome.offline_reason}; nothing lost, run {again} again "
             "when it is back"
         )
-    if tracker.error or tracker.state_error:
-        problem = "; ".join(p for p in (tracker.error, tracker.state_error) if p)
+    if outcome.error:
         click.echo(
-            f"error: pushing to MLflow failed ({problem}); {pushed} rows pushed. Every row is "
-            f"in {d.results}: once the cause is fixed, {again} pushes what MLflow lacks",
+            f"error: pushing to MLflow failed ({outcome.error}); {outcome.pushed} rows pushed. "
+            f"Every row is in {outcome.results}: once the cause is fixed, {again} pushes what "
+            "MLflow lacks",
             err=True,
         )
         sys.exit(EXIT_PUSH_FAILED)
-    click.echo(f"{pushed} rows pushed to MLflow, {len(rows) - pushed} were already there")
+    click.echo(
+        f"{outcome.pushed} rows pushed to MLflow, {outcome.already_there} were already there"
+    )
 
 
 @contextlib.contextmanager

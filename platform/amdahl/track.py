@@ -5,17 +5,18 @@ The mechanism lives here, written against `track_backend.TrackingBackend`; MLflo
 live in track_mlflow.py (`MlflowBackend`, the default store). The driver is the single writer
 (many processes on one SQLite file contend). Every row is keyed by `trial_id:repeat` in the store
 and in `tracking.json` in the sweep directory, so logging is idempotent: a resumed sweep or
-`platform sync` pushes only what the store does not have yet. tracking.json keeps that record per
-tracking store (`TrackingBackend.store_key`: for MLflow its URI without credentials) and
-experiment, so a sweep directory copied elsewhere (rsynced down from a cluster) syncs in full to
-another store.
+`platform mlflow-push` (`push_results`) pushes only what the store does not have yet.
+tracking.json keeps that record per tracking store (`TrackingBackend.store_key`: for MLflow its
+URI without credentials) and experiment, so a sweep directory copied elsewhere (rsynced down
+from a cluster) is pushed in full to another store.
 
 What MLflow's UI draws from it: each child run carries its trial's per-step curves (the results'
 `history` column) as metric history with step = the optimizer step (`HISTORY_METRICS`), logged in
 the same batch as the run's other values. The parent run carries the sweep's scaling curves, one
 metric history per configuration with step = the device count (`scaling_metrics`), and the best
-configuration's figures, logged when the sweep finishes and on `platform sync`. Experiments amdahl
-creates, or uses without a kind, are tagged as model training (`EXPERIMENT_KIND`).
+configuration's figures, logged when the sweep finishes and on `platform mlflow-push`.
+Experiments amdahl creates, or uses without a kind, are tagged as model training
+(`EXPERIMENT_KIND`).
 
 An unreachable tracking store never stops a sweep: the rows stay in results.parquet and are pushed
 later. Any other tracking failure (a bug, a state file that cannot be written) does not stop it
@@ -31,14 +32,15 @@ import re
 import time
 import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from amdahl.errors import UserError
 from amdahl.files import redact_uris, write_private
 from amdahl.results import SETTING_COLUMNS, read_results
-from amdahl.spec import SweepSpec
-from amdahl.sweepdir import TRACKING_FILE, SweepDir
+from amdahl.spec import SweepSpec, load_spec
+from amdahl.sweepdir import TRACKING_FILE, SweepDir, existing_sweep_dir, lock_sweep_dir
 from amdahl.track_backend import Metric, TrackingBackend
 from amdahl.track_mlflow import (
     EXPERIMENT_KIND,
@@ -55,12 +57,14 @@ __all__ = [
     "EXPERIMENT_KIND_TAG",
     "HISTORY_METRICS",
     "STATE_FILE",
+    "PushOutcome",
     "Tracker",
     "TrackingBackend",
     "create_sqlite_store_atomically",
     "is_outage",
     "load_state",
     "metric_names",
+    "push_results",
     "scaling_metrics",
     "store_key",
 ]
@@ -83,6 +87,7 @@ _PARAM_COLUMNS = (
     "warmup_steps",
     "target",
     "repeat",
+    "rung",
     "trial_id",
     "launch_id",
     "micro_steps",
@@ -127,8 +132,8 @@ def load_state(path: Path) -> dict[str, Any]:
     except (OSError, ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
         raise UserError(
             f"{path}: not a readable tracking state ({e}); move it aside and run "
-            f"`platform sync {path.parent}`: the file only records which rows MLflow holds, "
-            "and without it they are looked up in MLflow by their tags"
+            f"`platform mlflow-push {path.parent}`: the file only records which rows MLflow "
+            "holds, and without it they are looked up in MLflow by their tags"
         ) from None
     return {"version": STATE_VERSION, "stores": stores}
 
@@ -197,7 +202,7 @@ class Tracker:
         """
         if not self.enabled:
             return False
-        key = f"{row['trial_id']}:{row['repeat']}"
+        key = _row_key(row)
         try:
             if self._holds(row):
                 return True
@@ -278,14 +283,14 @@ class Tracker:
 
     def _holds(self, row: dict[str, Any]) -> bool:
         """Whether this store has the row as it is now, by the tracking state."""
-        known = self._logged.get(f"{row['trial_id']}:{row['repeat']}")
+        known = self._logged.get(_row_key(row))
         return known is not None and known["status"] == row["status"]
 
     def _log_child(self, key: str, row: dict[str, Any], run_id: str | None) -> str:
         """Write row `key` into its child run (`run_id`, else found by its key, else new)."""
         parent = self._ensure_parent()
         experiment_id = self._entry()["experiment_id"]
-        ok = row["status"] == "ok"
+        ok = row["status"] in ("ok", "skipped")  # skipped (search): nothing failed
         existing = None
         if run_id is None:
             # Not in our state: logged before a crash lost the state, or by an earlier record
@@ -301,7 +306,7 @@ class Tracker:
         name = (
             f"d{row['devices']}-b{row['batch_size']}-{row['precision']}-{row['compile']}-"
             f"{row['sync']}-r{row['repeat']}"
-        )
+        ) + (f"-rung{row['rung']}" if row.get("rung") is not None else "")
         params: dict[str, str] = {}
         if run_id not in self._known_run_ids():
             # New, or found by its key after a crash that may have come before its params were
@@ -506,8 +511,8 @@ class Tracker:
         if self.state_error is not None:
             problems.append(self.state_error)
         log.error(
-            "%s. Every row is in %s; once the cause is fixed, `platform sync %s` pushes what "
-            "%s lacks (rows it has are found by their tags, not duplicated).",
+            "%s. Every row is in %s; once the cause is fixed, `platform mlflow-push %s` pushes "
+            "what %s lacks (rows it has are found by their tags, not duplicated).",
             "; ".join(problems),
             self.files.results,
             self.sweep_dir,
@@ -519,7 +524,7 @@ class Tracker:
         if self.offline_reason is None:
             self.offline_reason = redact_uris(f"{type(error).__name__}: {error}")
             log.warning(
-                "%s unreachable, results stay in %s until `platform sync`: %s",
+                "%s unreachable, results stay in %s until `platform mlflow-push`: %s",
                 self.backend.name,
                 self.sweep_dir,
                 self.offline_reason,
@@ -527,8 +532,76 @@ class Tracker:
         self.backend.disconnect()
 
 
+# --------------------------------------------------------------------------- pushing a sweep
+
+#: `lock_sweep_dir`'s `by` for a push (what a driver refused by it is told holds the directory).
+PUSH = "MLflow push"
+
+
+@dataclass(frozen=True)
+class PushOutcome:
+    """What `push_results` did with a sweep directory's rows.
+
+    `offline_reason`: the store was unreachable (nothing lost: push again when it is back).
+    `error`: a failure that is not an outage, or a tracking.json that could not be written
+    (every row is still in `results`; push again once the cause is fixed)."""
+
+    results: Path  # the results table the rows were read from
+    rows: int  # rows in it
+    pushed: int  # rows this push wrote to the store
+    offline_reason: str | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.offline_reason is None and self.error is None
+
+    @property
+    def already_there(self) -> int:
+        """Rows this push did not write: when `ok`, those the store held already."""
+        return self.rows - self.pushed
+
+
+def push_results(sweep_dir: str | Path) -> PushOutcome:
+    """Push to the sweep's tracking store (its spec's `tracking`, MLflow) every row of
+    `sweep_dir`'s results table that the store lacks; rows it holds are found by their tags,
+    not duplicated (`Tracker.sync`). What `platform mlflow-push` runs.
+
+    Holds the directory (`sweepdir.lock_sweep_dir`) while it reads and pushes: a UserError,
+    naming the holder, while a sweep driver writes it (the driver pushes its own rows, and a
+    push beside it would replace its tracking.json); a driver started meanwhile is refused. A
+    directory without spec.yaml is a UserError too. No tracking failure is raised: it is in
+    the outcome (and logged by the tracker on the `amdahl.track` logger)."""
+    d = existing_sweep_dir(sweep_dir)  # before the lock: no lock file in a foreign directory
+    spec = load_spec(d.spec)
+    advice = (
+        "its driver pushes its rows to MLflow itself, and a push beside it would replace its "
+        f"{d.tracking.name}. Wait for it to end, or stop it (Ctrl-C in its terminal, or "
+        "`kill -INT <pid>` on its host) and push then"
+    )
+    with lock_sweep_dir(d.path, by=PUSH, advice=advice):
+        rows = read_results(d.path).to_pylist()
+        tracker = Tracker(spec, d.path)
+        pushed = tracker.sync(rows)
+    problems = [p for p in (tracker.error, tracker.state_error) if p]
+    return PushOutcome(
+        results=d.results,
+        rows=len(rows),
+        pushed=pushed,
+        offline_reason=tracker.offline_reason,
+        error="; ".join(problems) or None,
+    )
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _row_key(row: dict[str, Any]) -> str:
+    """A row's key in the store and in tracking.json: `trial_id:repeat`, and `:rung<k>` for a
+    search rung (each rung's measurement is a child run of its own)."""
+    key = f"{row['trial_id']}:{row['repeat']}"
+    return key if row.get("rung") is None else f"{key}:rung{row['rung']}"
 
 
 def _row_params(row: dict[str, Any]) -> dict[str, str]:

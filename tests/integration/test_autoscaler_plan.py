@@ -13,6 +13,8 @@ from amdahl.plan import plan_sweep
 from amdahl.spec import validate_spec
 from workloads.mlp import MLP
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture
 def autoscaler_config(ray_cluster):

@@ -1,5 +1,5 @@
 """Faults lose nothing: a killed driver resumes, Ctrl-C stops cleanly, a killed worker is
-retried or recorded, an MLflow outage is caught up by `platform sync`.
+retried or recorded, an MLflow outage is caught up by `platform mlflow-push`.
 
 The CLI tests run `platform sweep` as a child process with its own local Ray (the process
 tree ends with it); the worker-kill test uses the session's Ray.
@@ -19,6 +19,8 @@ import pytest
 from mlflow_server import free_port, start_mlflow, stop
 
 from amdahl import read_results, run_sweep, validate_spec
+
+pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,6 +14,8 @@ from trial_runner import MLP_PARAMS, launch_config, trial_config
 from amdahl.harness import Placement, _aggregate, _run_guarded, build_trial_model, run_trial
 from workloads.mlp import MLP
 
+pytestmark = pytest.mark.integration
+
 
 class RecordingMLP(MLP):
     """The MLP with a forward hook that records the dtype each Linear layer computes in."""

@@ -15,6 +15,8 @@ from amdahl.harness import Placement, _aggregate, run_trial
 from amdahl.results import COLUMNS, HISTORY_POINTS, history_steps
 from workloads.mlp import MLP
 
+pytestmark = pytest.mark.integration
+
 PARAMS = MLP_PARAMS
 SETTINGS = dict(
     settings(),

@@ -4,7 +4,11 @@ exactly what it computes in a worker group of its own."""
 
 import json
 
+import pytest
+
 from amdahl import read_results, run_sweep, validate_spec
+
+pytestmark = pytest.mark.integration
 
 SPEC = {
     "name": "worlds",

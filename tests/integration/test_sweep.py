@@ -8,6 +8,8 @@ import pytest
 
 from amdahl import read_results, run_sweep, validate_spec
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parents[2]
 
 TINY = {

@@ -25,6 +25,8 @@ from mlflow_server import free_port, start_mlflow, stop
 from amdahl import read_results, run_sweep, validate_spec
 from amdahl.run import SweepOutcome
 
+pytestmark = pytest.mark.integration
+
 EXPERIMENT = "served"
 SPEC: dict[str, Any] = {
     "name": "served",

@@ -1,14 +1,18 @@
 """What a user reads: report.md and report.html written into the sweep directory, the terminal
 view (recommendation first), the CLI over one or two sweeps, and graceful degradation."""
 
+import io
 import re
+from pathlib import Path
 
 import pyarrow.parquet as pq
 from click.testing import CliRunner
 from report_rows import PARAMS, row, scaling_rows, write_sweep
+from rich.console import Console
 
 from amdahl.cli import main
-from amdahl.report import render_terminal, write_reports
+from amdahl.report import build_report, write_reports
+from amdahl.report.render_text import print_report
 from amdahl.results import RESULTS_FILE
 
 CALIBRATION = {
@@ -21,6 +25,14 @@ CALIBRATION = {
     "peak_source": "measured: test",
 }
 PLOTS = ("pareto", "throughput-0", "efficiency", "breakdown", "memory")
+
+
+def _terminal(sweep_dir: Path) -> str:
+    """The terminal view as `platform report` prints it (`print_report`), without colour."""
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=140, color_system=None, force_terminal=False)
+    print_report(build_report(sweep_dir), console)
+    return buffer.getvalue()
 
 
 def _rows():
@@ -74,7 +86,7 @@ def test_html_is_self_contained_with_every_plot_drawn(tmp_path):
 
 def test_terminal_view_puts_the_recommendation_first(tmp_path):
     d = write_sweep(tmp_path / "s", _rows())
-    text = render_terminal(d)
+    text = _terminal(d)
     assert text.index("Recommendation") < text.index("Speedup against ideal")
     assert "Fastest: d4 b128 fp32 eager w1 ddp at 2,000 samples/s." in text
     assert "no calibration.json" in text.lower()
@@ -135,7 +147,7 @@ def test_strong_scaling_is_stated(tmp_path):
 
 
 def test_an_empty_sweep_directory_reports_nothing_to_scale(tmp_path):
-    text = render_terminal(tmp_path)
+    text = _terminal(tmp_path)
     assert "0 result rows" in text and "No configuration can be recommended" in text
 
 

@@ -272,3 +272,21 @@ def test_a_failure_that_is_not_an_outage_is_reported_and_the_next_row_still_logs
     assert "memory tracking failed with an error that is not an outage" in message
     assert "0 of 2 rows are not in memory" in message
     assert len(store.children()) == 2
+
+
+def test_each_search_rung_of_a_trial_is_a_child_run_of_its_own(sweep):
+    sweep_dir, rows = sweep
+    store = Store()
+    tracker = _tracker(sweep_dir, store)
+    rungs = [{**rows[0], "rung": 0, "steps": 5}, {**rows[0], "rung": 1, "steps": 15}]
+    skipped = {**rows[1], "rung": 0, "status": "skipped", "error": "predicted 10 samples/s"}
+    assert tracker.sync([*rungs, skipped]) == 3
+    by_key = {c.key: c for c in store.children()}
+    tid, other = rows[0]["trial_id"], rows[1]["trial_id"]
+    assert set(by_key) == {f"{tid}:0:rung0", f"{tid}:0:rung1", f"{other}:0:rung0"}
+    assert by_key[f"{tid}:0:rung1"].params["rung"] == "1"
+    assert by_key[f"{tid}:0:rung1"].name.endswith("-rung1")
+    # a skipped configuration failed nothing: its run is finished, its status tagged
+    assert by_key[f"{other}:0:rung0"].status == "FINISHED"
+    assert by_key[f"{other}:0:rung0"].tags["amdahl.status"] == "skipped"
+    assert tracker.sync([*rungs, skipped]) == 0  # idempotent per rung

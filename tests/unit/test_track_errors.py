@@ -101,7 +101,7 @@ def test_a_bug_is_not_an_outage_and_is_reported_once_at_the_end(tracker, caplog)
     assert [r.levelno for r in messages] == [logging.ERROR]
     text = messages[0].getMessage()
     assert "not an outage" in text and "KeyError: 'devices'" in text
-    assert "1 of 2 rows are not in MLflow" in text and "platform sync" in text
+    assert "1 of 2 rows are not in MLflow" in text and "platform mlflow-push" in text
     assert "unreachable" not in text
     assert [c.data.tags["amdahl.row"] for c in _children(tracker)] == ["good:0"]
 
@@ -139,7 +139,7 @@ def test_a_corrupt_state_file_is_one_user_error_naming_it_and_the_fix(tmp_path, 
         Tracker(validate_spec({"workload": "mlp"}), tmp_path)
     message = str(e.value)
     assert message.startswith(f"{path}: not a readable tracking state (")
-    assert "move it aside" in message and f"platform sync {tmp_path}" in message
+    assert "move it aside" in message and f"platform mlflow-push {tmp_path}" in message
 
 
 def test_old_state_files_stay_readable(tmp_path):

@@ -2,7 +2,6 @@
 
     build_report(dir)     -> Report (numbers: compute.py; bottlenecks, recommendation: diagnose.py)
     write_reports(dir)    -> {"markdown": dir/report.md, "html": dir/report.html}
-    render_terminal(dir)  -> the terminal view as plain text
     predict_sweep(dir, devices) -> the step-time model's predictions (stepmodel.py)
 
 Inputs: results.parquet, plus calibration.json, spec.yaml and plan.json when present.
@@ -17,7 +16,7 @@ from amdahl.files import write_private
 from amdahl.report.build import Report, build_report, report_from_rows
 from amdahl.report.document import comparison
 from amdahl.report.render_html import to_html
-from amdahl.report.render_text import render_terminal_text, to_markdown
+from amdahl.report.render_text import to_markdown
 from amdahl.report.stepmodel import predict_sweep
 from amdahl.sweepdir import REPORT_HTML_FILE, REPORT_MD_FILE, SweepDir
 
@@ -32,7 +31,6 @@ __all__ = [
     "build_report",
     "comparison",
     "predict_sweep",
-    "render_terminal",
     "report_from_rows",
     "write_reports",
 ]
@@ -46,11 +44,6 @@ def write_reports(sweep_dir: str | Path, report: Report | None = None) -> dict[s
     _write(paths["markdown"], to_markdown(report))
     _write(paths["html"], to_html(report))
     return paths
-
-
-def render_terminal(sweep_dir: str | Path) -> str:
-    """The terminal view of one sweep as plain text (the CLI prints it with colour)."""
-    return render_terminal_text(build_report(sweep_dir))
 
 
 def _write(path: Path, text: str) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import re
 
 from rich.console import Console
@@ -39,14 +38,6 @@ def _rich_table(t: Table) -> RichTable:
 
 def print_report(report: Report, console: Console) -> None:
     print_sections(sections(report), console)
-
-
-def render_terminal_text(report: Report, width: int = 140) -> str:
-    """The terminal view as plain text (no colour codes)."""
-    buf = io.StringIO()
-    console = Console(file=buf, width=width, color_system=None, force_terminal=False)
-    print_report(report, console)
-    return buf.getvalue()
 
 
 def to_markdown(report: Report) -> str:
