@@ -177,9 +177,9 @@ def comm_volume(
     a reduce-scatter or all-gather (p-1)/p x n in (p-1). DDP all-reduces per bucket
     (`ddp_buckets`), each bucket paying the latency.
 
-    - ddp, accumulate: one all-reduce of the gradient per optimizer step (accumulate: after the
-      last of its micro-steps);
-    - ddp_fp16, ddp_bf16: the same with 2-byte buckets, half the bytes;
+    - strategies with a `wire_factor` in the table (ddp, accumulate, ddp_fp16, ddp_bf16): one
+      all-reduce of the gradient per optimizer step (accumulate: after the last of its
+      micro-steps) at wire_factor of its bytes (the 2-byte hooks: half);
     - powersgd: per bucket, three all-reduces (the uncompressed tensors, the P and the Q
       factors) of `powersgd_elements`; without shapes the gradient is taken as one square
       matrix (an estimate, labelled);
@@ -214,17 +214,13 @@ def comm_volume(
             2.0,
             f"push + pull of the gradient through {shards} parameter-server shard(s)",
         )
-    if sync in ("ddp", "accumulate"):
+    wire = strategies.STRATEGIES[sync].wire_factor
+    if wire is not None:  # DDP and its compression hooks: the table's bytes per gradient byte
+        as_sent = "" if wire == 1 else f" at {wire:g} of its bytes"
         return CommVolume(
-            ring * g,
+            ring * g * wire,
             2 * (p - 1) * buckets,
-            f"ring all-reduce of the gradient ({buckets} bucket(s))",
-        )
-    if sync in ("ddp_fp16", "ddp_bf16"):
-        return CommVolume(
-            ring * g / 2,
-            2 * (p - 1) * buckets,
-            f"ring all-reduce of the gradient as 2-byte values ({buckets} bucket(s))",
+            f"ring all-reduce of the gradient{as_sent} ({buckets} bucket(s))",
         )
     if sync == "powersgd":
         r = max(1, options.powersgd_rank)
