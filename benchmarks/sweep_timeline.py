@@ -32,43 +32,56 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="amdahl-timeline-"))
     os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")
     spec = load_spec(args.spec, args.overrides)
-    events: list[tuple[float, str, str]] = []
+    events: list[tuple[float, float, str, str]] = []  # (since start, unix time, kind, detail)
     start = time.perf_counter()
 
     def on_event(kind: str, payload: dict) -> None:
         what = ""
         if kind == "launch_started":
             launch = payload["launch"]
-            what = f"{launch.launch_id} ({len(launch.trials)} trials, d{launch.device_counts})"
+            what = launch.launch_id
         elif kind == "trial_done":
             row = payload["row"]
-            what = f"{row['trial_id']} r{row['repeat']} {row['status']}"
-        events.append((time.perf_counter() - start, kind, f"{what} @{time.time():.2f}"))
+            what = f"{row['trial_id']} r{row['repeat']}"
+        events.append((time.perf_counter() - start, time.time(), kind, what))
 
     outcome = run_sweep(
         spec, runs_dir=work / "runs", tracking=not args.no_tracking, on_event=on_event
     )
     wall = time.perf_counter() - start
-    rows = {(r["trial_id"], r["repeat"]): r for r in outcome.rows}
+    rows = {f"{r['trial_id']} r{r['repeat']}": r for r in outcome.rows}
+    first_rows = {r["launch_id"]: r for r in outcome.rows if r.get("launch_setup_s") is not None}
 
     print(f"{'t (s)':>7s}  {'event':16s} detail")
     last = 0.0
-    for t, kind, what in events:
+    starts = {"ray start": 0.0, "worker setup": 0.0}
+    for t, unix, kind, what in events:
         line = f"{t:7.2f}  {kind:16s} {what}  (+{t - last:.2f})"
+        if kind == "launch_started" and what in first_rows:
+            first = first_rows[what]
+            ray_s = first["launch_entered_unix_s"] - unix
+            starts["ray start"] += ray_s
+            starts["worker setup"] += first["launch_setup_s"]
+            setup = first["launch_setup_s"]
+            line += f"  Ray Train start {ray_s:.2f} s, worker set-up {setup:.2f} s"
         if kind == "trial_done":
-            tid, rep = what.split()[0], int(what.split()[1][1:])
-            r = rows.get((tid, rep), {})
-            parts = ("setup_s", "warmup_s", "measured_s", "wall_s")
+            r = rows.get(what, {})
+            parts = ("setup_s", "warmup_s", "first_step_s", "measured_s", "wall_s")
             line += "  " + " ".join(f"{p[:-2]} {r.get(p) or 0:.2f}" for p in parts)
         print(line)
         last = t
     trial_wall = sum(r.get("wall_s") or 0.0 for r in outcome.rows)
     measured = sum(r.get("measured_s") or 0.0 for r in outcome.rows)
-    first = next((t for t, k, _ in events if k == "launch_started"), wall)
+    first = next((t for t, _, k, _ in events if k == "launch_started"), wall)
+    between = wall - first - trial_wall - starts["ray start"] - starts["worker setup"]
     print(
-        f"\nwall {wall:.1f} s: before the first launch {first:.1f} s; inside trials "
-        f"{trial_wall:.1f} s (measured windows {measured:.1f} s); elsewhere "
-        f"{wall - first - trial_wall:.1f} s; {len(outcome.rows)} trials"
+        f"\nwall {wall:.1f} s over {len(outcome.rows)} trials:\n"
+        f"  before the first launch (Ray, plan, data) {first:6.1f} s\n"
+        f"  Ray Train starting worker groups           {starts['ray start']:6.1f} s\n"
+        f"  workers' set-up before their first trial  {starts['worker setup']:6.1f} s\n"
+        f"  inside trials                             {trial_wall:6.1f} s "
+        f"(measured windows {measured:.1f} s)\n"
+        f"  the rest (reports, launch ends, report)   {between:6.1f} s"
     )
 
 

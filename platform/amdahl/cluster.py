@@ -152,8 +152,10 @@ def make_plan(spec: SweepSpec, nodes: list[Node] | None = None) -> SweepPlan:
     every abstract method, and its data path runs on a few rows of every parameter set
     (workload.check_workload): all before anything is drawn or launched.
     """
+    from amdahl import search
     from amdahl.data import check_source  # numpy and pyarrow: only when planning
 
+    search.check(spec)
     locate_spec_workload(spec)
     workload = make_workload(spec.workload, spec.params)
     for name, values in spec.grid.param_axes().items():

@@ -77,6 +77,7 @@ def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
     # later, larger trial would pay it there).
     import torch._dynamo  # noqa: F401
 
+    entered_unix, entered = time.time(), time.perf_counter()
     launch = loop_config["launch"]
     ctx = ray.train.get_context()
     rank = ctx.get_world_rank()
@@ -110,6 +111,12 @@ def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
 
     gc.freeze()
     reported_at = deque([-math.inf, -math.inf], maxlen=2)  # this rank's last two reports
+    # Where a launch's start went, in its first row: when this function began (against the
+    # driver's clock, the Ray Train start) and its own set-up before the first trial.
+    launch_start = {
+        "launch_entered_unix_s": entered_unix,
+        "launch_setup_s": time.perf_counter() - entered,
+    }
     for trial in launch.trials:
         for repeat in range(launch.train.repeats):
             if (trial.trial_id, repeat) in done:
@@ -135,6 +142,8 @@ def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
             _wait_for_every_rank(f"{trial.trial_id}/{repeat}", error, world)
             gathered = _gather(stats, error, world)
             row = _results_row(launch, trial, repeat, gathered, started, stamp, device)
+            row.update(launch_start)
+            launch_start = {}
             _report(row if rank == 0 else None, done)
             reported_at.append(time.monotonic())
     # Ray 2.60: if the launch's last rows are still queued for Tune when this function returns,

@@ -102,6 +102,9 @@ class LiveProgress:
                 entry["note"] = (
                     (row.get("error") or "").splitlines()[0][:80] if row.get("error") else ""
                 )
+                if row.get("rung") is not None:  # search: halving shows the latest rung
+                    rung = f"rung {row['rung']} ({row['steps']} steps)"
+                    entry["note"] = f"{rung}: {entry['note']}" if entry["note"] else rung
         self.live.update(self._table())
 
     def _table(self) -> Table:

@@ -110,6 +110,16 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     ),
     "setup_s": (pa.float64(), "seconds from trial start on the workers to its first step"),
     "wall_s": (pa.float64(), "seconds from trial start to its results row"),
+    "launch_entered_unix_s": (
+        pa.float64(),
+        "first row of a launch only: Unix time its workers' training function began (against "
+        "the driver's clock: how long Ray took to start the worker group)",
+    ),
+    "launch_setup_s": (
+        pa.float64(),
+        "first row of a launch only: seconds the workers spent before its first trial "
+        "(validation rows, peak-FLOP/s probe, starting the input pipeline)",
+    ),
     "steps": (
         pa.int64(),
         "measured steps (after warmup; in time-to-target mode, those run until the target)",

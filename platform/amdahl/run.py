@@ -264,27 +264,26 @@ def _halving(run: _Measurement) -> None:
 
     spec = run.spec
     rows = read_results(run.sweep_dir).to_pylist()
-    at = lambda k: {(r["trial_id"], r["repeat"]) for r in rows if r.get("rung") == k}  # noqa: E731
     candidates = {t.trial_id for t in run.plan.runnable}
     if not search.replay(rows, spec.search, spec.train).rungs:
         skipped = {r["trial_id"] for r in rows if r.get("status") == search.SKIPPED}
         first = _rung0_identities(run, candidates - skipped)
         anchors = set(search.anchors(list(first.values())))
         if not skipped and spec.search.skip_below is not None and anchors != set(first):
-            run.measure(anchors, at(0), rung=0)
+            run.measure(anchors, _measured_at(rows, 0), rung=0)
             if run.interrupt.is_set():
                 return
             rows = read_results(run.sweep_dir).to_pylist()
             measured = [r for r in rows if r.get("rung") == 0 and r["trial_id"] in anchors]
             rest = [first[t] for t in first if t not in anchors]
             reasons = search.predicted_skips(
-                measured, rest, spec.search, spec.options.model_dump(), _calibration(spec)
+                measured, rest, spec.search, spec.options.model_dump(), search.calibration(spec)
             )
             for tid, reason in reasons.items():
                 run.record({**first[tid], "status": search.SKIPPED, "error": reason})
             skipped = set(reasons)
         rows = read_results(run.sweep_dir).to_pylist()
-        run.measure(candidates - skipped, at(0), rung=0)
+        run.measure(candidates - skipped, _measured_at(rows, 0), rung=0)
     while not run.interrupt.is_set():
         rows = read_results(run.sweep_dir).to_pylist()
         state = search.replay(rows, spec.search, spec.train)
@@ -292,7 +291,12 @@ def _halving(run: _Measurement) -> None:
             return
         nxt = state.rungs[-1].index + 1
         run.emit("rung", {"rung": nxt, "trials": state.rungs[-1].kept})
-        run.measure(set(state.rungs[-1].kept), at(nxt), rung=nxt)
+        run.measure(set(state.rungs[-1].kept), _measured_at(rows, nxt), rung=nxt)
+
+
+def _measured_at(rows: list[dict[str, Any]], rung: int) -> set[tuple[str, int]]:
+    """(trial_id, repeat) pairs with a row in `rung`: a resumed rung skips them."""
+    return {(r["trial_id"], r["repeat"]) for r in rows if r.get("rung") == rung}
 
 
 def _rung0_identities(run: _Measurement, trial_ids: set[str]) -> dict[str, dict[str, Any]]:
@@ -304,22 +308,6 @@ def _rung0_identities(run: _Measurement, trial_ids: set[str]) -> dict[str, dict[
         for trial in config.trials:
             out[trial.trial_id] = {**row_identity(config, trial, 0), "wall_s": 0.0}
     return out
-
-
-def _calibration(spec: SweepSpec) -> dict[str, Any] | None:
-    """search.calibration's content for the step-time model (a UserError when unreadable)."""
-    if not spec.search.calibration:
-        return None
-    path = Path(spec.search.calibration).expanduser()
-    if not path.is_absolute() and spec.source_dir is not None:
-        path = spec.source_dir / path
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise UserError(
-            f"search.calibration: cannot read {path} ({e}); give the calibration.json that "
-            "`platform calibrate` wrote, or leave search.calibration out"
-        ) from None
 
 
 class _InterruptFlag(tune.Stopper):

@@ -16,15 +16,18 @@ torch (docs/architecture.md, "Search").
 
 from __future__ import annotations
 
+import json
 import math
 import operator
 import re
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from amdahl.spec import SearchSpec, TrainSpec
+from amdahl.errors import UserError
+from amdahl.spec import SearchSpec, SweepSpec, TrainSpec
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le,
@@ -39,6 +42,41 @@ DEFAULT_NOISE = 0.02
 NOISE_SIGMAS = 2.0
 OK = "ok"
 SKIPPED = "skipped"
+
+
+# --------------------------------------------------------------------------- plan-time checks
+
+
+def check(spec: SweepSpec) -> None:
+    """What the search section asks that the rest of the spec cannot give: refused before
+    anything runs (a UserError naming the key and the fix)."""
+    if spec.search.objective == "time_to_target" and spec.train.target is None:
+        raise UserError(
+            "search.objective: time_to_target needs train.target (the metric and value to "
+            "reach); set it, or use objective throughput"
+        )
+    calibration(spec)
+
+
+def calibration(spec: SweepSpec) -> dict[str, Any] | None:
+    """search.calibration's content for the step-time model (relative: to the sweep file)."""
+    if not spec.search.calibration:
+        return None
+    path = Path(spec.search.calibration).expanduser()
+    if not path.is_absolute() and spec.source_dir is not None:
+        path = spec.source_dir / path
+    try:
+        content = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        content, why = None, f"{type(e).__name__}: {e}"
+    else:
+        why = "not a JSON object"
+    if not isinstance(content, dict):
+        raise UserError(
+            f"search.calibration: cannot read {path} ({why}); give the calibration.json that "
+            "`platform calibrate` wrote, or leave search.calibration out"
+        )
+    return content
 
 
 # --------------------------------------------------------------------------- objectives
@@ -95,8 +133,6 @@ def relative_noise(row: dict[str, Any]) -> float:
     (measured steps only; the spread taken robustly, 1.4826 x the median absolute deviation,
     so that one stalled step does not make every configuration look indistinguishable);
     DEFAULT_NOISE when it has too few steps."""
-    import json
-
     try:
         history = json.loads(row.get("history") or "{}")
     except ValueError:

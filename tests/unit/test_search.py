@@ -166,3 +166,30 @@ def test_the_model_skips_a_configuration_predicted_far_behind_and_says_why():
     assert (
         predicted_skips(rows, [slow], SearchSpec(method="halving", skip_below=None), {}, None) == {}
     )
+
+
+def test_bad_search_settings_are_refused_before_anything_runs(tmp_path):
+    from amdahl.errors import UserError
+    from amdahl.search import check
+    from amdahl.spec import load_spec, validate_spec
+
+    base = {"name": "s", "workload": "mlp"}
+    with pytest.raises(UserError, match="time_to_target needs train.target"):
+        check(
+            validate_spec({**base, "search": {"method": "halving", "objective": "time_to_target"}})
+        )
+    missing = validate_spec({**base, "search": {"calibration": str(tmp_path / "nope.json")}})
+    with pytest.raises(UserError, match="search.calibration: cannot read .*nope.json"):
+        check(missing)
+    (tmp_path / "list.json").write_text("[1, 2]")
+    with pytest.raises(UserError, match="not a JSON object"):
+        check(validate_spec({**base, "search": {"calibration": str(tmp_path / "list.json")}}))
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text("name: s\nworkload: mlp\nsearch:\n  budget: lots\n")
+    with pytest.raises(UserError, match=r"search.budget.*'25%'"):
+        load_spec(sweep)
+    sweep.write_text("name: s\nworkload: mlp\nsearch:\n  constraints: ['memory <= 1']\n")
+    with pytest.raises(UserError, match="not a numeric results column"):
+        load_spec(sweep)
+    budgeted = SearchSpec(budget="25%")
+    assert budgeted.budget_s(400.0) == 100.0 and SearchSpec(budget=60).budget_s(1e9) == 60.0
