@@ -1,12 +1,23 @@
-"""Does the platform's timed loop cost throughput? Platform DDP trial vs a plain DDP script.
+"""Does the platform's timed loop cost throughput? Platform DDP trial vs plain DDP, on Ray or not.
 
 For the MLP and the small GPT, 2 workers, the same model, per-device batch, torch threads,
-optimizer, warmup and steps, interleaved A/B rounds:
-  platform  one trial through `run_sweep` (Ray Tune -> Ray Train worker group -> harness, fed
-            by Ray Data), throughput from its results row
-  plain     torch.multiprocessing + gloo DDP over in-memory tensors, the same loop without any
-            of the platform's timers, timed from the end of warmup to the last step
-and prints the median ratio platform / plain per workload. Goal (docs/architecture.md): >= 0.97.
+optimizer, warmup and steps, interleaved rounds of three arms (their order rotates each round):
+  platform      one trial through `run_sweep` (Ray Tune -> Ray Train worker group -> harness,
+                fed by Ray Data), throughput from its results row
+  plain-on-ray  the plain loop below, run in 2 Ray actors holding the CPUs the platform's train
+                workers hold (`CPUS_PER_DEVICE` each) with the same torch threads; each actor
+                sets up torch.distributed itself (gloo, TCP rendezvous on 127.0.0.1), as Ray's
+                own Train release benchmark runs its vanilla baseline: the only difference from
+                plain is that the ranks are Ray worker processes, beside Ray's daemons
+  plain         torch.multiprocessing + gloo DDP over in-memory tensors, the same loop without
+                any of the platform's timers, timed from the end of warmup to the last step
+and prints per workload the median ratios of throughput:
+  platform / plain-on-ray   amdahl's own cost (Tune, Train, harness, Ray Data input);
+                            goal >= 0.97
+  plain-on-ray / plain      Ray's cost (worker processes and daemons sharing the cores)
+  platform / plain          both; docs/architecture.md "Performance goals": >= 0.97
+One local Ray (127.0.0.1 only) serves the whole run. Ratios are measured side by side in one
+run; nothing is asserted.
 
     python benchmarks/harness_overhead.py [--rounds N] [--steps N (both workloads)]
 """
@@ -35,22 +46,23 @@ WORKLOADS = {
         "steps": 400,
     },
 }
+WORKERS = 2
+#: The platform arm's `resources`: each train worker holds CPUS_PER_DEVICE Ray CPUs and runs
+#: max(1, floor(CPUS_PER_DEVICE)) torch threads (the harness's rule); the Ray actors of
+#: plain-on-ray hold the same CPUs, and every arm runs THREADS threads per rank.
+CPUS_PER_DEVICE = 0.5
+CPUS_PER_DATA_WORKER = 0.5
+THREADS = max(1, int(CPUS_PER_DEVICE))
+ARMS = ("platform", "plain-on-ray", "plain")
 
 
-def _plain_worker(
-    rank: int,
-    world: int,
-    port: int,
-    name: str,
-    params: dict,
-    batch: int,
-    warmup: int,
-    steps: int,
-    out: dict,
-) -> None:
+def _plain_loop(
+    rank: int, world: int, port: int, name: str, params: dict, batch: int, warmup: int, steps: int
+) -> float:
+    """One rank of the plain DDP loop; returns this rank's samples per second."""
     from amdahl.workload import make_workload
 
-    torch.set_num_threads(1)  # the platform's workers: max(1, floor(cpus_per_device=0.5))
+    torch.set_num_threads(THREADS)
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
     )
@@ -77,24 +89,54 @@ def _plain_worker(
         optimizer.zero_grad(set_to_none=True)
     dist.barrier()
     elapsed = time.perf_counter() - start
-    out[rank] = batch * steps / elapsed
     dist.destroy_process_group()
+    return batch * steps / elapsed
+
+
+def _plain_worker(rank: int, *args) -> None:
+    *loop_args, out = args
+    out[rank] = _plain_loop(rank, *loop_args)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _loop_args(name: str, warmup: int, steps: int) -> tuple:
+    cfg = WORKLOADS[name]
+    return (WORKERS, _free_port(), name, cfg["params"], cfg["batch"], warmup, steps)
 
 
 def plain_throughput(name: str, warmup: int, steps: int) -> float:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     manager = mp.Manager()
     out = manager.dict()
-    cfg = WORKLOADS[name]
-    mp.spawn(
-        _plain_worker,
-        args=(2, port, name, cfg["params"], cfg["batch"], warmup, steps, out),
-        nprocs=2,
-        join=True,
-    )
-    return sum(out.values())
+    mp.spawn(_plain_worker, args=(*_loop_args(name, warmup, steps), out), nprocs=WORKERS)
+    total = sum(out.values())
+    manager.shutdown()
+    return total
+
+
+class _PlainActor:
+    """A Ray actor that runs one rank of the plain loop in its own (Ray worker) process."""
+
+    def run(self, rank: int, *loop_args) -> float:
+        return _plain_loop(rank, *loop_args)
+
+
+def plain_on_ray_throughput(name: str, warmup: int, steps: int) -> float:
+    import ray
+
+    # Fresh actors per run, as the platform starts a fresh worker group per sweep.
+    actor = ray.remote(_PlainActor).options(num_cpus=CPUS_PER_DEVICE)
+    actors = [actor.remote() for _ in range(WORKERS)]
+    loop_args = _loop_args(name, warmup, steps)
+    try:
+        return sum(ray.get([a.run.remote(rank, *loop_args) for rank, a in enumerate(actors)]))
+    finally:
+        for a in actors:
+            ray.kill(a)
 
 
 def platform_throughput(name: str, warmup: int, steps: int, runs_dir: Path) -> float:
@@ -107,13 +149,19 @@ def platform_throughput(name: str, warmup: int, steps: int, runs_dir: Path) -> f
             "workload": name,
             "params": cfg["params"],
             "train": {"steps": steps, "warmup_steps": warmup},
-            "grid": {"devices": [2], "batch_size": [cfg["batch"]], "sync": ["ddp"]},
-            "resources": {"cpus_per_device": 0.5, "cpus_per_data_worker": 0.5},
+            "grid": {"devices": [WORKERS], "batch_size": [cfg["batch"]], "sync": ["ddp"]},
+            "resources": {
+                "cpus_per_device": CPUS_PER_DEVICE,
+                "cpus_per_data_worker": CPUS_PER_DATA_WORKER,
+            },
         }
     )
     outcome = run_sweep(spec, runs_dir=runs_dir, tracking=False)
     (row,) = outcome.rows
     assert row["status"] == "ok", row["error"]
+    if row.get("torch_threads") not in (None, THREADS):
+        threads = row["torch_threads"]
+        print(f"  note: the platform ran {threads} torch threads, the plain arms {THREADS}")
     return row["throughput"]
 
 
@@ -128,24 +176,40 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="amdahl-bench-"))
     ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
-    ratios: dict[str, list[float]] = {name: [] for name in WORKLOADS}
+    arms = {
+        "platform": lambda name, steps: platform_throughput(name, args.warmup, steps, work),
+        "plain-on-ray": lambda name, steps: plain_on_ray_throughput(name, args.warmup, steps),
+        "plain": lambda name, steps: plain_throughput(name, args.warmup, steps),
+    }
+    # samples/s per workload, arm and round
+    runs: dict[str, dict[str, list[float]]] = {n: {a: [] for a in ARMS} for n in WORKLOADS}
     for r in range(args.rounds):
+        order = ARMS[r % len(ARMS) :] + ARMS[: r % len(ARMS)]  # no arm always runs first
         for name, cfg in WORKLOADS.items():
             steps = args.steps or cfg["steps"]
-            a = platform_throughput(name, args.warmup, steps, work)
-            b = plain_throughput(name, args.warmup, steps)
-            ratios[name].append(a / b)
+            got = {arm: arms[arm](name, steps) for arm in order}
+            for arm, value in got.items():
+                runs[name][arm].append(value)
             print(
-                f"round {r} {name}: platform {a:,.0f} samples/s, plain {b:,.0f} samples/s, "
-                f"ratio {a / b:.3f}",
+                f"round {r} {name}: "
+                + ", ".join(f"{arm} {got[arm]:,.0f} samples/s" for arm in ARMS),
                 flush=True,
             )
     ray.shutdown()
-    for name, values in ratios.items():
-        print(
-            f"{name}: platform / plain DDP throughput, median of {len(values)}: "
-            f"{statistics.median(values):.3f} (min {min(values):.3f}, max {max(values):.3f})"
-        )
+
+    print(f"\nmedian over {args.rounds} round(s) of the per-round ratios (min, max):")
+    ratios = (
+        ("platform / plain-on-ray", "platform", "plain-on-ray", "amdahl's own cost; goal >= 0.97"),
+        ("plain-on-ray / plain", "plain-on-ray", "plain", "Ray's cost"),
+        ("platform / plain", "platform", "plain", "docs/architecture.md goal >= 0.97"),
+    )
+    for name, arm_runs in runs.items():
+        for label, a, b, note in ratios:
+            values = [x / y for x, y in zip(arm_runs[a], arm_runs[b], strict=True)]
+            print(
+                f"{name}: {label:24s} {statistics.median(values):.3f} "
+                f"(min {min(values):.3f}, max {max(values):.3f})  [{note}]"
+            )
 
 
 if __name__ == "__main__":

@@ -1,20 +1,31 @@
 """Where a sweep's wall time goes: measured steps vs orchestration, grouped vs raw launches.
 
-Runs sweeps/laptop.yaml (or the file given) in one process on one local Ray, interleaving:
-  grouped      the platform: trials sharing a worker-group shape run in one TorchTrainer; on
-               one node, one worker group serves every device count (worlds.py)
-  by-devices   one worker group per device count (the grouping before worlds.py)
+Two workload modes, each one sweep run in one process on one local Ray, interleaved:
+  mlp         sweeps/laptop.yaml (or the SPEC given): the MLP, rows fed as per-rank shards
+              (no preprocessing)
+  preprocess  sweeps/preprocess_overhead.yaml: ResNet-18 with augmentation in `preprocess`
+              (Ray Data map tasks) and a `params.width` axis the preprocessing does not read
+and, per workload mode, the modes:
+  grouped      the platform: trials sharing a worker-group shape (and input) run in one
+               TorchTrainer; on one node, without preprocessing, one worker group serves every
+               device count (worlds.py)
+  by-devices   one worker group per device count (the grouping before worlds.py); left out
+               where the plan cannot share across device counts anyway (a preprocessing
+               workload: then it is grouped)
   raw          the raw Tune+Train pattern: a Tune function trainable fits one TorchTrainer
                per trial (same harness, same trials)
   no-tracking  grouped, with the MLflow mirror off
-and prints, per mode, sweep efficiency = seconds inside measured steps / sweep wall seconds and
-orchestration seconds per trial = (wall - measured) / trials, plus throughput ratios over the
-same trials: tracking on / off, and grouped / by-devices (a trial on fewer devices than its
-worker group must measure what a group of its own would: the ratio should be 1 within noise).
-Goals (docs/architecture.md): efficiency >= 0.6, <= 3 s per trial, tracking on/off >= 0.98.
-Ratios are measured side by side in one run; nothing is asserted.
+It prints per mode sweep efficiency = seconds inside measured steps / sweep wall seconds,
+orchestration seconds per trial = (wall - measured) / trials, the launches the sweep used (its
+rows' launch_id) and the median `first_step_s` of each launch's first trial vs its other
+trials (a launch whose input pipeline starts inside its first trial shows it there); then
+throughput ratios over the same trials: tracking on / off, and grouped / by-devices (a trial
+on fewer devices than its worker group must measure what a group of its own would: the ratio
+should be 1 within noise). Goals (docs/architecture.md, "Performance goals") are printed beside
+the figures. Ratios are measured side by side in one run; nothing is asserted.
 
-    python benchmarks/sweep_overhead.py [SPEC] [--rounds N] [--skip-raw]
+    python benchmarks/sweep_overhead.py [SPEC] [--workload-mode mlp|preprocess|both]
+        [--rounds N] [--skip-raw] [--set key=value ...]
 """
 
 from __future__ import annotations
@@ -27,13 +38,31 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+SPECS = {
+    "mlp": ROOT / "sweeps" / "laptop.yaml",
+    "preprocess": ROOT / "sweeps" / "preprocess_overhead.yaml",
+}
+#: (efficiency at least, orchestration seconds per trial at most), docs/architecture.md
+#: "Performance goals".
+GOALS = {"mlp": (0.75, 2.0), "preprocess": (0.6, 3.0)}
+MODES = {
+    "grouped": {"group_launches": True, "tracking": True},
+    "by-devices": {"share_across_devices": False, "tracking": True},
+    "raw": {"group_launches": False, "tracking": True},
+    "no-tracking": {"group_launches": True, "tracking": False},
+}
+#: Steps of the untimed warm-up sweep: enough to store the training set and warm imports.
+WARMUP_STEPS = 20
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("spec", nargs="?", default=str(ROOT / "sweeps" / "laptop.yaml"))
+    parser.add_argument("spec", nargs="?", default=str(SPECS["mlp"]), help="the mlp mode's sweep")
+    parser.add_argument("--workload-mode", choices=("mlp", "preprocess", "both"), default="both")
     parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds per mode")
-    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], help="applied to every sweep"
+    )
     parser.add_argument(
         "--skip-raw",
         action="store_true",
@@ -47,61 +76,122 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="amdahl-bench-"))
     os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")
-    spec = load_spec(args.spec, args.overrides)
+    paths = {**SPECS, "mlp": Path(args.spec)}
+    kinds = ("mlp", "preprocess") if args.workload_mode == "both" else (args.workload_mode,)
+    specs = {kind: load_spec(paths[kind], args.overrides) for kind in kinds}
     ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
-    modes = {
-        "grouped": {"group_launches": True, "tracking": True},
-        "by-devices": {"share_across_devices": False, "tracking": True},
-        "raw": {"group_launches": False, "tracking": True},
-        "no-tracking": {"group_launches": True, "tracking": False},
-    }
-    if args.skip_raw:
-        del modes["raw"]
-    results: dict[str, list[dict]] = {m: [] for m in modes}
-    # One untimed sweep first: the training set gets generated and cached, imports warm up.
-    run_sweep(spec, runs_dir=work / "warmup", tracking=False, on_event=None)
+    modes: dict[str, dict[str, dict]] = {}
+    for kind in list(specs):
+        # One untimed, short sweep first: the training set gets generated and stored, imports
+        # warm up; its plan says whether by-devices differs from grouped.
+        warm = load_spec(paths[kind], [*args.overrides, f"train.steps={WARMUP_STEPS}"])
+        try:
+            plan = run_sweep(warm, runs_dir=work / kind / "warmup", tracking=False).plan
+        except Exception as e:  # noqa: BLE001 - report it and go on with the other mode
+            print(f"[{kind}] warm-up sweep failed: {type(e).__name__}: {e}", flush=True)
+            del specs[kind]
+            continue
+        modes[kind] = {
+            m: kw
+            for m, kw in MODES.items()
+            if not (m == "raw" and args.skip_raw)
+            and not (m == "by-devices" and not plan.shares_across_devices)
+        }
+    results = {kind: {m: [] for m in modes[kind]} for kind in specs}
     for r in range(args.rounds):
-        for mode, kwargs in modes.items():
-            start = time.perf_counter()
-            outcome = run_sweep(spec, runs_dir=work / mode, **kwargs)
-            wall = time.perf_counter() - start
-            rows = outcome.rows
-            measured = sum(row.get("measured_s") or 0.0 for row in rows)
-            results[mode].append(
-                {
-                    "wall": wall,
-                    "measured": measured,
-                    "trials": len(rows),
-                    "throughput": {row["trial_id"]: row.get("throughput") for row in rows},
-                }
-            )
-            print(
-                f"round {r} {mode:12s} wall {wall:6.1f} s, measured {measured:6.1f} s, "
-                f"{len(rows)} trials",
-                flush=True,
-            )
+        for kind, spec in specs.items():
+            for mode, kwargs in modes[kind].items():
+                run = _run(run_sweep, spec, work / kind / mode, kwargs)
+                if run is not None:
+                    results[kind][mode].append({**run, "round": r})
+                    print(
+                        f"round {r} {kind:10s} {mode:12s} wall {run['wall']:6.1f} s, "
+                        f"measured {run['measured']:6.1f} s, {run['trials']} trials "
+                        f"({run['failed']} not ok), {run['launches']} launches",
+                        flush=True,
+                    )
+                else:
+                    print(f"round {r} {kind:10s} {mode:12s} FAILED (above)", flush=True)
     ray.shutdown()
 
-    print(f"\n{spec.name}: {results['grouped'][0]['trials']} trials, {args.rounds} round(s)")
-    print(f"{'mode':12s} {'efficiency':>10s} {'orchestration s/trial':>22s}")
+    for kind in specs:
+        _print_summary(kind, specs[kind].name, results[kind], args.rounds)
+
+
+def _run(run_sweep, spec, runs_dir: Path, kwargs: dict) -> dict | None:
+    """One timed sweep -> its figures, or None (the error printed) if the sweep raised."""
+    start = time.perf_counter()
+    try:
+        outcome = run_sweep(spec, runs_dir=runs_dir, **kwargs)
+    except Exception as e:  # noqa: BLE001 - report it and go on with the other modes
+        print(f"{spec.name} {kwargs}: {type(e).__name__}: {e}", flush=True)
+        return None
+    wall = time.perf_counter() - start
+    rows = outcome.rows
+    by_launch: dict[str, list[dict]] = {}
+    for row in rows:
+        by_launch.setdefault(row.get("launch_id") or "?", []).append(row)
+    first, later = [], []
+    for launch_rows in by_launch.values():
+        ordered = sorted(launch_rows, key=lambda row: row.get("started_at") or "")
+        steps = [row.get("first_step_s") for row in ordered]
+        if steps[0] is not None:
+            first.append(steps[0])
+        later += [s for s in steps[1:] if s is not None]
+    return {
+        "wall": wall,
+        "measured": sum(row.get("measured_s") or 0.0 for row in rows),
+        "trials": len(rows),
+        "failed": sum(row.get("status") != "ok" for row in rows),
+        "launches": len(by_launch),
+        "first_step_first": first,
+        "first_step_later": later,
+        "throughput": {row["trial_id"]: row.get("throughput") for row in rows},
+    }
+
+
+def _median(values: list[float], fmt: str) -> str:
+    return format(statistics.median(values), fmt) if values else "n/a"
+
+
+def _print_summary(kind: str, name: str, results: dict[str, list[dict]], rounds: int) -> None:
+    eff_goal, per_goal = GOALS[kind]
+    trials = next((runs[0]["trials"] for runs in results.values() if runs), 0)
+    print(f"\n[{kind}] {name}: {trials} trials, {rounds} round(s)")
+    print(
+        f"{'mode':12s} {'efficiency':>10s} {'orch. s/trial':>13s} {'launches':>8s} "
+        f"{'first step s: launch 1st':>24s} {'others':>7s}"
+    )
     for mode, runs in results.items():
-        eff = statistics.median(x["measured"] / x["wall"] for x in runs)
-        per = statistics.median((x["wall"] - x["measured"]) / x["trials"] for x in runs)
-        print(f"{mode:12s} {eff:10.2f} {per:22.1f}")
-    _print_ratio("tracking on / off", results["grouped"], results["no-tracking"])
+        eff = _median([x["measured"] / x["wall"] for x in runs], ".2f")
+        per = _median(
+            [(x["wall"] - x["measured"]) / x["trials"] for x in runs if x["trials"]], ".1f"
+        )
+        launches = _median([x["launches"] for x in runs], "g")
+        first = _median([s for x in runs for s in x["first_step_first"]], ".2f")
+        later = _median([s for x in runs for s in x["first_step_later"]], ".2f")
+        print(f"{mode:12s} {eff:>10s} {per:>13s} {launches:>8s} {first:>24s} {later:>7s}")
+    print(f"goals: efficiency >= {eff_goal:g}, orchestration <= {per_goal:g} s/trial")
+    _print_ratio("tracking on / off", results.get("grouped", []), results.get("no-tracking", []))
     if "by-devices" in results:
         _print_ratio("grouped / by-devices", results["grouped"], results["by-devices"])
 
 
 def _print_ratio(name: str, a_runs: list[dict], b_runs: list[dict]) -> None:
-    """Median throughput ratio of the same trials measured in two modes, round by round."""
+    """Median throughput ratio of the same trials measured in two modes in the same round
+    ("n/a" where no trial has a throughput in both)."""
     ratios = []
-    for a, b in zip(a_runs, b_runs, strict=True):
+    by_round = {b["round"]: b for b in b_runs}
+    for a in a_runs:
+        b = by_round.get(a["round"], {"throughput": {}})
         ratios += [
             a["throughput"][t] / b["throughput"][t]
             for t in a["throughput"]
             if a["throughput"][t] and b["throughput"].get(t)
         ]
+    if not ratios:
+        print(f"throughput {name}: n/a (no trial has a throughput in both modes)")
+        return
     print(
         f"throughput {name}: median {statistics.median(ratios):.3f} "
         f"over {len(ratios)} trial pairs (min {min(ratios):.3f}, max {max(ratios):.3f})"

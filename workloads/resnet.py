@@ -82,6 +82,9 @@ class ResNet(Workload):
         "val_rows": 1024,
     }
     data_params = ("dataset", "classes", "train_rows", "val_rows")
+    #: What `preprocess` reads: decoding and normalising use constants, and the rows themselves
+    #: (dataset, classes) are already in the input key through `data_params`.
+    preprocess_params = ("augment", "augment_ops")
 
     def __init__(self, **params):
         super().__init__(**params)
