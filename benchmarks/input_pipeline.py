@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from amdahl.data import LoaderSource, dataset_path, host_batches, preprocessed, ray_dataset
+from amdahl.data import LoaderSource, dataset_path, host_batches, ray_dataset, with_preprocessing
 from workloads.resnet import ResNet
 
 CPU = torch.device("cpu")
@@ -39,7 +39,7 @@ CPU = torch.device("cpu")
 
 def _source(name: str, base: Any, workload: ResNet, path: str, workers: int, args) -> Any:
     if name == "ray_data":
-        ds = preprocessed(
+        ds = with_preprocessing(
             base, workload, workers, args.cpus_per_worker, args.batch, rows_per_pass=0
         )
         return ds.iterator()

@@ -162,11 +162,11 @@ def read_table(path: str) -> pa.Table:
 
 
 def read_rows(source: Any) -> dict[str, np.ndarray]:
-    """Rows from `shared_rows`'s answer (a URI, a path, or an object-store table) as numpy."""
+    """Rows from `put_rows`'s answer (a URI, a path, or an object-store table) as numpy."""
     return table_columns(_table(source))
 
 
-def shared_rows(path: str) -> Any:
+def put_rows(path: str) -> Any:
     """How workers on any node reach the parquet at `path`: a URI as is (each reader opens it
     itself); a local path is read here, in the driver, and its Arrow table put in the object
     store, because read tasks and train workers on other nodes cannot see this machine's disk.
@@ -206,7 +206,7 @@ def table_columns(table: pa.Table) -> dict[str, np.ndarray]:
 
 def validation_rows(workload: Workload, source: Any, seed: int) -> dict[str, np.ndarray]:
     """The held-out split, preprocessed for evaluation (no augmentation): the user's
-    (`source`, from `shared_rows`) or, when None, generated here from `seed`, deterministically."""
+    (`source`, from `put_rows`) or, when None, generated here from `seed`, deterministically."""
     rows = (
         read_rows(source)
         if source is not None
@@ -393,7 +393,7 @@ def rank_shards(base: Any, world: int) -> list[Any]:
     return [base] if world == 1 else base.split(world, equal=True)
 
 
-def repeated(shard: Any, rows: int) -> Any:
+def repeat_to_cover(shard: Any, rows: int) -> Any:
     """`shard`'s blocks listed enough times to stream `rows` rows in one pass (one epoch more
     than needed covers rows dropped at chunk ends). The objects are shared, not copied, and no
     task runs. Why: a new pass over a dataset costs every rank 20-120 ms here (a fresh
@@ -408,7 +408,7 @@ def _epochs_per_pass(rows: int, rows_per_epoch: int) -> int:
 
 
 def local_shard(shard: Any) -> Any:
-    """A rank's static shard (`rank_shards`, `repeated`) as the DataIterator its timed loop
+    """A rank's static shard (`rank_shards`, `repeat_to_cover`) as the DataIterator its timed loop
     reads, with every block already in this node's object store. Called in the train worker
     (`train_source`) when the rank first gets a world size's shard, before that trial starts.
 
@@ -460,7 +460,7 @@ def local_shard(shard: Any) -> Any:
 
 def shard_blocks(dataset: Any) -> dict[Any, int]:
     """A materialised dataset's distinct blocks, in reading order: reference -> bytes (a
-    `repeated` shard lists each block several times). Read from the dataset's plan, which
+    `repeat_to_cover` shard lists each block several times). Read from the dataset's plan, which
     holds them; the DeveloperAPI `iter_internal_ref_bundles` gives the same bundles but starts
     a streaming executor for them (0.2 s and a log line per worker, measured here)."""
     dag = getattr(getattr(dataset, "_logical_plan", None), "dag", None)
@@ -484,7 +484,7 @@ def _object_store_bytes(node_id: str) -> float:
     return math.inf
 
 
-def preprocessed(
+def with_preprocessing(
     base: Any,
     workload: Workload,
     workers: int,
@@ -493,10 +493,10 @@ def preprocessed(
     rows_per_pass: int,
 ) -> Any:
     """The training input of a launch whose workload preprocesses: `base` repeated to cover
-    `rows_per_pass` rows (see `repeated`), then the workload's training preprocessing as a Ray
-    Data operator with `workers` concurrent tasks of `cpus_per_worker` CPUs (the plan keeps
-    those CPUs free), each task preprocessing at least one block of rows. Ray Train's streaming
-    split then hands its output to the ranks, balancing as it goes."""
+    `rows_per_pass` rows (see `repeat_to_cover`), then the workload's training preprocessing as
+    a Ray Data operator with `workers` concurrent tasks of `cpus_per_worker` CPUs (the plan
+    keeps those CPUs free), each task preprocessing at least one block of rows. Ray Train's
+    streaming split then hands its output to the ranks, balancing as it goes."""
     import ray.data
 
     epochs = _epochs_per_pass(rows_per_pass, base.count())
@@ -564,7 +564,7 @@ def _preprocess_for_training(
 @dataclass
 class LoaderSource:
     """What one rank's torch DataLoader reads: its slice of the stored rows (`rows`: a parquet
-    path or URI, or an object-store table from `shared_rows`)."""
+    path or URI, or an object-store table from `put_rows`)."""
 
     rows: Any
     workload: Workload
@@ -706,7 +706,7 @@ class LaunchStream:
 
     Why: every new pass over Ray Train's streaming split starts the pipeline again (a barrier
     across ranks, new preprocessing tasks, their first blocks): seconds that used to land in
-    each trial's first step. The pass covers every trial of the launch (`preprocessed`), and
+    each trial's first step. The pass covers every trial of the launch (`with_preprocessing`), and
     the rows a trial leaves in a chunk go to the next one.
     """
 

@@ -126,7 +126,7 @@ class LaunchConfig:
     relaunch: bool = False
     #: search: halving: the rung this launch measures (`train.steps` is the rung's), else None.
     rung: int | None = None
-    #: Object refs the driver's trainable fills in (data.shared_rows / rank_shards): the
+    #: Object refs the driver's trainable fills in (data.put_rows / rank_shards): the
     #: user's validation rows, torch_loader's rows, and per device count each rank's shard.
     val_rows: Any = None
     train_rows: Any = None

@@ -432,11 +432,11 @@ def _launch_name(trial: Any) -> str:
 def _materialise_datasets(spec: SweepSpec, configs: list[LaunchConfig]) -> dict[str, Any]:
     """What every launch's workers read, put in the object store once by the driver (before any
     worker group holds CPUs) and shared by all launches, so workers on any node reach it (see
-    `data.shared_rows`): per training set a Ray Dataset (`ray_data:<key>`) and, for workloads
+    `data.put_rows`): per training set a Ray Dataset (`ray_data:<key>`) and, for workloads
     without preprocessing, its equal per-rank shards for each device count
     (`shards:<key>:<devices>`); the rows for torch DataLoaders (`torch_loader:<key>`); and the
     user's validation split (`val:<path>`)."""
-    from amdahl.data import rank_shards, ray_dataset, shared_rows
+    from amdahl.data import put_rows, rank_shards, ray_dataset
 
     datasets: dict[str, Any] = {}
     for config in configs:
@@ -446,14 +446,14 @@ def _materialise_datasets(spec: SweepSpec, configs: list[LaunchConfig]) -> dict[
             datasets[train] = (
                 ray_dataset(config.train_path, spec.resources.cpus_per_data_worker)
                 if config.input == "ray_data"
-                else shared_rows(config.train_path)
+                else put_rows(config.train_path)
             )
         if config.input == "ray_data" and not config.preprocesses:
             for world in config.device_counts:
                 if f"shards:{key}:{world}" not in datasets:
                     datasets[f"shards:{key}:{world}"] = rank_shards(datasets[train], world)
         if config.val_path and f"val:{config.val_path}" not in datasets:
-            datasets[f"val:{config.val_path}"] = shared_rows(config.val_path)
+            datasets[f"val:{config.val_path}"] = put_rows(config.val_path)
     return datasets
 
 
@@ -465,7 +465,7 @@ def _launch_trainable(
     from ray.train.torch import TorchConfig, TorchTrainer
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    from amdahl.data import preprocessed, repeated
+    from amdahl.data import repeat_to_cover, with_preprocessing
     from amdahl.harness import rows_per_launch, rows_per_rank, train_launch
 
     # Train's controller polls workers for reported rows at this interval (default 2 s): a
@@ -486,7 +486,7 @@ def _launch_trainable(
         inputs["train_rows"] = datasets[f"torch_loader:{launch.dataset_key}"]
     elif launch.preprocesses:
         # The shared base rows, then this launch's preprocessing with data_workers tasks.
-        train_data["train"] = preprocessed(
+        train_data["train"] = with_preprocessing(
             datasets[f"ray_data:{launch.dataset_key}"],
             make_workload(launch.workload, launch.trials[0].params),
             launch.data_workers,
@@ -497,7 +497,7 @@ def _launch_trainable(
     else:
         shards = lambda world: datasets[f"shards:{launch.dataset_key}:{world}"]  # noqa: E731
         inputs["train_shards"] = {
-            world: [repeated(shard, per_rank) for shard in shards(world)]
+            world: [repeat_to_cover(shard, per_rank) for shard in shards(world)]
             for world in launch.device_counts
         }
     launch = launch.with_inputs(**inputs)

@@ -98,13 +98,15 @@ def _locations(refs: list, node_id: str, timeout_s: float = 10.0) -> list[list[s
 
 def _shards_on_their_nodes(workers: list) -> dict:
     """Shards made as a sweep makes them (local parquet -> blocks in this driver's store,
-    `rank_shards`, `repeated`), each given to `train_source` on a worker node: where the
+    `rank_shards`, `repeat_to_cover`), each given to `train_source` on a worker node: where the
     blocks were before and after, the fetch time, and what the loop then read locally."""
-    from amdahl.data import rank_shards, ray_dataset, repeated, shard_blocks, stored_dataset
+    from amdahl.data import rank_shards, ray_dataset, repeat_to_cover, shard_blocks, stored_dataset
 
     base = ray_dataset(stored_dataset(make_workload("mlp", _MLP), "mlp", "train", 0), 0.25)
     per_rank = 2 * _MLP["train_rows"]
-    shards = {world: [repeated(s, per_rank) for s in rank_shards(base, world)] for world in (1, 2)}
+    shards = {
+        world: [repeat_to_cover(s, per_rank) for s in rank_shards(base, world)] for world in (1, 2)
+    }
     launch = launch_config((trial_config(input="ray_data"),)).with_inputs(train_shards=shards)
     out = {}
     # The d1 baseline (the whole training set) and rank 1 of 2, each on its own worker node.

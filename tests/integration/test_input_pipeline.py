@@ -11,10 +11,10 @@ from amdahl import read_results, run_sweep, validate_spec
 from amdahl.data import (
     LoaderSource,
     convert_fashion_mnist,
-    preprocessed,
     ray_dataset,
     stored_dataset,
     validation_rows,
+    with_preprocessing,
 )
 from amdahl.harness import Placement, run_trial
 from workloads.resnet import ResNet
@@ -93,7 +93,7 @@ def _data_wait(input_name: str, params: dict) -> dict:
     workload = ResNet(width=4, train_rows=8192, val_rows=64, **params)
     path = str(stored_dataset(workload, "resnet", "train", 0))
     if input_name == "ray_data":
-        source = preprocessed(
+        source = with_preprocessing(
             ray_dataset(path, 0.4), workload, 1, 0.4, 64, rows_per_pass=0
         ).iterator()
     else:
@@ -125,13 +125,13 @@ def test_local_parquet_reaches_workers_without_their_disk(ray_cluster, tmp_path)
     import numpy as np
     import ray
 
-    from amdahl.data import LoaderSource, rank_shards, read_rows, repeated, shared_rows
+    from amdahl.data import LoaderSource, put_rows, rank_shards, read_rows, repeat_to_cover
 
     workload = ResNet(train_rows=4096, val_rows=64, augment="none")
     path = stored_dataset(workload, "resnet", "train", 0, cache=tmp_path)
     expected = read_rows(str(path))["label"]
-    rows, dataset = shared_rows(str(path)), ray_dataset(path, 0.5)
-    shards = [repeated(s, 3000) for s in rank_shards(dataset, 2)]
+    rows, dataset = put_rows(str(path)), ray_dataset(path, 0.5)
+    shards = [repeat_to_cover(s, 3000) for s in rank_shards(dataset, 2)]
     shutil.rmtree(path)
 
     @ray.remote(num_cpus=0.1)
