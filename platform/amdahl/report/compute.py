@@ -40,30 +40,6 @@ SETTINGS = (
     *(c for c in SETTING_COLUMNS if c != "devices"),
     *MEASURED_UNDER,
 )
-#: Columns aggregated per configuration over its ok repeats.
-METRICS = (
-    "throughput",
-    "step_time_s",
-    "data_wait_s",
-    "forward_s",
-    "backward_s",
-    "optimizer_s",
-    "measured_s",
-    "warmup_s",
-    "first_step_s",
-    "compile_s",
-    "setup_s",
-    "final_loss",
-    "val_loss",
-    "val_accuracy",
-    "peak_mem_bytes",
-    "peak_mem_reserved_bytes",
-    "achieved_flops",
-    "global_batch",
-    "micro_steps",
-    "time_to_target_s",
-    "steps_to_target",
-)
 #: The no-communication ceiling's sync value.
 NO_SYNC = "none"
 #: Device-count multiples of the largest measured count that the Amdahl fit projects to.
