@@ -30,7 +30,8 @@ def _crashed_launch(tmp_path, relaunch: bool, reported: set, skip: list):
 
     from trial_runner import launch_config, trial_config
 
-    from amdahl.run import SweepOutcome, _ResultSink
+    from amdahl.results import read_results
+    from amdahl.run import SweepOutcome, _Measurement, _ResultSink
 
     trials = tuple(trial_config(trial_id=t) for t in ("a", "b", "c"))
     launch = dataclasses.replace(
@@ -41,21 +42,26 @@ def _crashed_launch(tmp_path, relaunch: bool, reported: set, skip: list):
     )
     error_file = tmp_path / "error.txt"
     error_file.write_text("RuntimeError: worker died\n")
-    sink = _ResultSink(
-        tmp_path,
-        {},
-        {"L": launch},
-        SweepOutcome(sweep_dir=tmp_path, plan=None),
-        SimpleNamespace(log_trial_soon=lambda row: None),
-        lambda kind, payload: None,
+    run = _Measurement(
+        spec=None,
+        plan=None,
+        sweep_dir=tmp_path,
+        outcome=SweepOutcome(sweep_dir=tmp_path, plan=None),
+        tracker=SimpleNamespace(log_trial_soon=lambda row: None),
+        emit=lambda kind, payload: None,
+        interrupt=None,
+        group=True,
+        across_devices=True,
     )
+    sink = _ResultSink({}, {"L": launch}, run)
     sink.reported["L"] = set(reported)
     trial = SimpleNamespace(config={"launch_id": "L"}, error_file=str(error_file))
     sink.on_trial_error(0, [], trial)
-    rows = sink.outcome.rows
+    rows = run.outcome.rows
     # Failed rows carry the same identity columns as measured ones (results.row_identity).
     assert all(r["target"] is None and r["scaling"] == "weak" and r["steps"] == 8 for r in rows)
     assert all(r["status"] == "failed" and "worker died" in r["error"] for r in rows)
+    assert read_results(tmp_path).num_rows == len(rows)  # written to results.parquet first
     return [(r["trial_id"], r["repeat"]) for r in rows], sink.relaunch
 
 
