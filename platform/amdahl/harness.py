@@ -132,8 +132,11 @@ def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
             started = time.perf_counter()
             stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
             where = Placement(device, rank, world)
-            own = workload if trial.params == workload.params else None
-            own = own or make_workload(launch.workload, trial.params)
+            own = (
+                workload
+                if trial.params == workload.params
+                else make_workload(launch.workload, trial.params)
+            )
             stats, error, kind = _run_guarded(own, trial, launch, shards[world], val, where)
             if kind == "poisoned":
                 # No collective can run in this process any more: end the worker group; the
