@@ -31,7 +31,7 @@ SYNCS = ["ddp", "ddp_fp16", "powersgd", "zero1", "local_sgd", "none"]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=300, help="measured steps per trial")
+    parser.add_argument("--steps", type=int, default=1000, help="measured steps per trial")
     parser.add_argument("--warmup", type=int, default=20, help="warmup steps per trial")
     parser.add_argument("--batches", default="64,128,256,512", help="per-device batch sizes")
     parser.add_argument("--keep", action="store_true", help="keep the sweep directory")
@@ -102,7 +102,7 @@ def evaluate(sweep_dir: Path, batches: list[int]) -> None:
         if fam.has_compute:
             print(
                 f"  {fam.label:28s} a_c {fam.a_c * 1e3:7.3f} ms  b_c {fam.b_c * 1e6:7.3f} us  "
-                f"kappa {fam.kappa:5.2f}  gamma {fam.gamma:4.2f}"
+                f"kappa {fam.kappa:5.2f}  gamma {fam.gamma:4.2f}  theta {fam.theta:5.2f}"
             )
     print(f"\n{'held-out trial':36s} {'measured':>10s} {'predicted':>10s} {'error':>8s}")
     predicted = []

@@ -375,12 +375,13 @@ def _trial_stats(
     """This rank's measurements of one trial, from the loop's record (after the loop, so the
     loop itself does no bookkeeping beyond its marks)."""
     warm = t.launch.train.warmup_steps
-    comm_s = _exposed_communication(t)
+    full = not t.launch.ranking_only
+    comm_s = _exposed_communication(t) if full else None
     phases = attribute(run.steps, t.clock)
     measured = phases[warm:]
     steady = statistics.median(p["total"] for p in measured)
     first_step = phases[0]["total"] + phases[0]["data_wait"]
-    val_loss, val_acc = _evaluate(t, val)
+    val_loss, val_acc = _evaluate(t, val) if full else (None, None)
     mean = lambda key: statistics.fmean(p[key] for p in measured)  # noqa: E731
     losses = run.losses
     return {

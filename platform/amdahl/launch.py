@@ -126,6 +126,9 @@ class LaunchConfig:
     relaunch: bool = False
     #: search: halving: the rung this launch measures (`train.steps` is the rung's), else None.
     rung: int | None = None
+    #: A search rung before the last (search.ranks_only): trials measure their window and skip
+    #: the validation pass and the exposed-communication calibration (val_*, comm_s stay null).
+    ranking_only: bool = False
     #: Object refs the driver's trainable fills in (data.put_rows / rank_shards): the
     #: user's validation rows, torch_loader's rows, and per device count each rank's shard.
     val_rows: Any = None

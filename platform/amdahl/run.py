@@ -220,7 +220,10 @@ class _Measurement:
         """Run `trial_ids` (every repeat not in `finished`) in launches, launching again the
         trials a crashed launch had not reached. `rung`: a search rung, measured with its
         own `train.steps` (search.rung_steps)."""
+        from amdahl.search import ranks_only
+
         spec = self.spec if rung is None else _rung_spec(self.spec, rung)
+        ranking_only = ranks_only(self.spec.search, self.spec.train, rung)
         repeats = range(spec.train.repeats)
         todo = {tid for tid in trial_ids if not all((tid, r) in finished for r in repeats)}
         others = {t.trial_id for t in self.plan.trials} - todo
@@ -232,7 +235,7 @@ class _Measurement:
                 for row in self.outcome.rows
                 if row.get("rung") == rung
             }
-            relaunch = _run_launches(spec, launches, self, done, attempt, rung)
+            relaunch = _run_launches(spec, launches, self, done, attempt, rung, ranking_only)
             if self.interrupt.is_set() or not relaunch:
                 return
             attempt += 1
@@ -374,13 +377,17 @@ def _run_launches(
     finished: set[tuple[str, int]],
     attempt: int = 0,
     rung: int | None = None,
+    ranking_only: bool = False,
 ) -> set[str]:
     """Run these launches under one Tuner; returns the ids of trials to launch again (those a
     crashed launch had not reached, see `_ResultSink.on_trial_error`). `attempt` > 0: such a
-    relaunch; `rung`: a search rung (`spec` is then the rung's)."""
+    relaunch; `rung`: a search rung (`spec` is then the rung's), `ranking_only` when it only
+    ranks (search.ranks_only)."""
     session = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
     configs = [
-        launch_config(spec, launch, run.sweep_dir, finished, session, attempt > 0, rung)
+        launch_config(
+            spec, launch, run.sweep_dir, finished, session, attempt > 0, rung, ranking_only
+        )
         for launch in launches
     ]
     datasets = _materialise_datasets(spec, configs)
@@ -535,6 +542,7 @@ def launch_config(
     session: str,
     relaunch: bool = False,
     rung: int | None = None,
+    ranking_only: bool = False,
 ) -> LaunchConfig:
     """The workers' contract for one launch (launch.py): plain data that crosses processes."""
     from amdahl.data import dataset_path
@@ -588,6 +596,7 @@ def launch_config(
         run_name=f"launch-{launch.launch_id}-{session}",
         relaunch=relaunch,
         rung=rung,
+        ranking_only=ranking_only,
     )
 
 

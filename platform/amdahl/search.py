@@ -164,6 +164,23 @@ def rung_steps(search: SearchSpec, train: TrainSpec) -> list[int]:
     return [*steps, full]
 
 
+#: Row columns only a full measurement fills: a ranking rung skips the passes that give them.
+FULL_MEASUREMENT_COLUMNS = frozenset({"val_loss", "val_accuracy", "comm_s"})
+
+
+def ranks_only(search: SearchSpec, train: TrainSpec, rung: int | None) -> bool:
+    """Whether rung `rung`'s trials only rank configurations (every rung before the last).
+    They then skip the validation pass and the exposed-communication calibration: on a short
+    rung those cost as much as the measured window, and the ranking reads neither, unless the
+    objective (time_to_target) or a constraint does."""
+    if rung is None or rung >= len(rung_steps(search, train)) - 1:
+        return False
+    if search.objective == "time_to_target":
+        return False
+    columns = {Constraint.parse(c).column for c in search.constraints}
+    return not columns & FULL_MEASUREMENT_COLUMNS
+
+
 @dataclass
 class Rung:
     """One rung's decisions."""

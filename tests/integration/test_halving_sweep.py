@@ -56,6 +56,14 @@ def test_rungs_grow_longer_over_the_survivors_of_the_rung_before(searched):
     for g in state.rungs:
         for why in g.dropped.values():
             assert why.startswith(f"rung {g.index}")
+    # rungs before the last only rank: no validation pass, no exposed-communication
+    # calibration; the last rung measures everything
+    for r in rows:
+        if r["status"] == "ok":
+            last = r["rung"] == 2
+            assert (r["val_loss"] is not None) == last, r
+            if r["devices"] == 2 and r["sync"] == "ddp":
+                assert (r["comm_s"] is not None) == last, r
 
 
 def test_a_configuration_predicted_far_behind_is_a_skipped_row_with_the_prediction(searched):

@@ -10,6 +10,7 @@ from amdahl.search import (
     grid_estimate_s,
     predicted_skips,
     promote,
+    ranks_only,
     replay,
     rung_steps,
     trim_to_budget,
@@ -45,6 +46,19 @@ def test_rung_steps_grow_by_eta_and_end_at_the_full_length():
     assert rung_steps(SearchSpec(min_steps=50, eta=2), TrainSpec(steps=20)) == [20]
     target = TrainSpec(steps=5, target=TargetSpec(metric="val_loss", value=0.1, max_steps=40))
     assert rung_steps(SearchSpec(min_steps=10, eta=2), target) == [10, 20, 40]
+
+
+def test_rungs_before_the_last_only_rank_unless_something_reads_the_full_measurement():
+    train = TrainSpec(steps=90)
+    search = SearchSpec(method="halving", min_steps=10, eta=3)  # rungs 10, 30, 90
+    assert [ranks_only(search, train, r) for r in (0, 1, 2)] == [True, True, False]
+    assert not ranks_only(search, train, None)  # a grid sweep measures everything
+    reads_val = SearchSpec(method="halving", constraints=["val_accuracy >= 0.5"])
+    assert not ranks_only(reads_val, train, 0)
+    cheap = SearchSpec(method="halving", constraints=["peak_mem_bytes <= 1e9"])
+    assert ranks_only(cheap, train, 0)
+    target = TrainSpec(steps=5, target=TargetSpec(metric="val_loss", value=0.1, max_steps=40))
+    assert not ranks_only(SearchSpec(method="halving", objective="time_to_target"), target, 0)
 
 
 def test_promote_keeps_the_best_third_and_says_why_the_others_go():

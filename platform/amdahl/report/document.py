@@ -418,9 +418,10 @@ MODEL_TEXT = (
     "Step-time model (report/stepmodel.py): compute T_c(b) = a_c + b_c x b per configuration "
     "family (every setting but devices and batch), x kappa on more than one device (measured "
     "contention); communication T_n = latency terms x alpha + bytes per step / B, the bytes "
-    "set by the sync strategy and its options; step = (T_c^gamma + T_n^gamma)^(1/gamma) with "
-    "the overlap exponent gamma fitted on multi-device trials; plus the family's measured "
-    "data wait (not modelled). Throughput = global batch / step."
+    "set by the sync strategy and its options, x theta (what the strategy's communication costs "
+    "against the calibrated collective); step = (T_c^gamma + T_n^gamma)^(1/gamma) with the "
+    "overlap exponent gamma; gamma and theta fitted per strategy on multi-device trials; plus "
+    "the family's measured data wait (not modelled). Throughput = global batch / step."
 )
 
 
@@ -557,7 +558,7 @@ def _terms_table(model: stepmodel.StepModel) -> Table:
     rows = []
     for fam in model.families.values():
         if not fam.has_compute:
-            rows.append([fam.label, "n/a", "n/a", "", "", "", "no compute measured"])
+            rows.append([fam.label, "n/a", "n/a", "", "", "", "", "no compute measured"])
             continue
         rows.append(
             [
@@ -566,12 +567,21 @@ def _terms_table(model: stepmodel.StepModel) -> Table:
                 f"{fam.b_c * 1e6:,.3f}",
                 f"{fam.kappa:.2f}",
                 f"{fam.gamma:.2f}",
+                f"{fam.theta:.2f}",
                 mib(fam.grad_bytes) if fam.grad_bytes else "unknown",
                 f"compute: {fam.compute_source}; kappa: {fam.kappa_source}; "
                 f"gamma: {fam.gamma_source}",
             ]
         )
-    headers = ["configuration", "a_c ms", "b_c us/sample", "kappa", "gamma", "gradient MiB"]
+    headers = [
+        "configuration",
+        "a_c ms",
+        "b_c us/sample",
+        "kappa",
+        "gamma",
+        "theta",
+        "gradient MiB",
+    ]
     return Table([*headers, "note"], rows, title="Fitted terms per configuration family")
 
 
@@ -681,7 +691,7 @@ def _family_terms(fam: stepmodel.Family) -> str:
     text = (
         f"Fitted terms: a_c = {ms(fam.a_c)} ms, b_c = {fam.b_c * 1e6:,.3f} us/sample "
         f"(compute: {fam.compute_source}); kappa = {fam.kappa:.2f} ({fam.kappa_source}); "
-        f"gamma = {fam.gamma:.2f} ({fam.gamma_source})"
+        f"gamma = {fam.gamma:.2f}, theta = {fam.theta:.2f} ({fam.gamma_source})"
     )
     if fam.grad_bytes:
         text += f"; gradient {mib(fam.grad_bytes)} MiB"

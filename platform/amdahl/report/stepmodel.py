@@ -6,6 +6,7 @@ Per configuration family (every setting except the device count and the per-devi
     compute        T_c(b) = a_c + b_c * b                (weighted least squares, relative error)
                    x kappa on p > 1 devices               (measured contention, 1 if unknown)
     communication  T_n(p) = latency_steps * alpha + bytes(sync, p, options) / B
+                   x theta                                (fitted per strategy, 1 if unknown)
     step           (T_c^gamma + T_n^gamma)^(1/gamma)      (Pollux's overlap exponent, 1..8)
     wall per step  step + data wait                       (the family's measured data wait)
     throughput     global batch / wall per step
@@ -16,9 +17,15 @@ measures (`comm_s`, DDP-based: their step minus data wait minus `comm_s`). A fam
 compute observation of its own borrows its `sync: none` sibling's (scaled by the micro-steps).
 kappa is fitted where a family has compute observations both at 1 device and at more (else its
 `sync: none` sibling's, else 1): it carries hardware contention (shared cores, memory bandwidth)
-that per-device compute suffers with more workers. gamma is fitted per sync strategy over its
-measured multi-device trials (grid plus golden section over [1, 8] on squared log error), else
-pooled over every strategy's, else 1 (no overlap).
+that per-device compute suffers with more workers. gamma and theta are fitted together per sync
+strategy over its measured multi-device trials (squared log error of the step, plus a small
+penalty on log theta so that a strategy with few points stays near the calibrated collective),
+else pooled over every strategy's, else 1 and 1. theta is what the strategy's communication
+costs against the calibrated ring: the work the wire formula does not see (ZeRO's partition
+broadcast inside the optimizer step, PowerSGD's factorisation, hook casts, per-bucket launch
+costs, comm threads taking cores from compute where workers share them). Without it the model
+can only ever shorten the calibrated cost (gamma >= 1), and on shared CPU cores every strategy
+was predicted too fast.
 
 alpha and B come from calibration.json (`alpha_s`, `bandwidth_Bps`, measured within a node by
 `platform calibrate`). Where the file also has `inter_node_alpha_s` and `inter_node_bandwidth_Bps`
@@ -66,6 +73,10 @@ from amdahl.results import RESULTS_FILE
 #: The settings that make a family: all but devices, the batch and the trial id.
 FAMILY_SETTINGS = tuple(c for c in SETTINGS if c not in ("batch_size", "trial"))
 GAMMA_RANGE = (1.0, 8.0)
+THETA_RANGE = (0.25, 16.0)
+#: Weight of (log theta)^2 in the overlap fit: small against a point's squared log error, enough
+#: to pick theta near 1 where gamma and theta trade off on too few points.
+THETA_PRIOR = 0.01
 KAPPA_RANGE = (0.25, 4.0)
 #: Strategies whose whole communication the harness's `comm_s` measures (DDP's all-reduce and
 #: its hooks): their multi-device trials give compute observations. From the strategy table.
@@ -392,6 +403,7 @@ class Family:
     compute_source: str = ""
     gamma: float = 1.0
     gamma_source: str = "default 1: nothing to fit"
+    theta: float = 1.0  # the strategy's communication cost against the calibrated collective
     grad_bytes: float | None = None
     shapes: list[list[int]] | None = None
     micro: float = 1.0
@@ -446,8 +458,9 @@ class StepModel:
     families: dict[tuple, Family]
     comm: CommModel
     options: SyncOptions
-    gammas: dict[str, tuple[float, int]] = field(default_factory=dict)  # sync -> (gamma, points)
-    pooled_gamma: tuple[float, int] | None = None
+    #: sync -> (gamma, theta, points)
+    overlaps: dict[str, tuple[float, float, int]] = field(default_factory=dict)
+    pooled_overlap: tuple[float, float, int] | None = None
 
     def family_of(self, c: Config) -> Family | None:
         return self.families.get(family_key(c.settings))
@@ -489,7 +502,7 @@ class StepModel:
             volume = comm_volume(family.sync, p, family.grad_bytes, self.options, family.shapes)
             if volume.estimate:
                 caveats.append(volume.estimate)
-            comm = volume.seconds(link)
+            comm = volume.seconds(link) * family.theta
         step = combine(compute, comm, family.gamma)
         wait, how = family.data_wait_s(batch)
         if how != "measured at this batch":
@@ -566,7 +579,7 @@ def fit(inputs: ModelInputs, points: list[Point] | None = None) -> StepModel:
         ):
             fam.kappa = sibling.kappa
             fam.kappa_source = f"sync none's: {sibling.kappa_source}"
-    _fit_gammas(model, points)
+    _fit_overlaps(model, points)
     return model
 
 
@@ -665,8 +678,8 @@ def _fit_data_wait(fam: Family, points: list[Point]) -> None:
     fam.data_wait_all = statistics.median(waits) if waits else None
 
 
-def _fit_gammas(model: StepModel, points: list[Point]) -> None:
-    """gamma per sync strategy over its multi-device points with a communication term."""
+def _fit_overlaps(model: StepModel, points: list[Point]) -> None:
+    """gamma and theta per sync strategy over its multi-device points with a communication term."""
     pairs: dict[str, list[tuple[float, float, float]]] = {}
     for pt in points:
         fam = model.families.get(pt.family)
@@ -680,33 +693,42 @@ def _fit_gammas(model: StepModel, points: list[Point]) -> None:
         comm = volume.seconds(link) if volume else 0.0
         if comm > 0:
             pairs.setdefault(fam.sync, []).append((compute, comm, pt.busy_s))
-    model.gammas = {sync: (_fit_gamma(tuple(obs)), len(obs)) for sync, obs in pairs.items()}
+    model.overlaps = {sync: (*_fit_overlap(tuple(obs)), len(obs)) for sync, obs in pairs.items()}
     everything = tuple(o for obs in pairs.values() for o in obs)
     needed = any(
-        f.sync not in model.gammas and f.sync not in SILENT for f in model.families.values()
+        f.sync not in model.overlaps and f.sync not in SILENT for f in model.families.values()
     )
     if everything and needed:
-        model.pooled_gamma = (_fit_gamma(everything), len(everything))
+        model.pooled_overlap = (*_fit_overlap(everything), len(everything))
     for fam in model.families.values():
         if fam.sync in SILENT:
             fam.gamma_source = "not used: no communication"
-        elif fam.sync in model.gammas:
-            g, n = model.gammas[fam.sync]
-            fam.gamma, fam.gamma_source = g, f"fitted over {n} multi-device {fam.sync} point(s)"
-        elif model.pooled_gamma:
-            g, n = model.pooled_gamma
-            fam.gamma = g
-            fam.gamma_source = f"pooled over {n} multi-device point(s) of other strategies"
+        elif fam.sync in model.overlaps:
+            fam.gamma, fam.theta, n = model.overlaps[fam.sync]
+            fam.gamma_source = f"gamma and theta fitted over {n} multi-device {fam.sync} point(s)"
+        elif model.pooled_overlap:
+            fam.gamma, fam.theta, n = model.pooled_overlap
+            fam.gamma_source = (
+                f"gamma and theta pooled over {n} multi-device point(s) of other strategies"
+            )
 
 
 @functools.lru_cache(maxsize=1024)
-def _fit_gamma(obs: tuple[tuple[float, float, float], ...]) -> float:
-    """Cached: a leave-one-out refit changes the observations of one strategy only."""
+def _fit_overlap(obs: tuple[tuple[float, float, float], ...]) -> tuple[float, float]:
+    """(gamma, theta) for observations (compute, calibrated comm, measured busy step).
+    Cached: a leave-one-out refit changes the observations of one strategy only."""
 
-    def sse(g: float) -> float:
-        return sum(math.log(combine(c, n, g) / t) ** 2 for c, n, t in obs)
+    def sse(gamma: float, theta: float) -> float:
+        return sum(math.log(combine(c, theta * n, gamma) / t) ** 2 for c, n, t in obs)
 
-    return _minimize(sse, *GAMMA_RANGE)
+    def best_gamma(theta: float) -> float:
+        return _minimize(lambda g: sse(g, theta), *GAMMA_RANGE)
+
+    def cost(theta: float) -> float:
+        return sse(best_gamma(theta), theta) + THETA_PRIOR * math.log(theta) ** 2
+
+    theta = _minimize(cost, *THETA_RANGE, log=True)
+    return best_gamma(theta), theta
 
 
 def _minimize(f: Callable[[float], float], lo: float, hi: float, log: bool = False) -> float:

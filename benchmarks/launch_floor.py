@@ -1,0 +1,149 @@
+"""How much of a sweep's launch cost is amdahl's, and how much is Ray's own floor?
+
+Starting a worker group is most of what a small sweep spends outside its measured steps
+(benchmarks/sweep_timeline.py). Ray Tune scheduling a Ray Train V2 run starts a chain of new
+processes (the Tune trainable, Train's controller, its worker group, ...), each importing Ray
+and torch before it can start the next. This benchmark measures that chain with nothing of
+amdahl in it, beside amdahl doing the same with one trial, in interleaved rounds on one local Ray
+(127.0.0.1 only):
+
+  ray-noop   the documented Tune-over-Train pattern at its smallest: a function trainable
+             (0.01 CPU) fits a TorchTrainer of 2 workers holding CPUS_PER_WORKER each, whose
+             loop reports once; the time is Tuner.fit() from call to return
+  platform   `run_sweep` of the D2L MLP on 2 devices with one warmup and one measured step,
+             MLflow off; the time is run_sweep from call to return (planning, the input rows,
+             the launch, the trial, results.parquet and the report), and, from its row, the
+             part that is Ray Train starting the worker group (launch_entered_unix_s against the
+             driver's clock, as sweep_timeline.py splits it)
+
+and prints, per round and as medians: both times, platform / ray-noop, and the platform's
+seconds beyond Ray's floor. Nothing is asserted.
+
+    python benchmarks/launch_floor.py [--rounds N]
+
+Run it on a quiet machine: every process start competes for the same cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+WORKERS = 2
+CPUS_PER_WORKER = 0.5
+
+
+def _noop_loop(config: dict) -> None:
+    import ray.train
+
+    ray.train.report({"done": 1})
+
+
+def _noop_trainable(config: dict) -> None:
+    from ray import tune
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    trainer = TorchTrainer(
+        _noop_loop,
+        scaling_config=ScalingConfig(
+            num_workers=WORKERS, resources_per_worker={"CPU": CPUS_PER_WORKER}
+        ),
+        run_config=RunConfig(name=config["name"], storage_path=config["storage"]),
+    )
+    trainer.fit()
+    tune.report({"done": 1})
+
+
+def ray_noop_s(work: Path, index: int) -> float:
+    """One Tune trial fitting one no-op Train run: seconds from Tuner.fit() to its return."""
+    from ray import tune
+
+    storage = str(work / "noop")
+    start = time.perf_counter()
+    tuner = tune.Tuner(
+        tune.with_resources(_noop_trainable, {"CPU": 0.01}),
+        param_space={"name": f"train-{index}", "storage": storage},
+        run_config=tune.RunConfig(name=f"tune-{index}", storage_path=storage),
+    )
+    (result,) = tuner.fit()
+    assert result.error is None, result.error
+    return time.perf_counter() - start
+
+
+def platform_s(work: Path, index: int) -> tuple[float, float | None]:
+    """A one-trial sweep: (run_sweep seconds, the part Ray Train took to start the group)."""
+    from amdahl import run_sweep, validate_spec
+
+    spec = validate_spec(
+        {
+            "name": f"floor{index}",
+            "workload": "mlp",
+            "train": {"steps": 1, "warmup_steps": 1},
+            "grid": {"devices": [WORKERS], "batch_size": [64], "sync": ["ddp"]},
+            "resources": {"cpus_per_device": CPUS_PER_WORKER, "cpus_per_data_worker": 0.5},
+            "tracking": {"enabled": False},
+        }
+    )
+    launched: list[float] = []
+
+    def on_event(kind: str, data: dict) -> None:
+        if kind == "launch_started":
+            launched.append(time.time())
+
+    start = time.perf_counter()
+    outcome = run_sweep(spec, runs_dir=work / "platform", tracking=False, on_event=on_event)
+    took = time.perf_counter() - start
+    (row,) = outcome.rows
+    assert row["status"] == "ok", row["error"]
+    entered = row.get("launch_entered_unix_s")
+    train_start = entered - launched[0] if entered and launched else None
+    return took, train_start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+
+    import ray
+
+    os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    work = Path(tempfile.mkdtemp(prefix="amdahl-floor-"))
+    ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    noop, plat, group = [], [], []
+    for r in range(args.rounds):
+        arms = ["ray-noop", "platform"] if r % 2 == 0 else ["platform", "ray-noop"]
+        for arm in arms:
+            if arm == "ray-noop":
+                noop.append(ray_noop_s(work, r))
+            else:
+                took, train_start = platform_s(work, r)
+                plat.append(took)
+                if train_start is not None:
+                    group.append(train_start)
+        started = f", of which Ray Train starting the group {group[-1]:.1f} s" if group else ""
+        print(
+            f"round {r}: ray-noop {noop[-1]:.1f} s; platform one-trial sweep {plat[-1]:.1f} s"
+            f"{started}; platform / ray-noop {plat[-1] / noop[-1]:.2f}",
+            flush=True,
+        )
+    ray.shutdown()
+    med = statistics.median
+    ratios = [p / n for p, n in zip(plat, noop, strict=True)]
+    print(
+        f"\nmedian over {args.rounds} round(s): ray-noop {med(noop):.1f} s, platform "
+        f"{med(plat):.1f} s"
+        + (f" (Ray Train start inside it {med(group):.1f} s)" if group else "")
+        + f"; platform / ray-noop {med(ratios):.2f} (min {min(ratios):.2f}, max {max(ratios):.2f});"
+        f" platform beyond Ray's floor {med(p - n for p, n in zip(plat, noop, strict=True)):.1f} s"
+    )
+
+
+if __name__ == "__main__":
+    main()
