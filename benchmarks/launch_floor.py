@@ -68,7 +68,7 @@ def ray_noop_s(work: Path, index: int) -> float:
     tuner = tune.Tuner(
         tune.with_resources(_noop_trainable, {"CPU": 0.01}),
         param_space={"name": f"train-{index}", "storage": storage},
-        run_config=tune.RunConfig(name=f"tune-{index}", storage_path=storage),
+        run_config=tune.RunConfig(name=f"tune-{index}", storage_path=storage, verbose=0),
     )
     (result,) = tuner.fit()
     assert result.error is None, result.error

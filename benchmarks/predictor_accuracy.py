@@ -2,7 +2,8 @@
 
 Runs a laptop grid in one process on one local Ray (MLflow off): the mlp workload on devices
 1 and 2, per-device batch sizes 64, 128, 256 and 512, sync ddp, ddp_fp16, powersgd, zero1,
-local_sgd and none (48 trials, one repeat, a few hundred short steps each); then measures the
+local_sgd and none (48 trials, one repeat, 1000 steps each: with 300 the same configuration
+measured in two runs here differed by up to 27%, which no model can predict); then measures the
 all-reduce alpha-beta as `platform calibrate` does (calibrate.run_calibration, 2 workers), which
 also records the mlp's gradient bytes and parameter shapes into the sweep directory.
 

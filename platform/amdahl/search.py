@@ -50,6 +50,15 @@ SKIPPED = "skipped"
 def check(spec: SweepSpec) -> None:
     """What the search section asks that the rest of the spec cannot give: refused before
     anything runs (a UserError naming the key and the fix)."""
+    unused = sorted(spec.search.model_fields_set - {"method"})
+    if spec.search.method == "grid" and unused:
+        keys = ", ".join(f"search.{k}" for k in unused)
+        raise UserError(
+            f"{keys}: only a halving search reads {'it' if len(unused) == 1 else 'them'}, and "
+            "search.method is grid (every configuration for train.steps); set "
+            "search.method: halving, or remove "
+            + ("it" if len(unused) == 1 else "them")
+        )
     if spec.search.objective == "time_to_target" and spec.train.target is None:
         raise UserError(
             "search.objective: time_to_target needs train.target (the metric and value to "

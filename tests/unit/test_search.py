@@ -192,12 +192,19 @@ def test_bad_search_settings_are_refused_before_anything_runs(tmp_path):
         check(
             validate_spec({**base, "search": {"method": "halving", "objective": "time_to_target"}})
         )
-    missing = validate_spec({**base, "search": {"calibration": str(tmp_path / "nope.json")}})
+    halving = {"method": "halving"}
+    missing = {"search": {**halving, "calibration": str(tmp_path / "nope.json")}}
+    missing = validate_spec({**base, **missing})
     with pytest.raises(UserError, match="search.calibration: cannot read .*nope.json"):
         check(missing)
     (tmp_path / "list.json").write_text("[1, 2]")
     with pytest.raises(UserError, match="not a JSON object"):
-        check(validate_spec({**base, "search": {"calibration": str(tmp_path / "list.json")}}))
+        listed = {**halving, "calibration": str(tmp_path / "list.json")}
+        check(validate_spec({**base, "search": listed}))
+    # a grid sweep would ignore halving's settings: refused rather than silently unused
+    with pytest.raises(UserError, match=r"search.eta, search.min_steps: only a halving search"):
+        check(validate_spec({**base, "search": {"eta": 4, "min_steps": 5}}))
+    check(validate_spec({**base, "search": {"method": "grid"}}))
     sweep = tmp_path / "sweep.yaml"
     sweep.write_text("name: s\nworkload: mlp\nsearch:\n  budget: lots\n")
     with pytest.raises(UserError, match=r"search.budget.*'25%'"):
