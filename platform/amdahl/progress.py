@@ -57,6 +57,7 @@ class LiveProgress:
         self.rows: dict[str, dict[str, Any]] = {}
         self.order: list[str] = []
         self.started = time.perf_counter()
+        self.activity = ""  # what runs that is not a trial (search.calibration: auto)
         self.sweep_dir = ""
         self.live = Live(self._table(), console=console, refresh_per_second=2, transient=False)
 
@@ -68,6 +69,7 @@ class LiveProgress:
             self.live.__exit__(*exc)
 
     def event(self, kind: str, payload: dict[str, Any]) -> None:
+        self.activity = _activity(kind, payload)
         if kind == "planned":
             plan: SweepPlan = payload["plan"]
             if plan.resource_note:
@@ -121,6 +123,7 @@ class LiveProgress:
         table = Table(
             title=Text(
                 f"{self.sweep_dir} - {len(done)} done, {len(todo)} to go, {elapsed:.0f} s{eta}"
+                f"{self.activity}"
             )
         )
         for col in ("trial", "status", "samples/s", "note"):
@@ -159,3 +162,10 @@ def print_outcome(outcome: Any) -> None:
             f"[red]{len(outcome.failed)} trial runs did not succeed[/]; reasons are in "
             f"the results table and `platform report`."
         )
+
+
+def _activity(kind: str, payload: dict[str, Any]) -> str:
+    """The title's note on what runs that is not a trial (search.calibration: auto)."""
+    if kind == "calibrating":
+        return f"; measuring the all-reduce on {payload['devices']} workers for the step-time model"
+    return ""

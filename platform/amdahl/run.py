@@ -276,11 +276,13 @@ def _halving(run: _Measurement) -> None:
             run.measure(anchors, _measured_at(rows, 0), rung=0)
             if run.interrupt.is_set():
                 return
+            _calibrate_for_search(run)
             rows = read_results(run.sweep_dir).to_pylist()
             measured = [r for r in rows if r.get("rung") == 0 and r["trial_id"] in anchors]
             rest = [first[t] for t in first if t not in anchors]
+            calibration = search.calibration(spec, SweepDir(run.sweep_dir).calibration)
             reasons = search.predicted_skips(
-                measured, rest, spec.search, spec.options.model_dump(), search.calibration(spec)
+                measured, rest, spec.search, spec.options.model_dump(), calibration
             )
             for tid, reason in reasons.items():
                 run.record({**first[tid], "status": search.SKIPPED, "error": reason})
@@ -295,6 +297,29 @@ def _halving(run: _Measurement) -> None:
         nxt = state.rungs[-1].index + 1
         run.emit("rung", {"rung": nxt, "trials": state.rungs[-1].kept})
         run.measure(set(state.rungs[-1].kept), _measured_at(rows, nxt), rung=nxt)
+
+
+def _calibrate_for_search(run: _Measurement) -> None:
+    """search.calibration: auto: the all-reduce alpha-beta the step-time model's skips need,
+    measured in this sweep's Ray on the grid's largest worker group (as `platform calibrate`
+    does), into the sweep directory, where the report reads it too. A resumed search reuses
+    it. Skipped when nothing in the grid communicates across devices."""
+    from amdahl.calibrate import run_calibration
+    from amdahl.search import AUTO_CALIBRATION
+
+    spec = run.spec
+    target = SweepDir(run.sweep_dir).calibration
+    devices = max(t.settings["devices"] for t in run.plan.runnable)
+    if spec.search.calibration != AUTO_CALIBRATION or target.exists() or devices < 2:
+        return
+    workers = max((t.resources for t in run.plan.runnable), key=lambda r: r.workers)
+    run.emit("calibrating", {"devices": devices})
+    run_calibration(
+        devices,
+        run.sweep_dir,
+        resources_per_worker={"CPU": workers.cpus_per_worker},
+        use_gpu=spec.resources.use_gpu,
+    )
 
 
 def _measured_at(rows: list[dict[str, Any]], rung: int) -> set[tuple[str, int]]:

@@ -56,8 +56,7 @@ def check(spec: SweepSpec) -> None:
         raise UserError(
             f"{keys}: only a halving search reads {'it' if len(unused) == 1 else 'them'}, and "
             "search.method is grid (every configuration for train.steps); set "
-            "search.method: halving, or remove "
-            + ("it" if len(unused) == 1 else "them")
+            "search.method: halving, or remove " + ("it" if len(unused) == 1 else "them")
         )
     if spec.search.objective == "time_to_target" and spec.train.target is None:
         raise UserError(
@@ -67,11 +66,21 @@ def check(spec: SweepSpec) -> None:
     calibration(spec)
 
 
-def calibration(spec: SweepSpec) -> dict[str, Any] | None:
-    """search.calibration's content for the step-time model (relative: to the sweep file)."""
+#: search.calibration's value that measures the calibration in the sweep itself.
+AUTO_CALIBRATION = "auto"
+
+
+def calibration(spec: SweepSpec, measured: Path | None = None) -> dict[str, Any] | None:
+    """search.calibration's content for the step-time model (relative: to the sweep file);
+    for `auto`, the `measured` calibration.json when it is there yet."""
     if not spec.search.calibration:
         return None
-    path = Path(spec.search.calibration).expanduser()
+    if spec.search.calibration == AUTO_CALIBRATION:
+        if measured is None or not measured.exists():
+            return None
+        path = measured
+    else:
+        path = Path(spec.search.calibration).expanduser()
     if not path.is_absolute() and spec.source_dir is not None:
         path = spec.source_dir / path
     try:

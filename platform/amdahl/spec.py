@@ -286,7 +286,9 @@ class SearchSpec(_Section):
     calibration: str | None = Field(
         None,
         description="halving: a calibration.json (`platform calibrate`) giving the step-time "
-        "model its communication terms; without one it predicts sync none families only.",
+        "model its communication terms, or 'auto': measure it in the sweep's own Ray before the "
+        "first rung (into the sweep directory; about 20 s on a laptop). Without one the model "
+        "predicts sync none families only.",
     )
 
     @field_validator("budget")

@@ -252,6 +252,11 @@ class Tracker:
         finally:
             self.backend.end()
 
+    def close(self) -> None:
+        """Give the caller's environment back as it was (the backend's settings for the
+        tracker's duration); `finish` does this too."""
+        self.backend.end()
+
     # ---- the writer thread ---------------------------------------------------------------
 
     def _submit(self, fn: Any, *args: Any) -> None:
@@ -582,7 +587,10 @@ def push_results(sweep_dir: str | Path) -> PushOutcome:
     with lock_sweep_dir(d.path, by=PUSH, advice=advice):
         rows = read_results(d.path).to_pylist()
         tracker = Tracker(spec, d.path)
-        pushed = tracker.sync(rows)
+        try:
+            pushed = tracker.sync(rows)
+        finally:
+            tracker.close()
     problems = [p for p in (tracker.error, tracker.state_error) if p]
     return PushOutcome(
         results=d.results,

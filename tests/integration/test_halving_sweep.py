@@ -89,3 +89,25 @@ def test_a_resume_goes_on_from_the_rung_results_parquet_says(searched):
     again = run_sweep(spec, runs_dir=outcome.sweep_dir.parent, resume=outcome.sweep_dir)
     assert {r["rung"] for r in again.rows} == {2}  # rungs 0 and 1 were not measured again
     assert _by_rung(read_results(outcome.sweep_dir).to_pylist()) == before
+
+
+def test_calibration_auto_measures_the_collective_once_and_the_model_then_skips_ddp(
+    ray_cluster, tmp_path
+):
+    spec = validate_spec(
+        {
+            **HALVING,
+            "grid": {"devices": [1, 2], "batch_size": [4, 1024], "sync": ["ddp"]},
+            "search": {**HALVING["search"], "calibration": "auto"},
+        }
+    )
+    outcome = run_sweep(spec, runs_dir=tmp_path / "runs")
+    calibration = SweepDir(outcome.sweep_dir).calibration
+    assert calibration.exists()  # measured in the sweep's Ray, where the report reads it too
+    rows = read_results(outcome.sweep_dir).to_pylist()
+    skipped = [(r["devices"], r["batch_size"]) for r in rows if r["status"] == SKIPPED]
+    # without a calibration ddp on 2 devices cannot be predicted and is always measured
+    assert skipped == [(2, 4)], [(r["devices"], r["batch_size"], r["error"]) for r in rows]
+    measured_at = calibration.stat().st_mtime_ns
+    run_sweep(spec, runs_dir=outcome.sweep_dir.parent, resume=outcome.sweep_dir)
+    assert calibration.stat().st_mtime_ns == measured_at  # a resume reuses it

@@ -140,6 +140,9 @@ class _FakeTracker:
         logging.getLogger("amdahl.track").error("the tracker's own message")
         return len(rows)
 
+    def close(self):
+        pass
+
 
 @pytest.fixture
 def tracker(monkeypatch):

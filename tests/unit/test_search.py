@@ -214,3 +214,21 @@ def test_bad_search_settings_are_refused_before_anything_runs(tmp_path):
         load_spec(sweep)
     budgeted = SearchSpec(budget="25%")
     assert budgeted.budget_s(400.0) == 100.0 and SearchSpec(budget=60).budget_s(1e9) == 60.0
+
+
+def test_calibration_auto_reads_the_sweep_directory_once_it_is_measured(tmp_path):
+    from amdahl.search import calibration, check
+    from amdahl.spec import validate_spec
+
+    spec = validate_spec(
+        {
+            "name": "s",
+            "workload": "mlp",
+            "search": {"method": "halving", "calibration": "auto"},
+        }
+    )
+    check(spec)  # nothing to read before the sweep measures it
+    measured = tmp_path / "calibration.json"
+    assert calibration(spec, measured) is None and calibration(spec) is None
+    measured.write_text(json.dumps({"alpha_s": 1e-4, "bandwidth_Bps": 1e9}))
+    assert calibration(spec, measured)["alpha_s"] == 1e-4

@@ -6,6 +6,7 @@ runs); an outage or an error that is not one comes back in the outcome, never ra
 from __future__ import annotations
 
 import json
+import os
 import socket
 from pathlib import Path
 
@@ -46,12 +47,12 @@ def _row(trial_id: str, status: str = "ok") -> dict:
 
 @pytest.fixture
 def store(tmp_path, monkeypatch) -> str:
-    """A fresh SQLite MLflow store (as tests/integration/conftest.py's `mlflow_uri`); MLflow's
-    fail-fast HTTP settings, which the tracker sets for its process, are undone after."""
+    """A fresh SQLite MLflow store (as tests/integration/conftest.py's `mlflow_uri`), and none
+    of MLflow's HTTP settings that the tracker sets for a push's duration."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    for name, value in _FAIL_FAST_HTTP.items():
-        monkeypatch.setenv(name, value)
+    for name in _FAIL_FAST_HTTP:
+        monkeypatch.delenv(name, raising=False)
     return uri
 
 
@@ -77,6 +78,8 @@ def _children(uri: str) -> list[str]:
 
 def test_rows_are_pushed_once_and_a_new_row_alone_later(store, sweep_dir):
     first = push_results(sweep_dir)
+    # the tracker's fail-fast HTTP settings last for the push only
+    assert not set(_FAIL_FAST_HTTP) & set(os.environ)
     assert first == PushOutcome(results=sweep_dir / "results.parquet", rows=2, pushed=2)
     assert first.ok and first.already_there == 0
     assert _children(store) == ["a:0", "b:0"]
