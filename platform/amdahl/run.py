@@ -105,8 +105,13 @@ def run_sweep(
     per device count (both for overhead comparisons).
     Raises SweepInterrupted after a first Ctrl-C or SIGTERM has stopped it cleanly.
     """
+    from amdahl.search import check
+
+    check(spec)  # pure: a search section that cannot run creates no directory
+    runs_dir = Path(runs_dir)
+    fresh_runs_dir = not runs_dir.exists()
     sweep_dir, finished, lock, created = open_sweep_dir(
-        spec, Path(runs_dir), resume, retry_failed, new_if_changed
+        spec, runs_dir, resume, retry_failed, new_if_changed
     )
     try:
         return _run_locked(
@@ -121,6 +126,11 @@ def run_sweep(
             group_launches=group_launches,
             share_across_devices=share_across_devices,
         )
+    except BaseException:
+        if fresh_runs_dir and not sweep_dir.exists():  # planning failed: leave no trace
+            with contextlib.suppress(OSError):
+                runs_dir.rmdir()
+        raise
     finally:
         lock.release()
 

@@ -205,6 +205,11 @@ def test_bad_search_settings_are_refused_before_anything_runs(tmp_path):
     with pytest.raises(UserError, match=r"search.eta, search.min_steps: only a halving search"):
         check(validate_spec({**base, "search": {"eta": 4, "min_steps": 5}}))
     check(validate_spec({**base, "search": {"method": "grid"}}))
+    from amdahl import run_sweep
+
+    with pytest.raises(UserError, match="only a halving search"):  # before anything is made
+        run_sweep(validate_spec({**base, "search": {"eta": 4}}), runs_dir=tmp_path / "runs")
+    assert not (tmp_path / "runs").exists()
     sweep = tmp_path / "sweep.yaml"
     sweep.write_text("name: s\nworkload: mlp\nsearch:\n  budget: lots\n")
     with pytest.raises(UserError, match=r"search.budget.*'25%'"):
