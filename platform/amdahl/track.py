@@ -250,11 +250,11 @@ class Tracker:
         try:
             self._finish(outcome, interrupted)
         finally:
-            self.backend.end()
+            self.close()
 
     def close(self) -> None:
         """Give the caller's environment back as it was (the backend's settings for the
-        tracker's duration); `finish` does this too."""
+        tracker's duration); `finish` ends with it."""
         self.backend.end()
 
     # ---- the writer thread ---------------------------------------------------------------
