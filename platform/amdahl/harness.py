@@ -117,38 +117,37 @@ def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
         "launch_entered_unix_s": entered_unix,
         "launch_setup_s": time.perf_counter() - entered,
     }
-    for trial in launch.trials:
-        for repeat in range(launch.train.repeats):
-            if (trial.trial_id, repeat) in done:
-                continue
-            world = trial.devices
-            done.add((trial.trial_id, repeat))
-            if not worlds.enter(world):
-                _report(None, done)  # an idle rank: wait in the report barrier
-                reported_at.append(time.monotonic())
-                continue
-            if world not in shards:
-                shards[world] = train_source(launch, workload, rank, world, device.type == "cuda")
-            started = time.perf_counter()
-            stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
-            where = Placement(device, rank, world)
-            own = (
-                workload
-                if trial.params == workload.params
-                else make_workload(launch.workload, trial.params)
-            )
-            stats, error, kind = _run_guarded(own, trial, launch, shards[world], val, where)
-            if kind == "poisoned":
-                # No collective can run in this process any more: end the worker group; the
-                # driver records this trial with the reason and relaunches the rest.
-                raise ProcessPoisoned(error.splitlines()[0])
-            _wait_for_every_rank(f"{trial.trial_id}/{repeat}", error, world)
-            gathered = _gather(stats, error, world)
-            row = _results_row(launch, trial, repeat, gathered, started, stamp, device)
-            row.update(launch_start)
-            launch_start = {}
-            _report(row if rank == 0 else None, done)
+    for trial, repeat in launch.schedule():
+        if (trial.trial_id, repeat) in done:
+            continue
+        world = trial.devices
+        done.add((trial.trial_id, repeat))
+        if not worlds.enter(world):
+            _report(None, done)  # an idle rank: wait in the report barrier
             reported_at.append(time.monotonic())
+            continue
+        if world not in shards:
+            shards[world] = train_source(launch, workload, rank, world, device.type == "cuda")
+        started = time.perf_counter()
+        stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        where = Placement(device, rank, world)
+        own = (
+            workload
+            if trial.params == workload.params
+            else make_workload(launch.workload, trial.params)
+        )
+        stats, error, kind = _run_guarded(own, trial, launch, shards[world], val, where)
+        if kind == "poisoned":
+            # No collective can run in this process any more: end the worker group; the
+            # driver records this trial with the reason and relaunches the rest.
+            raise ProcessPoisoned(error.splitlines()[0])
+        _wait_for_every_rank(f"{trial.trial_id}/{repeat}", error, world)
+        gathered = _gather(stats, error, world)
+        row = _results_row(launch, trial, repeat, gathered, started, stamp, device)
+        row.update(launch_start)
+        launch_start = {}
+        _report(row if rank == 0 else None, done)
+        reported_at.append(time.monotonic())
     # Ray 2.60: if the launch's last rows are still queued for Tune when this function returns,
     # Tune's function trainable can deadlock flushing two of them into its size-1 result queue
     # (seen with trials tens of ms apart). Return only once the row before the last has had

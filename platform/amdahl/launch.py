@@ -98,7 +98,8 @@ class WorkerResources:
 
 @dataclass(frozen=True)
 class LaunchConfig:
-    """One launch: a worker group running `trials` one after another (plan.Launch)."""
+    """One launch: a worker group running `trials` one after another (plan.Launch), in the
+    order `schedule` gives."""
 
     launch_id: str
     sweep: str
@@ -153,6 +154,13 @@ class LaunchConfig:
         """Optimizer steps a trial runs, warmup included (time-to-target: at most)."""
         t = self.train
         return t.target.max_steps if t.target else t.warmup_steps + t.steps
+
+    def schedule(self) -> list[tuple[TrialConfig, int]]:
+        """The (trial, repeat) runs in the order the workers run them: repeat 0 of every trial,
+        then repeat 1 of every trial, and so on. Interleaved, a drift of the machine over the
+        launch (another job, a warming cache, a throttling clock) falls on every configuration's
+        repeats alike instead of on whichever ran last, so repeats compare configurations."""
+        return [(t, r) for r in range(self.train.repeats) for t in self.trials]
 
     def with_inputs(self, **inputs: Any) -> LaunchConfig:
         """A copy carrying the driver's object refs (`val_rows`, `train_rows`, `train_shards`)."""

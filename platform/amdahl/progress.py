@@ -96,18 +96,25 @@ class LiveProgress:
                     if key.startswith(t.trial_id) and row["status"] == "pending":
                         row["status"] = "running"
         elif kind == "trial_done":
-            row = payload["row"]
-            entry = self.rows.get(f"{row['trial_id']}:{row['repeat']}")
-            if entry is not None:
-                entry["status"] = row["status"]
-                entry["throughput"] = f"{row['throughput']:,.0f}" if row.get("throughput") else ""
-                entry["note"] = (
-                    (row.get("error") or "").splitlines()[0][:80] if row.get("error") else ""
-                )
-                if row.get("rung") is not None:  # search: halving shows the latest rung
-                    rung = f"rung {row['rung']} ({row['steps']} steps)"
-                    entry["note"] = f"{rung}: {entry['note']}" if entry["note"] else rung
+            self._trial_done(payload["row"])
         self.live.update(self._table())
+
+    def _trial_done(self, row: dict[str, Any]) -> None:
+        key = f"{row['trial_id']}:{row['repeat']}"
+        first = f"{row['trial_id']}:0"
+        if key not in self.rows and first in self.rows:
+            # a repeat only the search's last rung runs (search.final_repeats)
+            self.order.insert(self.order.index(first) + row["repeat"], key)
+            self.rows[key] = {"label": f"{self.rows[first]['label']} r{row['repeat']}"}
+        entry = self.rows.get(key)
+        if entry is None:
+            return
+        entry["status"] = row["status"]
+        entry["throughput"] = f"{row['throughput']:,.0f}" if row.get("throughput") else ""
+        entry["note"] = (row.get("error") or "").splitlines()[0][:80] if row.get("error") else ""
+        if row.get("rung") is not None:  # search: halving shows the latest rung
+            rung = f"rung {row['rung']} ({row['steps']} steps)"
+            entry["note"] = f"{rung}: {entry['note']}" if entry["note"] else rung
 
     def _table(self) -> Table:
         done = [
@@ -157,11 +164,45 @@ def print_outcome(outcome: Any) -> None:
         )
     else:
         console.print(f"report:  platform report {outcome.sweep_dir}", markup=False)
+    for line in search_summary(outcome):
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
     if outcome.failed:
         console.print(
             f"[red]{len(outcome.failed)} trial runs did not succeed[/]; reasons are in "
             f"the results table and `platform report`."
         )
+
+
+def search_summary(outcome: Any) -> list[str]:
+    """search: halving: the configuration it found, and the finalists it cannot tell apart
+    from it (search.indistinct), or where the search stopped."""
+    from amdahl.search import describe
+
+    state = outcome.search
+    if state is None or not state.rungs:
+        return []
+    labels = {t.trial_id: t.label() for t in outcome.plan.trials}
+    search = outcome.plan.spec.search
+    last = state.rungs[-1]
+    if last.index != len(state.steps) - 1 or not last.measured:
+        return [f"search: stopped after rung {last.index}; nothing reached the last rung"]
+    best = last.measured[0]
+    runs = last.repeats[best]
+    lo, hi = runs[0], runs[-1]
+    spread = f", {describe(lo, search.objective)} to {describe(hi, search.objective)}"
+    lines = [
+        f"search: best {labels.get(best, best)}: {describe(last.values[best], search.objective)}"
+        + (f" (median of {len(runs)} runs{spread})" if len(runs) > 1 else "")
+    ]
+    if last.tied:
+        fix = (
+            "their ranges overlap"
+            if len(runs) > 1
+            else "one run each; search.final_repeats: 3 would separate them"
+        )
+        names = ", ".join(labels.get(t, t) for t in last.tied)
+        lines.append(f"  not measurably different from it ({fix}): {names}")
+    return lines
 
 
 def _activity(kind: str, payload: dict[str, Any]) -> str:

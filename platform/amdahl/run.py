@@ -41,6 +41,7 @@ from amdahl.sweepdir import SweepDir, open_sweep_dir, ray_storage, write_sweep_f
 from amdahl.workload import locate_spec_workload, make_workload
 
 if TYPE_CHECKING:
+    from amdahl.search import SearchState
     from amdahl.track import Tracker
 
 #: Events the runner emits for whoever renders progress: (kind, payload).
@@ -55,6 +56,8 @@ class SweepOutcome:
     plan: SweepPlan
     rows: list[dict[str, Any]] = field(default_factory=list)
     wall_s: float = 0.0
+    #: search: halving: where the search ended (search.SearchState), else None.
+    search: SearchState | None = None
 
     @property
     def failed(self) -> list[dict[str, Any]]:
@@ -190,6 +193,7 @@ def _run_locked(
         with interrupt.installed():
             if spec.search.method == "halving":
                 _halving(run)
+                outcome.search = _search_state(run)
             else:
                 run.measure({t.trial_id for t in plan.runnable}, finished)
     finally:
@@ -255,11 +259,11 @@ class _Measurement:
 
 def _rung_spec(spec: SweepSpec, rung: int) -> SweepSpec:
     """The spec a search rung runs: `train.steps` (time-to-target: `target.max_steps`) cut to
-    the rung's length."""
-    from amdahl.search import rung_steps
+    the rung's length, and the rung's repeats (search.rung_repeats)."""
+    from amdahl.search import rung_repeats, rung_steps
 
     steps = rung_steps(spec.search, spec.train)[rung]
-    train = spec.train
+    train = spec.train.model_copy(update={"repeats": rung_repeats(spec.search, spec.train, rung)})
     if train.target is not None:
         target = train.target.model_copy(update={"max_steps": steps})
         train = train.model_copy(update={"target": target})
@@ -307,6 +311,13 @@ def _halving(run: _Measurement) -> None:
         nxt = state.rungs[-1].index + 1
         run.emit("rung", {"rung": nxt, "trials": state.rungs[-1].kept})
         run.measure(set(state.rungs[-1].kept), _measured_at(rows, nxt), rung=nxt)
+
+
+def _search_state(run: _Measurement) -> SearchState:
+    from amdahl.search import replay
+
+    rows = read_results(run.sweep_dir).to_pylist()
+    return replay(rows, run.spec.search, run.spec.train)
 
 
 def _calibrate_for_search(run: _Measurement) -> None:
@@ -666,22 +677,18 @@ class _ResultSink(tune.Callback):
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         """The launch died (its worker group crashed past train.max_failures).
 
-        Its trials run in order, so the first repeat it had not reported is the one it died
-        in: that one is recorded as failed with the reason, and the trials it had not reached
-        go to a new launch (`relaunch`), so one crash costs one trial, not the whole group. A
-        relaunch that dies in its first trial again has a cause no trial escapes (a worker
-        group that cannot start, say): then every repeat it had left is recorded as failed.
+        Its runs go in `LaunchConfig.schedule` order, so the first it had not reported is the
+        one it died in: that one is recorded as failed with the reason, and the trials with
+        repeats it had not reached go to a new launch (`relaunch`), so one crash costs one
+        trial run, not the whole group. A relaunch that dies in its first run again has a
+        cause no trial escapes (a worker group that cannot start, say): then every repeat it
+        had left is recorded as failed.
         """
         launch = self.configs[trial.config["launch_id"]]
         error = _launch_error(trial)
         reported = self.reported.get(launch.launch_id, set())
         done = reported | set(launch.skip)
-        pending = [
-            (t, repeat)
-            for t in launch.trials
-            for repeat in range(launch.train.repeats)
-            if (t.trial_id, repeat) not in done
-        ]
+        pending = [(t, r) for t, r in launch.schedule() if (t.trial_id, r) not in done]
         failing = pending if launch.relaunch and not reported else pending[:1]
         self.relaunch.update(t.trial_id for t, _ in pending[len(failing) :])
         for t, repeat in failing:

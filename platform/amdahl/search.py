@@ -4,10 +4,13 @@ Rung r measures every surviving configuration for `min_steps * eta**r` steps (th
 `train.steps`); the best 1/eta go on to the next rung, together with any configuration that is
 not measurably worse than the last one kept (its throughput within two standard errors, from
 the per-step times of the two rows). A configuration that failed, or breaks a constraint, is
-dropped with the reason. Before the first rung's remaining configurations run, the step-time
-model (report/stepmodel.py), fitted on each family's configurations at its smallest device
-count, predicts the others; one predicted below `skip_below` of the best measured objective is
-recorded with status `skipped` and the prediction as its reason, never silently dropped.
+dropped with the reason. The last rung measures each finalist `final_repeats` times,
+interleaved, and ranks by the median; the finalists its spread cannot tell apart from the best
+are named as tied (`indistinct`). Before the first rung's remaining configurations run, the
+step-time model (report/stepmodel.py), fitted on each family's configurations at its smallest
+device count, predicts the others; one predicted below `skip_below` of the best measured
+objective is recorded with status `skipped` and the prediction as its reason, never silently
+dropped.
 
 Every decision is a pure function of the results rows, so a resumed sweep and the report's
 "search" section recompute the same rungs from results.parquet (`replay`). Pure: no Ray, no
@@ -182,6 +185,13 @@ def rung_steps(search: SearchSpec, train: TrainSpec) -> list[int]:
     return [*steps, full]
 
 
+def rung_repeats(search: SearchSpec, train: TrainSpec, rung: int) -> int:
+    """Measurements of each configuration in rung `rung`: `train.repeats`, and in the last rung
+    at least `search.final_repeats` (the final ranking's spread)."""
+    last = rung >= len(rung_steps(search, train)) - 1
+    return max(train.repeats, search.final_repeats) if last else train.repeats
+
+
 #: Row columns only a full measurement fills: a ranking rung skips the passes that give them.
 FULL_MEASUREMENT_COLUMNS = frozenset({"val_loss", "val_accuracy", "comm_s"})
 
@@ -208,8 +218,12 @@ class Rung:
     measured: list[str] = field(default_factory=list)  # trial ids, in ranking order
     kept: list[str] = field(default_factory=list)
     dropped: dict[str, str] = field(default_factory=dict)  # trial id -> why
-    values: dict[str, float] = field(default_factory=dict)  # trial id -> objective
+    values: dict[str, float] = field(default_factory=dict)  # trial id -> objective (median)
+    #: trial id -> the objective of each of its ok repeats in this rung
+    repeats: dict[str, list[float]] = field(default_factory=dict)
     cutoff: float | None = None
+    #: The last rung: the finalists that cannot be told apart from the best (`indistinct`).
+    tied: list[str] = field(default_factory=list)
 
 
 def _merged(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -229,6 +243,15 @@ def _merged(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _objectives(rows: list[dict[str, Any]], objective: str) -> dict[str, list[float]]:
+    """Per trial id, the objective of each of its ok repeats."""
+    out: dict[str, list[float]] = {}
+    for r in rows:
+        if r.get("status") == OK and (v := objective_value(r, objective)) is not None:
+            out.setdefault(r["trial_id"], []).append(v)
+    return out
+
+
 def promote(
     rows: list[dict[str, Any]],
     index: int,
@@ -236,31 +259,35 @@ def promote(
     search: SearchSpec,
     last: bool = False,
 ) -> Rung:
-    """Decide rung `index` from its rows: rank, keep the best 1/eta and everything not
-    measurably worse than the last one kept, drop the rest with the reason. On the `last`
-    rung nothing is dropped for rank: the survivors are the final ranking."""
+    """Decide rung `index` from its rows: rank by the median of each configuration's repeats,
+    keep the best 1/eta and everything not measurably worse than the last one kept, drop the
+    rest with the reason. On the `last` rung nothing is dropped for rank: the survivors are the
+    final ranking, and those that cannot be told apart from the best are `tied`."""
     rung = Rung(index, steps)
     constraints = [Constraint.parse(c) for c in search.constraints]
+    objectives = _objectives(rows, search.objective)
     valid: list[tuple[float, str, dict[str, Any]]] = []
     for tid, row in _merged(rows).items():
         if row.get("status") != OK:
             rung.dropped[tid] = f"rung {index}: {row.get('status')}: " + _first_line(row)
             continue
         broken = next((why for c in constraints if (why := c.violation(row))), None)
-        value = objective_value(row, search.objective)
-        if broken or value is None:
+        if broken or tid not in objectives:
             rung.dropped[tid] = f"rung {index}: " + (
                 broken or f"no {search.objective} (target not reached in {steps} steps)"
             )
             continue
-        valid.append((value, tid, row))
+        valid.append((statistics.median(objectives[tid]), tid, row))
     valid.sort(key=lambda v: (-v[0], v[1]))
     rung.measured = [tid for _, tid, _ in valid]
     rung.values = {tid: v for v, tid, _ in valid}
+    rung.repeats = {tid: sorted(objectives[tid]) for tid in rung.measured}
     if not valid:
         return rung
     if last:
         rung.kept = list(rung.measured)
+        best = valid[0]
+        rung.tied = [tid for v, tid, row in valid[1:] if indistinct(best, (v, tid, row), rung)]
         return rung
     n_keep = max(1, math.ceil(len(valid) / search.eta))
     cut_value, _, cut_row = valid[n_keep - 1]
@@ -279,6 +306,22 @@ def promote(
                 f"{len(valid)}; beyond {NOISE_SIGMAS:g} standard errors)"
             )
     return rung
+
+
+def indistinct(
+    best: tuple[float, str, dict[str, Any]], other: tuple[float, str, dict[str, Any]], rung: Rung
+) -> bool:
+    """Whether `other` (value, trial id, median row) cannot be told apart from `best`. With
+    two or more repeats each: their medians differ by no more than the wider of the two ranges
+    (the report's rule for "no measurable difference", report.compute.differs). With one:
+    within NOISE_SIGMAS standard errors of the per-step times, which sees only the noise inside
+    one run, not between runs, so the report says how many repeats it had."""
+    (b_value, b_tid, b_row), (value, tid, row) = best, other
+    b_spread, spread = (max(rung.repeats[t]) - min(rung.repeats[t]) for t in (b_tid, tid))
+    if b_spread or spread:  # a spread over repeats on at least one side
+        return b_value - value <= max(b_spread, spread)
+    band = NOISE_SIGMAS * math.hypot(relative_noise(b_row) * b_value, relative_noise(row) * value)
+    return b_value - value <= band
 
 
 def trim_to_budget(
@@ -387,8 +430,8 @@ def rows_by_rung(rows: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
 
 def replay(rows: list[dict[str, Any]], search: SearchSpec, train: TrainSpec) -> SearchState:
     """Every completed rung's decisions from the rows (a rung is complete when each trial the
-    previous rung kept has a row in it). The budget trims of the live run are recomputed with
-    the trial-seconds the rows record."""
+    previous rung kept has a row in it for every repeat, `rung_repeats`). The budget trims of
+    the live run are recomputed with the trial-seconds the rows record."""
     steps = rung_steps(search, train)
     by_rung = rows_by_rung(rows)
     skipped = {r["trial_id"]: r.get("error") or "" for r in rows if r.get("status") == SKIPPED}
@@ -399,7 +442,11 @@ def replay(rows: list[dict[str, Any]], search: SearchSpec, train: TrainSpec) -> 
     for index, n_steps in enumerate(steps):
         these = by_rung.get(index, [])
         ids = {r["trial_id"] for r in these}
-        if not these or (expected is not None and not expected <= ids):
+        runs = {(r["trial_id"], r["repeat"]) for r in these}
+        repeats = range(rung_repeats(search, train, index))
+        if not these or (
+            expected is not None and not {(t, k) for t in expected for k in repeats} <= runs
+        ):
             break
         spent += spent_s(these)
         if index == 0:

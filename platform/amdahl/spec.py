@@ -266,6 +266,13 @@ class SearchSpec(_Section):
     min_steps: int = Field(
         10, ge=1, description="halving: measured steps of the first rung (x eta per rung)."
     )
+    final_repeats: int = Field(
+        1,
+        ge=1,
+        description="halving: measurements of each finalist in the last rung, interleaved in "
+        "one launch; the final ranking is their median, and the finalists whose spread cannot "
+        "be told apart from the best are named as such.",
+    )
     objective: Objective = Field(
         "throughput",
         description="What is best: throughput (samples/s), throughput_per_device (samples/s "

@@ -374,10 +374,11 @@ def _lock_holder(file: Any) -> tuple[str, str]:
 
 #: Sweep-file fields that do not change what a trial measures, left out of the fingerprint so
 #: a resume may change them: names and bookkeeping (`name`, `tracking`, `report`, `storage`),
-#: retries of a crashed launch (`train.max_failures`), the number of repeats (a resume with
-#: more runs the missing ones) and which trials exist (`grid`, `exclude`: a resume with a larger
-#: grid runs the new trials; each row records its own axis values). Everything else
-#: (`workload`, `params`, the rest of `train`, `options`, `resources`, `isolation`) is in it.
+#: retries of a crashed launch (`train.max_failures`), the number of repeats (`train.repeats`,
+#: `search.final_repeats`: a resume with more runs the missing ones) and which trials exist
+#: (`grid`, `exclude`: a resume with a larger grid runs the new trials; each row records its
+#: own axis values). Everything else (`workload`, `params`, the rest of `train`, `options`,
+#: `resources`, `isolation`, the rest of `search`) is in it.
 UNMEASURED_FIELDS = (
     "name",
     "tracking",
@@ -387,6 +388,7 @@ UNMEASURED_FIELDS = (
     "exclude",
     "train.repeats",
     "train.max_failures",
+    "search.final_repeats",
 )
 
 

@@ -1,6 +1,7 @@
 """search: halving end to end on local Ray: rungs of growing length over fewer configurations,
-a configuration the step-time model predicts far behind recorded as skipped, the report's
-Search section, and a resume that goes on from the rung results.parquet says it was in."""
+a last rung measuring each finalist twice (interleaved), a configuration the step-time model
+predicts far behind recorded as skipped, the report's Search section, and a resume that goes on
+from the rung (and the repeat) results.parquet says it was in."""
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -20,7 +21,13 @@ HALVING = {
     # A 4-sample batch is all per-step overhead beside 1024 (over 10x the samples/s on one
     # device): the model, fitted on the 1-device rows, puts 2 devices at batch 4 far behind.
     "grid": {"devices": [1, 2], "batch_size": [4, 1024], "sync": ["ddp", "none"]},
-    "search": {"method": "halving", "min_steps": 3, "eta": 2, "skip_below": 0.9},
+    "search": {
+        "method": "halving",
+        "min_steps": 3,
+        "eta": 2,
+        "skip_below": 0.9,
+        "final_repeats": 2,
+    },
     "resources": {"cpus_per_device": 0.5, "cpus_per_data_worker": 0.5},
     "tracking": {"enabled": False},
 }
@@ -50,6 +57,15 @@ def test_rungs_grow_longer_over_the_survivors_of_the_rung_before(searched):
     assert {r["steps"] for r in rows if r["rung"] == 2 and r["status"] == "ok"} == {12}
     state = replay(rows, spec.search, spec.train)
     assert state.finished
+    # The last rung measures each finalist twice: every first run, then every second one.
+    final = [r for r in rows if r["rung"] == 2]
+    assert [r["repeat"] for r in final] == [0] * len(by_rung[2]) + [1] * len(by_rung[2])
+    assert [r["trial_id"] for r in final[: len(by_rung[2])]] == [
+        r["trial_id"] for r in final[len(by_rung[2]) :]
+    ]
+    assert all(r["repeat"] == 0 for r in rows if r["rung"] != 2)
+    assert state.rungs[-1].measured == outcome.search.rungs[-1].measured  # what the CLI prints
+    assert all(len(state.rungs[-1].repeats[t]) == 2 for t in state.rungs[-1].measured)
     for g in state.rungs[:-1]:
         assert by_rung[g.index + 1] == set(g.kept)  # exactly the survivors ran next
         assert len(g.kept) < len(by_rung[g.index]) or not g.dropped
@@ -76,6 +92,7 @@ def test_a_configuration_predicted_far_behind_is_a_skipped_row_with_the_predicti
     assert any(r["devices"] == 2 and r["sync"] == "ddp" for r in rows if r["rung"] == 0)
     report = SweepDir(outcome.sweep_dir).report_md.read_text()
     assert "Search: successive halving" in report and "Skipped by prediction" in report
+    assert "| against the best |" in report and "| best |" in report
 
 
 def test_a_resume_goes_on_from_the_rung_results_parquet_says(searched):
@@ -83,11 +100,15 @@ def test_a_resume_goes_on_from_the_rung_results_parquet_says(searched):
     path = SweepDir(outcome.sweep_dir).results
     table = pq.read_table(path)
     before = _by_rung(table.to_pylist())
-    # As if the driver died before the last rung: its rows are not there.
-    keep = pa.array([rung != 2 for rung in table["rung"].to_pylist()])
+    # As if the driver died in the last rung, after its first run: the rest is not there.
+    rungs = table["rung"].to_pylist()
+    first_final = rungs.index(2)
+    keep = pa.array([rung != 2 or i == first_final for i, rung in enumerate(rungs)])
     pq.write_table(table.filter(keep), path)
     again = run_sweep(spec, runs_dir=outcome.sweep_dir.parent, resume=outcome.sweep_dir)
-    assert {r["rung"] for r in again.rows} == {2}  # rungs 0 and 1 were not measured again
+    # Rungs 0 and 1 were not measured again, nor the last rung's run that was there.
+    assert {r["rung"] for r in again.rows} == {2}
+    assert len(again.rows) == rungs.count(2) - 1
     assert _by_rung(read_results(outcome.sweep_dir).to_pylist()) == before
 
 

@@ -62,7 +62,7 @@ def test_the_plan_table_shows_labels_and_names_as_text(out):
 def test_the_outcome_prints_paths_with_brackets(out, tmp_path):
     sweep_dir = Path(tmp_path / "[" / "w]")  # the path holds "[/w]"
     sweep_dir.mkdir(parents=True)
-    outcome = SimpleNamespace(rows=[], wall_s=1.0, sweep_dir=sweep_dir, failed=[])
+    outcome = SimpleNamespace(rows=[], wall_s=1.0, sweep_dir=sweep_dir, failed=[], search=None)
     progress.print_outcome(outcome)
     assert f"results: {sweep_dir}/results.parquet" in out.getvalue()
 
@@ -124,9 +124,57 @@ def test_the_outcome_sums_up_time_inside_and_outside_measured_steps(out, tmp_pat
     ]
     failed = rows[1:]
     progress.print_outcome(
-        SimpleNamespace(rows=rows, wall_s=10.0, sweep_dir=tmp_path, failed=failed)
+        SimpleNamespace(rows=rows, wall_s=10.0, sweep_dir=tmp_path, failed=failed, search=None)
     )
     text = out.getvalue()
     assert "1 of 2 trial runs ok in 10.0 s (4.0 s inside measured steps, 3.0 s per trial" in text
     assert f"report:  {tmp_path / 'report.html'} (and report.md)" in text
     assert "1 trial runs did not succeed" in text
+
+
+def test_a_halving_search_ends_with_its_pick_and_the_finalists_it_cannot_separate(out, tmp_path):
+    from amdahl.search import replay
+
+    spec = validate_spec(
+        {
+            "name": "t",
+            "workload": "mlp",
+            "train": {"steps": 20},
+            "grid": {"batch_size": [32, 64, 128]},
+            "search": {"method": "halving", "min_steps": 10, "eta": 2, "final_repeats": 2},
+        }
+    )
+    plan = plan_sweep(spec, [Node(cpus=2)], {})
+    a, b, c = (t.trial_id for t in plan.trials)
+
+    def row(tid, rung, throughput, repeat=0):
+        return {
+            "trial_id": tid,
+            "repeat": repeat,
+            "rung": rung,
+            "status": "ok",
+            "throughput": throughput,
+            "steps": 10 * (rung + 1),
+            "devices": 1,
+        }
+
+    rows = [row(a, 0, 900.0), row(b, 0, 1000.0), row(c, 0, 100.0)]
+    rows += [row(a, 1, 950.0), row(a, 1, 1010.0, 1), row(b, 1, 1000.0), row(b, 1, 1040.0, 1)]
+    with progress.LiveProgress() as live:
+        live.event("planned", {"plan": plan, "sweep_dir": tmp_path})
+        for r in rows:
+            live.event("trial_done", {"row": r})
+        text = _text(live._table())
+    # The last rung's second run of each finalist gets its own line, after its first.
+    assert live.order.index(f"{b}:1") == live.order.index(f"{b}:0") + 1
+    assert "r1" in live.rows[f"{b}:1"]["label"] and "1,040" in text
+    state = replay(rows, spec.search, spec.train)
+    progress.print_outcome(
+        SimpleNamespace(
+            rows=rows, wall_s=9.0, sweep_dir=tmp_path, failed=[], search=state, plan=plan
+        )
+    )
+    labels = {t.trial_id: t.label() for t in plan.trials}
+    text = out.getvalue()
+    assert f"search: best {labels[b]}: 1,020 samples/s (median of 2 runs, 1,000" in text
+    assert f"not measurably different from it (their ranges overlap): {labels[a]}" in text

@@ -75,4 +75,14 @@ def test_a_crash_costs_the_trial_it_hit_and_the_rest_run_again(tmp_path):
 
 def test_a_relaunch_dying_in_its_first_trial_fails_what_it_had_left(tmp_path):
     failed, relaunch = _crashed_launch(tmp_path, relaunch=True, reported=set(), skip=[])
-    assert failed == [(t, r) for t in "abc" for r in (0, 1)] and relaunch == set()
+    assert failed == [(t, r) for r in (0, 1) for t in "abc"] and relaunch == set()
+
+
+def test_repeats_run_interleaved_so_a_crash_in_the_second_round_costs_one_run(tmp_path):
+    """Repeat 1 of every trial runs after repeat 0 of every trial (LaunchConfig.schedule): a
+    death after a/1 was reported lands on b/1, and only c/1 is left to run again."""
+    failed, relaunch = _crashed_launch(
+        tmp_path, relaunch=False, reported={("a", 0), ("b", 0), ("c", 0), ("a", 1)}, skip=[]
+    )
+    assert failed == [("b", 1)]
+    assert relaunch == {"c"}

@@ -12,6 +12,7 @@ from amdahl.search import (
     promote,
     ranks_only,
     replay,
+    rung_repeats,
     rung_steps,
     trim_to_budget,
 )
@@ -25,7 +26,7 @@ def _row(tid, throughput, rung=0, steps=10, status="ok", jitter=0.0, **extra):
     history = {"step": [2 + i + 1 for i in range(steps)], "step_time_s": times}
     return {
         "trial_id": tid,
-        "repeat": 0,
+        "repeat": extra.pop("repeat", 0),
         "rung": rung,
         "status": status,
         "error": None if status == "ok" else f"{status}: boom",
@@ -134,6 +135,41 @@ def test_replay_recovers_the_rungs_a_resumed_search_continues_from():
     assert state.finished
     assert state.ranking()[0] == ("t3", 2, 4000.0)
     assert [tid for tid, _, _ in state.ranking()] == ["t3", "t2", "t1", "t0"]
+
+
+def test_the_last_rung_ranks_by_the_median_of_its_repeats_and_names_the_ties():
+    search = SearchSpec(method="halving", eta=2, min_steps=10, final_repeats=3)
+    train = TrainSpec(steps=20)
+    assert [rung_repeats(search, train, r) for r in (0, 1)] == [1, 3]
+    assert rung_repeats(search, TrainSpec(steps=20, repeats=4), 1) == 4  # never fewer
+    first = [_row(t, v) for t, v in (("a", 3000.0), ("b", 2900.0), ("c", 2800.0), ("d", 100.0))]
+    last = [  # a: one lucky run; b: steadily fast; c: clearly behind b
+        *[_row("a", v, rung=1, steps=20, repeat=k) for k, v in enumerate((5000, 2000, 2100))],
+        *[_row("b", v, rung=1, steps=20, repeat=k) for k, v in enumerate((3000, 3100, 2900))],
+    ]
+    # Two of b's three final runs are in: the rung is not complete, the search goes on there.
+    state = replay([*first, *last[:5]], search, train)
+    assert len(state.rungs) == 1 and not state.finished
+    state = replay([*first, *last], search, train)
+    final = state.rungs[-1]
+    assert state.finished and final.measured == ["b", "a"]  # medians 3000 and 2100
+    assert final.values == {"b": 3000.0, "a": 2100.0}
+    assert final.repeats["a"] == [2000.0, 2100.0, 5000.0]
+    # a's median is 900 below b's, within a's own range of 3000: not measurably different.
+    assert final.tied == ["a"]
+    steady = [
+        *[_row("a", v, rung=1, steps=20, repeat=k) for k, v in enumerate((2000, 2050, 2100))],
+        *last[3:],
+    ]
+    assert replay([*first, *steady], search, train).rungs[-1].tied == []
+
+
+def test_with_one_final_run_each_ties_come_from_the_per_step_noise():
+    search = SearchSpec(method="halving", eta=2, min_steps=10)
+    rows = [_row("a", 3000.0, jitter=0.3), _row("b", 2950.0, jitter=0.3), _row("c", 1000.0)]
+    rung = promote(rows, 2, 90, search, last=True)
+    assert rung.measured == ["a", "b", "c"] and rung.tied == ["b"]
+    assert rung.kept == ["a", "b", "c"]  # the last rung drops nothing for rank
 
 
 def test_the_model_skips_a_configuration_predicted_far_behind_and_says_why():

@@ -10,11 +10,15 @@ from __future__ import annotations
 import math
 import weakref
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from amdahl.report import stepmodel
 from amdahl.report.build import Report
 from amdahl.report.compute import NO_SYNC, PROJECTION_FACTORS, SETTINGS, Config, Stat, differs
 from amdahl.report.diagnose import SEGMENTS, THRESHOLD_TEXT, Diagnosis, cost_stat
+
+if TYPE_CHECKING:
+    from amdahl.search import SearchState
 
 
 @dataclass
@@ -140,12 +144,45 @@ def _search(r: Report) -> Section:
     if ranking:
         sec.tables.append(
             Table(
-                ["configuration", "rung reached", "objective"],
-                [[label(t), str(k), f"{v:,.4g}"] for t, k, v in ranking[:_MAX_LISTED]],
-                "Final ranking (deepest rung first, then objective)",
+                ["configuration", "rung reached", "objective", "runs", "against the best"],
+                [
+                    [label(t), str(k), f"{v:,.4g}", *_against_best(state, t, k)]
+                    for t, k, v in ranking[:_MAX_LISTED]
+                ],
+                "Final ranking (deepest rung first, then the median objective)",
+            )
+        )
+    last = state.rungs[-1] if state.rungs else None
+    if last is not None and last.index == len(state.steps) - 1 and last.tied:
+        single = len(last.repeats[last.measured[0]]) == 1
+        sec.paras.append(
+            f"{len(last.tied)} finalist(s) cannot be told apart from the best: "
+            + (
+                "within two standard errors of one run's per-step times, which do not see the "
+                "noise between runs; search.final_repeats: 3 measures each finalist three "
+                "times, interleaved, and ranks by the median."
+                if single
+                else "their medians differ from the best's by less than the wider range of "
+                "their runs."
             )
         )
     return sec
+
+
+def _against_best(state: SearchState, tid: str, rung_index: int) -> list[str]:
+    """A ranked configuration's runs in the rung it reached, and how it compares with the best
+    of the last rung (search.indistinct) or where it stopped."""
+    rung = state.rungs[rung_index]
+    runs = rung.repeats.get(tid, [])
+    count = str(len(runs)) if len(runs) < 2 else f"{len(runs)} ({runs[0]:,.4g}-{runs[-1]:,.4g})"
+    if rung_index != len(state.steps) - 1:
+        return [count, f"stopped at rung {rung_index}"]
+    best = rung.measured[0]
+    if tid == best:
+        return [count, "best"]
+    slower = 1 - rung.values[tid] / rung.values[best]
+    tied = " (not measurably different)" if tid in rung.tied else ""
+    return [count, f"{slower:.1%} below{tied}"]
 
 
 def _summary(r: Report) -> Section:
