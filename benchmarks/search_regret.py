@@ -9,9 +9,11 @@ and prints the regret ratio, best throughput found by halving / the grid's best 
 the grid's own measurements of those configurations, so that the ratio compares choices, not
 two noisy measurements), the halving winner's own figure beside it, and the share of the grid's
 trial-seconds (the rows' wall_s: what each trial cost inside its launch) that halving spent.
-Where halving picked another configuration than the grid's best, both are measured again side by
-side in one sweep (--repeats each, medians), and that ratio is printed too: the grid's single
+The grid's best and every halving pick are then measured again side by side in one sweep
+(--repeats each, interleaved, medians), and that ratio is printed too: the grid's single
 measurements of near-tied configurations differ between runs by more than their gap.
+Halving runs once per --final-repeats value (search.final_repeats: measurements of each
+finalist in the last rung) against the same grid, so their cost and pick compare side by side.
 Goal (issue 12): >= 0.95 of the best with <= 25% of the seconds. Nothing is asserted.
 
 The space: the D2L MLP over devices x batch x sync x precision x prefetch (5 axes, 48
@@ -20,6 +22,7 @@ one noisy measurement per configuration, and a loaded box moves a configuration'
 tens of percent between the two sweeps.
 
     python benchmarks/search_regret.py [--steps N] [--min-steps N] [--eta N] [--rounds N]
+                                       [--repeats N] [--final-repeats 1,3]
 """
 
 from __future__ import annotations
@@ -60,6 +63,11 @@ def main() -> None:
     parser.add_argument(
         "--repeats", type=int, default=4, help="repeats of the side-by-side re-measurement"
     )
+    parser.add_argument(
+        "--final-repeats",
+        default="1,3",
+        help="search.final_repeats values, each a halving run against the same grid",
+    )
     args = parser.parse_args()
 
     import ray
@@ -76,6 +84,7 @@ def main() -> None:
     started = time.perf_counter()
     run_calibration(2, calib_dir)  # alpha-beta of gloo here: the model's communication terms
     calibrate_s = time.perf_counter() - started
+    variants = [int(v) for v in args.final_repeats.split(",")]
     halving = {
         **SPACE,
         "search": {
@@ -85,67 +94,72 @@ def main() -> None:
             "calibration": str(calib_dir / "calibration.json"),
         },
     }
-    ratios, confirmed, shares, with_calibration = [], [], [], []
+    ratios: dict[int, list[float]] = {v: [] for v in variants}
+    confirmed: dict[int, list[float]] = {v: [] for v in variants}
+    shares: dict[int, list[float]] = {v: [] for v in variants}
     for r in range(args.rounds):
         grid_rows = read_results(
             run_sweep(validate_spec(SPACE), runs_dir=work / "grid").sweep_dir
         ).to_pylist()
-        search_out = run_sweep(validate_spec(halving), runs_dir=work / "halving")
-        search_rows = read_results(search_out.sweep_dir).to_pylist()
-
         grid = {x["trial_id"]: x for x in grid_rows if x["status"] == "ok"}
         best_id = max(grid, key=lambda t: grid[t]["throughput"])
-        final = [x for x in search_rows if x["rung"] == max(y["rung"] or 0 for y in search_rows)]
-        final = [x for x in final if x["status"] == "ok"]
-        pick = max(final, key=lambda x: x["throughput"])
         grid_s = sum(x["wall_s"] or 0.0 for x in grid_rows)
-        search_s = sum(x["wall_s"] or 0.0 for x in search_rows if x["status"] != "skipped")
-        ratio = grid[pick["trial_id"]]["throughput"] / grid[best_id]["throughput"]
-        ratios.append(ratio)
-        if pick["trial_id"] == best_id:
-            confirmed.append(1.0)
-        else:
-            confirmed.append(confirm(pick, grid[best_id], work / "confirm", args.repeats))
-        shares.append(search_s / grid_s)
-        with_calibration.append((search_s + calibrate_s) / grid_s)
-        rungs = sorted({x["rung"] for x in search_rows if x["rung"] is not None})
-        per_rung = [
-            sum(1 for x in search_rows if x["rung"] == k and x["status"] != "skipped")
-            for k in rungs
-        ]
-        skipped = sum(1 for x in search_rows if x["status"] == "skipped")
         print(
             f"round {r}: grid {len(grid_rows)} trials, {grid_s:.1f} trial-s, best "
-            f"{grid[best_id]['throughput']:,.0f} samples/s; halving measured {per_rung} per "
-            f"rung, skipped {skipped}, {search_s:.1f} trial-s; its pick: "
-            f"{grid[pick['trial_id']]['throughput']:,.0f} in the grid "
-            f"({pick['throughput']:,.0f} in its last rung); re-measured side by side, pick / "
-            f"grid best {confirmed[-1]:.3f}",
+            f"{grid[best_id]['throughput']:,.0f} samples/s",
+            flush=True,
+        )
+        picks = {}
+        for v in variants:
+            spec = {**halving, "search": {**halving["search"], "final_repeats": v}}
+            out = run_sweep(validate_spec(spec), runs_dir=work / f"halving-final{v}")
+            rows = read_results(out.sweep_dir).to_pylist()
+            pick_id = out.search.rungs[-1].measured[0]
+            picks[v] = grid[pick_id]
+            spent = sum(x["wall_s"] or 0.0 for x in rows if x["status"] != "skipped")
+            shares[v].append(spent / grid_s)
+            ratios[v].append(grid[pick_id]["throughput"] / grid[best_id]["throughput"])
+            rungs = sorted({x["rung"] for x in rows if x["rung"] is not None})
+            per_rung = [
+                sum(1 for x in rows if x["rung"] == k and x["status"] != "skipped") for k in rungs
+            ]
+            skipped = sum(1 for x in rows if x["status"] == "skipped")
+            print(
+                f"  halving, final_repeats {v}: runs per rung {per_rung}, skipped {skipped}, "
+                f"{spent:.1f} trial-s ({shares[v][-1]:.3f} of the grid's); pick "
+                f"{grid[pick_id]['throughput']:,.0f} in the grid "
+                f"({out.search.rungs[-1].values[pick_id]:,.0f} in its last rung), "
+                f"{len(out.search.rungs[-1].tied)} finalist(s) tied with it",
+                flush=True,
+            )
+        remeasured = confirm([grid[best_id], *picks.values()], work / "confirm", args.repeats)
+        for v in variants:
+            confirmed[v].append(remeasured[picks[v]["trial_id"]] / remeasured[best_id])
+        print(
+            "  re-measured side by side, pick / grid best: "
+            + ", ".join(f"final_repeats {v}: {confirmed[v][-1]:.3f}" for v in variants),
             flush=True,
         )
     ray.shutdown()
-    print(
-        f"\nbest found / grid best: median {statistics.median(ratios):.3f} over "
-        f"{len(ratios)} round(s) (goal >= 0.95), from the grid's single measurements\n"
-        f"  re-measured side by side ({args.repeats} repeats each, medians): "
-        f"{statistics.median(confirmed):.3f}\n"
-        f"halving trial-seconds / grid trial-seconds: median {statistics.median(shares):.3f} "
-        "(goal <= 0.25)\n"
-        f"  counting the calibration's {calibrate_s:.1f} s too (measured once per cluster; "
-        "`search.calibration: auto` measures it in the sweep): "
-        f"{statistics.median(with_calibration):.3f}"
-    )
+    print(f"\nmedians over {args.rounds} round(s); the calibration took {calibrate_s:.1f} s")
+    for v in variants:
+        print(
+            f"final_repeats {v}: best found / grid best {statistics.median(ratios[v]):.3f} from "
+            f"the grid's single measurements, {statistics.median(confirmed[v]):.3f} re-measured "
+            f"side by side (goal >= 0.95); trial-seconds / grid's "
+            f"{statistics.median(shares[v]):.3f} (goal <= 0.25)"
+        )
 
 
-def confirm(pick: dict, best: dict, runs_dir: Path, repeats: int) -> float:
-    """The pick's throughput over the grid best's, both measured again in one sweep (one launch,
-    `repeats` each, medians): the grid's single measurements of near-tied configurations
-    differ by more than their gap between runs here, so its ranking alone cannot say which
-    choice was worse."""
+def confirm(chosen_rows: list[dict], runs_dir: Path, repeats: int) -> dict[str, float]:
+    """Median throughput per trial id of the given grid rows' configurations, measured again in
+    one sweep (`repeats` each, interleaved): the grid's single measurements of near-tied
+    configurations differ by more than their gap between runs here, so its ranking alone
+    cannot say which choice was worse."""
     from amdahl import read_results, run_sweep, validate_spec
 
     axes = list(SPACE["grid"])
-    chosen = [{a: row[a] for a in axes} for row in (pick, best)]
+    chosen = [{a: row[a] for a in axes} for row in chosen_rows]
     grid = {a: sorted({c[a] for c in chosen}) for a in axes}
     exclude = [
         dict(zip(axes, combo, strict=True))
@@ -160,15 +174,14 @@ def confirm(pick: dict, best: dict, runs_dir: Path, repeats: int) -> float:
         "exclude": exclude,
     }
     rows = read_results(run_sweep(validate_spec(spec), runs_dir=runs_dir).sweep_dir).to_pylist()
-
-    def median(target: dict) -> float:
-        return statistics.median(
+    out = {}
+    for row in chosen_rows:
+        out[row["trial_id"]] = statistics.median(
             r["throughput"]
             for r in rows
-            if r["status"] == "ok" and all(r[a] == target[a] for a in axes)
+            if r["status"] == "ok" and all(r[a] == row[a] for a in axes)
         )
-
-    return median(chosen[0]) / median(chosen[1])
+    return out
 
 
 if __name__ == "__main__":

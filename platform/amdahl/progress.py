@@ -195,13 +195,16 @@ def search_summary(outcome: Any) -> list[str]:
         + (f" (median of {len(runs)} runs{spread})" if len(runs) > 1 else "")
     ]
     if last.tied:
-        fix = (
-            "their ranges overlap"
-            if len(runs) > 1
-            else "one run each; search.final_repeats: 3 would separate them"
-        )
+        why = "their ranges overlap" if len(runs) > 1 else "within its per-step noise"
         names = ", ".join(labels.get(t, t) for t in last.tied)
-        lines.append(f"  not measurably different from it ({fix}): {names}")
+        lines.append(f"  not measurably different from it ({why}): {names}")
+    if len(runs) == 1 and len(last.measured) > 1:
+        second = last.measured[1]
+        lines.append(
+            f"  one run per finalist, so the noise between runs is not measured (the runner-up, "
+            f"{labels.get(second, second)}, is {1 - last.values[second] / last.values[best]:.1%} "
+            "below); search.final_repeats: 3 measures it"
+        )
     return lines
 
 

@@ -178,3 +178,22 @@ def test_a_halving_search_ends_with_its_pick_and_the_finalists_it_cannot_separat
     text = out.getvalue()
     assert f"search: best {labels[b]}: 1,020 samples/s (median of 2 runs, 1,000" in text
     assert f"not measurably different from it (their ranges overlap): {labels[a]}" in text
+    assert "one run per finalist" not in text
+
+    # One run each: the summary says the noise between runs is not measured, and how far
+    # behind the runner-up is.
+    single = validate_spec(
+        {**spec.model_dump(), "search": {**spec.search.model_dump(), "final_repeats": 1}}
+    )
+    once = [r for r in rows if r["repeat"] == 0]
+    state = replay(once, single.search, single.train)
+    out.seek(0)
+    out.truncate(0)
+    progress.print_outcome(
+        SimpleNamespace(
+            rows=once, wall_s=9.0, sweep_dir=tmp_path, failed=[], search=state, plan=plan
+        )
+    )
+    text = out.getvalue()
+    assert f"search: best {labels[b]}: 1,000 samples/s\n" in text
+    assert f"the runner-up, {labels[a]}, is 5.0% below); search.final_repeats: 3" in text
