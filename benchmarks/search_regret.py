@@ -98,15 +98,14 @@ def main() -> None:
     confirmed: dict[int, list[float]] = {v: [] for v in variants}
     shares: dict[int, list[float]] = {v: [] for v in variants}
     for r in range(args.rounds):
-        grid_rows = read_results(
-            run_sweep(validate_spec(SPACE), runs_dir=work / "grid").sweep_dir
-        ).to_pylist()
+        grid_out = run_sweep(validate_spec(SPACE), runs_dir=work / "grid")
+        grid_rows = read_results(grid_out.sweep_dir).to_pylist()
         grid = {x["trial_id"]: x for x in grid_rows if x["status"] == "ok"}
         best_id = max(grid, key=lambda t: grid[t]["throughput"])
         grid_s = sum(x["wall_s"] or 0.0 for x in grid_rows)
         print(
             f"round {r}: grid {len(grid_rows)} trials, {grid_s:.1f} trial-s, best "
-            f"{grid[best_id]['throughput']:,.0f} samples/s",
+            f"{grid[best_id]['throughput']:,.0f} samples/s, {grid_out.wall_s:.0f} s of wall time",
             flush=True,
         )
         picks = {}
@@ -129,7 +128,8 @@ def main() -> None:
                 f"{spent:.1f} trial-s ({shares[v][-1]:.3f} of the grid's); pick "
                 f"{grid[pick_id]['throughput']:,.0f} in the grid "
                 f"({out.search.rungs[-1].values[pick_id]:,.0f} in its last rung), "
-                f"{len(out.search.rungs[-1].tied)} finalist(s) tied with it",
+                f"{len(out.search.rungs[-1].tied)} finalist(s) tied with it; {out.wall_s:.0f} s "
+                "of wall time (each rung starts its launches anew)",
                 flush=True,
             )
         remeasured = confirm([grid[best_id], *picks.values()], work / "confirm", args.repeats)

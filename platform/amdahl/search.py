@@ -175,11 +175,14 @@ def relative_noise(row: dict[str, Any]) -> float:
 
 
 def rung_steps(search: SearchSpec, train: TrainSpec) -> list[int]:
-    """Measured steps of each rung: min_steps x eta^r below train.steps, then train.steps
-    (time-to-target: the steps cap, target.max_steps, instead)."""
+    """Measured steps of each rung: min_steps x eta^r, then train.steps (time-to-target: the
+    steps cap, target.max_steps, instead). A geometric rung within sqrt(eta) of the full length
+    is left out: it would measure the same survivors almost as long as the last rung does (300
+    steps, eta 3: rungs 10, 30, 90, 300, not 10, 30, 90, 270, 300), so the last step up is
+    between sqrt(eta) and eta x sqrt(eta)."""
     full = train.target.max_steps if train.target else train.steps
     steps, s = [], search.min_steps
-    while s < full:
+    while s * math.sqrt(search.eta) < full:
         steps.append(s)
         s *= search.eta
     return [*steps, full]

@@ -45,6 +45,9 @@ def test_rung_steps_grow_by_eta_and_end_at_the_full_length():
     assert rung_steps(SearchSpec(min_steps=10, eta=3), TrainSpec(steps=200)) == [10, 30, 90, 200]
     assert rung_steps(SearchSpec(min_steps=10, eta=3), TrainSpec(steps=90)) == [10, 30, 90]
     assert rung_steps(SearchSpec(min_steps=50, eta=2), TrainSpec(steps=20)) == [20]
+    # 270 would be a rung almost as long as the last: the last step up is 90 -> 300
+    assert rung_steps(SearchSpec(min_steps=10, eta=3), TrainSpec(steps=300)) == [10, 30, 90, 300]
+    assert rung_steps(SearchSpec(min_steps=10, eta=3), TrainSpec(steps=100)) == [10, 30, 100]
     target = TrainSpec(steps=5, target=TargetSpec(metric="val_loss", value=0.1, max_steps=40))
     assert rung_steps(SearchSpec(min_steps=10, eta=2), target) == [10, 20, 40]
 
