@@ -189,7 +189,10 @@ def search_summary(outcome: Any) -> list[str]:
     best = last.measured[0]
     runs = last.repeats[best]
     lo, hi = runs[0], runs[-1]
-    spread = f", {describe(lo, search.objective)} to {describe(hi, search.objective)}"
+    if search.objective == "time_to_target":
+        spread = f": {describe(hi, search.objective)} to {describe(lo, search.objective)}"
+    else:
+        spread = f": {lo:,.0f} to {hi:,.0f}"
     lines = [
         f"search: best {labels.get(best, best)}: {describe(last.values[best], search.objective)}"
         + (f" (median of {len(runs)} runs{spread})" if len(runs) > 1 else "")

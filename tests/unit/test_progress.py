@@ -176,7 +176,7 @@ def test_a_halving_search_ends_with_its_pick_and_the_finalists_it_cannot_separat
     )
     labels = {t.trial_id: t.label() for t in plan.trials}
     text = out.getvalue()
-    assert f"search: best {labels[b]}: 1,020 samples/s (median of 2 runs, 1,000" in text
+    assert f"search: best {labels[b]}: 1,020 samples/s (median of 2 runs: 1,000 to 1,040)" in text
     assert f"not measurably different from it (their ranges overlap): {labels[a]}" in text
     assert "one run per finalist" not in text
 

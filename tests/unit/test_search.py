@@ -276,3 +276,31 @@ def test_calibration_auto_reads_the_sweep_directory_once_it_is_measured(tmp_path
     assert calibration(spec, measured) is None and calibration(spec) is None
     measured.write_text(json.dumps({"alpha_s": 1e-4, "bandwidth_Bps": 1e9}))
     assert calibration(spec, measured)["alpha_s"] == 1e-4
+
+
+def test_the_reports_final_ranking_says_how_each_finalist_stands_against_the_best():
+    from types import SimpleNamespace
+
+    from amdahl.report.document import _search
+
+    search = SearchSpec(method="halving", eta=2, min_steps=10, final_repeats=2)
+    train = TrainSpec(steps=20)
+    rows = [_row(t, v) for t, v in (("a", 3000.0), ("b", 2900.0), ("c", 2800.0), ("d", 10.0))]
+    rows += [
+        _row(t, v, rung=1, steps=20, repeat=k)
+        for t, runs in (("a", (3000, 3400)), ("b", (3100, 3200)))
+        for k, v in enumerate(runs)
+    ]
+    state = replay(rows, search, train)
+    section = _search(SimpleNamespace(search=state, labels={"a": "A", "b": "B"}))
+    ranking = next(t for t in section.tables if t.title.startswith("Final ranking"))
+    assert ranking.rows[0] == ["A", "1", "3,200", "2: 3,000-3,400", "best"]
+    assert ranking.rows[1] == [
+        "B",
+        "1",
+        "3,150",
+        "2: 3,100-3,200",
+        "1.6% below (not measurably different)",
+    ]
+    assert ranking.rows[2][-1] == "stopped at rung 0"
+    assert any("cannot be told apart from the best" in p for p in section.paras)

@@ -146,7 +146,7 @@ def _search(r: Report) -> Section:
             Table(
                 ["configuration", "rung reached", "objective", "runs", "against the best"],
                 [
-                    [label(t), str(k), f"{v:,.4g}", *_against_best(state, t, k)]
+                    [label(t), str(k), _number(v), *_against_best(state, t, k)]
                     for t, k, v in ranking[:_MAX_LISTED]
                 ],
                 "Final ranking (deepest rung first, then the median objective)",
@@ -169,12 +169,19 @@ def _search(r: Report) -> Section:
     return sec
 
 
+def _number(v: float) -> str:
+    """An objective as people read it: 87,152 (samples/s), 0.0123 (1/s to target)."""
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
 def _against_best(state: SearchState, tid: str, rung_index: int) -> list[str]:
     """A ranked configuration's runs in the rung it reached, and how it compares with the best
     of the last rung (search.indistinct) or where it stopped."""
     rung = state.rungs[rung_index]
     runs = rung.repeats.get(tid, [])
-    count = str(len(runs)) if len(runs) < 2 else f"{len(runs)} ({runs[0]:,.4g}-{runs[-1]:,.4g})"
+    count = (
+        str(len(runs)) if len(runs) < 2 else f"{len(runs)}: {_number(runs[0])}-{_number(runs[-1])}"
+    )
     if rung_index != len(state.steps) - 1:
         return [count, f"stopped at rung {rung_index}"]
     best = rung.measured[0]
