@@ -198,7 +198,7 @@ def search_summary(outcome: Any) -> list[str]:
         + (f" (median of {len(runs)} runs{spread})" if len(runs) > 1 else "")
     ]
     if last.tied:
-        why = "their ranges overlap" if len(runs) > 1 else "within its per-step noise"
+        why = "their ranges overlap" if len(runs) > 1 else "within one run's per-step noise"
         names = ", ".join(labels.get(t, t) for t in last.tied)
         lines.append(f"  not measurably different from it ({why}): {names}")
     if len(runs) == 1 and len(last.measured) > 1:

@@ -314,6 +314,7 @@ def _halving(run: _Measurement) -> None:
 
 
 def _search_state(run: _Measurement) -> SearchState:
+    """Where the search ended, for the closing summary (from results.parquet, as on resume)."""
     from amdahl.search import replay
 
     rows = read_results(run.sweep_dir).to_pylist()

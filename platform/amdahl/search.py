@@ -314,11 +314,11 @@ def promote(
 def indistinct(
     best: tuple[float, str, dict[str, Any]], other: tuple[float, str, dict[str, Any]], rung: Rung
 ) -> bool:
-    """Whether `other` (value, trial id, median row) cannot be told apart from `best`. With
-    two or more repeats each: their medians differ by no more than the wider of the two ranges
-    (the report's rule for "no measurable difference", report.compute.differs). With one:
-    within NOISE_SIGMAS standard errors of the per-step times, which sees only the noise inside
-    one run, not between runs, so the report says how many repeats it had."""
+    """Whether `other` (value, trial id, median row) cannot be told apart from `best`. Where
+    repeats give a spread: their medians differ by no more than the wider of the two ranges
+    (the report's rule for "no measurable difference", report.compute.differs). With one run
+    each: within NOISE_SIGMAS standard errors of the per-step times, which sees only the noise
+    inside one run, not between runs, so the summary and report say how many runs there were."""
     (b_value, b_tid, b_row), (value, tid, row) = best, other
     b_spread, spread = (max(rung.repeats[t]) - min(rung.repeats[t]) for t in (b_tid, tid))
     if b_spread or spread:  # a spread over repeats on at least one side
