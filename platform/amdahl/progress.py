@@ -58,6 +58,7 @@ class LiveProgress:
         self.order: list[str] = []
         self.started = time.perf_counter()
         self.activity = ""  # what runs that is not a trial (search.calibration: auto)
+        self.rung = ""  # search: halving: the rung being measured
         self.sweep_dir = ""
         self.live = Live(self._table(), console=console, refresh_per_second=2, transient=False)
 
@@ -97,6 +98,11 @@ class LiveProgress:
                         row["status"] = "running"
         elif kind == "trial_done":
             self._trial_done(payload["row"])
+        elif kind == "rung":
+            self.rung = (
+                f"; search rung {payload['rung']} of {payload['rungs']}: "
+                f"{len(payload['configurations'])} configurations for {payload['steps']} steps"
+            )
         self.live.update(self._table())
 
     def _trial_done(self, row: dict[str, Any]) -> None:
@@ -125,14 +131,16 @@ class LiveProgress:
         todo = [r for r in self.rows.values() if r["status"] in ("pending", "running")]
         elapsed = time.perf_counter() - self.started
         eta = f", ETA {elapsed / len(done) * len(todo):.0f} s" if done and todo else ""
+        # A search's rungs hold configurations already measured in the rung before, and which
+        # go on is decided as it runs: the title gives the rung instead of counts and an ETA.
+        where = (
+            f"{elapsed:.0f} s{self.rung}"
+            if self.rung
+            else f"{len(done)} done, {len(todo)} to go, {elapsed:.0f} s{eta}"
+        )
         # Labels, notes (error text) and the directory are data, not markup: an error such as
         # "[/data]" would make rich raise, and "[batch, 784]" would vanish as an unknown tag.
-        table = Table(
-            title=Text(
-                f"{self.sweep_dir} - {len(done)} done, {len(todo)} to go, {elapsed:.0f} s{eta}"
-                f"{self.activity}"
-            )
-        )
+        table = Table(title=Text(f"{self.sweep_dir} - {where}{self.activity}"))
         for col in ("trial", "status", "samples/s", "note"):
             table.add_column(col)
         colours = {"ok": "green", "running": "yellow", "pending": "dim"}

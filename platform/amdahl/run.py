@@ -234,12 +234,18 @@ class _Measurement:
         """Run `trial_ids` (every repeat not in `finished`) in launches, launching again the
         trials a crashed launch had not reached. `rung`: a search rung, measured with its
         own `train.steps` (search.rung_steps)."""
-        from amdahl.search import ranks_only
+        from amdahl.search import ranks_only, rung_steps
 
         spec = self.spec if rung is None else _rung_spec(self.spec, rung)
         ranking_only = ranks_only(self.spec.search, self.spec.train, rung)
         repeats = range(spec.train.repeats)
         todo = {tid for tid in trial_ids if not all((tid, r) in finished for r in repeats)}
+        if rung is not None:
+            steps = rung_steps(self.spec.search, self.spec.train)
+            self.emit(
+                "rung",
+                {"rung": rung, "rungs": len(steps), "steps": steps[rung], "configurations": todo},
+            )
         others = {t.trial_id for t in self.plan.trials} - todo
         launches = self.plan.launches(others, self.group, self.across_devices)
         attempt = 0
@@ -309,7 +315,6 @@ def _halving(run: _Measurement) -> None:
         if state.finished or not state.rungs:
             return
         nxt = state.rungs[-1].index + 1
-        run.emit("rung", {"rung": nxt, "trials": state.rungs[-1].kept})
         run.measure(set(state.rungs[-1].kept), _measured_at(rows, nxt), rung=nxt)
 
 

@@ -162,9 +162,14 @@ def test_a_halving_search_ends_with_its_pick_and_the_finalists_it_cannot_separat
     rows += [row(a, 1, 950.0), row(a, 1, 1010.0, 1), row(b, 1, 1000.0), row(b, 1, 1040.0, 1)]
     with progress.LiveProgress() as live:
         live.event("planned", {"plan": plan, "sweep_dir": tmp_path})
+        rung = {"rung": 1, "rungs": 2, "steps": 20, "configurations": {a, b}}
+        live.event("rung", rung)
         for r in rows:
             live.event("trial_done", {"row": r})
         text = _text(live._table())
+    # The title says which rung runs, not counts and an ETA that a search cannot know.
+    assert "search rung 1 of 2: 2 configurations for 20 steps" in text
+    assert "to go" not in text and "ETA" not in text
     # The last rung's second run of each finalist gets its own line, after its first.
     assert live.order.index(f"{b}:1") == live.order.index(f"{b}:0") + 1
     assert "r1" in live.rows[f"{b}:1"]["label"] and "1,040" in text
