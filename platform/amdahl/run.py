@@ -192,8 +192,7 @@ def _run_locked(
     try:
         with interrupt.installed():
             if spec.search.method == "halving":
-                _halving(run)
-                outcome.search = _search_state(run)
+                outcome.search = _halving(run)
             else:
                 run.measure({t.trial_id for t in plan.runnable}, finished)
     finally:
@@ -278,11 +277,11 @@ def _rung_spec(spec: SweepSpec, rung: int) -> SweepSpec:
     return spec.model_copy(update={"train": train})
 
 
-def _halving(run: _Measurement) -> None:
+def _halving(run: _Measurement) -> SearchState | None:
     """search: halving (search.py): the first rung over every configuration (the step-time
     model's skips recorded as rows), then each rung over the survivors of the one before.
     Where it stands comes from results.parquet every time, so a resumed search goes on from
-    the rung it was in."""
+    the rung it was in. Returns where it ended (None when interrupted)."""
     from amdahl import search
 
     spec = run.spec
@@ -295,7 +294,7 @@ def _halving(run: _Measurement) -> None:
         if not skipped and spec.search.skip_below is not None and anchors != set(first):
             run.measure(anchors, _measured_at(rows, 0), rung=0)
             if run.interrupt.is_set():
-                return
+                return None
             _calibrate_for_search(run)
             rows = read_results(run.sweep_dir).to_pylist()
             measured = [r for r in rows if r.get("rung") == 0 and r["trial_id"] in anchors]
@@ -313,17 +312,10 @@ def _halving(run: _Measurement) -> None:
         rows = read_results(run.sweep_dir).to_pylist()
         state = search.replay(rows, spec.search, spec.train)
         if state.finished or not state.rungs:
-            return
+            return state  # where the search ended, for the closing summary
         nxt = state.rungs[-1].index + 1
         run.measure(set(state.rungs[-1].kept), _measured_at(rows, nxt), rung=nxt)
-
-
-def _search_state(run: _Measurement) -> SearchState:
-    """Where the search ended, for the closing summary (from results.parquet, as on resume)."""
-    from amdahl.search import replay
-
-    rows = read_results(run.sweep_dir).to_pylist()
-    return replay(rows, run.spec.search, run.spec.train)
+    return None
 
 
 def _calibrate_for_search(run: _Measurement) -> None:
