@@ -1,7 +1,7 @@
 """Ray Data against a tuned torch DataLoader on the same preprocessing, side by side.
 
-Both inputs are the platform's own (amdahl.data): the ResNet workload's Fashion-MNIST-format rows
-(raw uint8 bytes in parquet), decoded, augmented and normalised by `ResNet.preprocess`, fed as
+Both inputs are the platform's own (amdahl.data.storage): the ResNet workload's
+Fashion-MNIST-format rows (raw uint8 bytes in parquet), decoded, augmented and normalised by `ResNet.preprocess`, fed as
 torch batches through `host_batches` (on CPU the device feed passes them through):
   ray_data      the materialised rows + a map_batches operator of `workers` tasks, streamed by
                 iter_torch_batches with prefetch (what a ray_data trial runs)
@@ -31,7 +31,13 @@ from typing import Any
 
 import torch
 
-from amdahl.data import LoaderSource, dataset_path, host_batches, ray_dataset, with_preprocessing
+from amdahl.data.storage import (
+    LoaderSource,
+    dataset_path,
+    host_batches,
+    ray_dataset,
+    with_preprocessing,
+)
 from workloads.resnet import ResNet
 
 CPU = torch.device("cpu")

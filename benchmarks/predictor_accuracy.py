@@ -1,4 +1,4 @@
-"""How well the step-time model (amdahl.report.stepmodel) predicts trials it was not fitted on.
+"""How well the step-time model (amdahl.analysis.stepmodel) predicts trials it was not fitted on.
 
 Runs a laptop grid in one process on one local Ray (MLflow off): the mlp workload on devices
 1 and 2, per-device batch sizes 64, 128, 256 and 512, sync ddp, ddp_fp16, powersgd, zero1,
@@ -44,7 +44,7 @@ def main() -> None:
     import ray
 
     from amdahl import run_sweep, validate_spec
-    from amdahl.calibrate import run_calibration
+    from amdahl.driver.calibrate import run_calibration
 
     work = Path(tempfile.mkdtemp(prefix="amdahl-predictor-"))
     spec = validate_spec(
@@ -81,13 +81,13 @@ def main() -> None:
 def evaluate(sweep_dir: Path, batches: list[int]) -> None:
     """Fit on the 1-device trials and the smallest and largest batch, print the error on the
     held-out multi-device trials."""
-    from amdahl.report.stepmodel import (
+    from amdahl.analysis.stepmodel import (
         LooPoint,
         error_summary,
         fit,
         leave_one_out,
-        load_model_inputs,
     )
+    from amdahl.report.predict import load_model_inputs
 
     inputs = load_model_inputs(sweep_dir)
     points = inputs.points()

@@ -73,7 +73,7 @@ def main() -> None:
     import ray
 
     from amdahl import read_results, run_sweep, validate_spec
-    from amdahl.calibrate import run_calibration
+    from amdahl.driver.calibrate import run_calibration
 
     work = Path(tempfile.mkdtemp(prefix="amdahl-regret-"))
     SPACE["train"]["steps"] = args.steps

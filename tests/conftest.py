@@ -3,5 +3,5 @@
 import os
 import tempfile
 
-# Set before amdahl.data is imported anywhere in the test session.
+# Set before amdahl.data.storage is imported anywhere in the test session.
 os.environ.setdefault("AMDAHL_DATA_DIR", tempfile.mkdtemp(prefix="amdahl-test-data-"))

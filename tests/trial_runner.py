@@ -13,10 +13,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from amdahl.data import LoaderSource, _arrow_column, validation_rows
-from amdahl.harness import Placement, _run_guarded
-from amdahl.launch import LaunchConfig, TrialConfig, WorkerResources
-from amdahl.spec import TrainSpec
+from amdahl.data.storage import LoaderSource, _arrow_column, validation_rows
+from amdahl.spec.schema import TrainSpec
+from amdahl.worker.contract import LaunchConfig, TrialConfig, WorkerResources
+from amdahl.worker.harness import Placement, _run_guarded
 from workloads.mlp import MLP
 
 PARAMS = {"inputs": 64, "hidden": [64], "classes": 4, "train_rows": 2048, "val_rows": 128}

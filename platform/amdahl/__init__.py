@@ -15,20 +15,20 @@ from amdahl.workload import Workload
 
 #: Public name -> the module that defines it (imported when the name is first used).
 _LAZY = {
-    "COLUMNS": "amdahl.results",
-    "read_results": "amdahl.results",
-    "SweepPlan": "amdahl.plan",
-    "Trial": "amdahl.plan",
-    "plan_sweep": "amdahl.plan",
+    "COLUMNS": "amdahl.sweepdir.table",
+    "read_results": "amdahl.sweepdir.table",
+    "SweepPlan": "amdahl.plan.trials",
+    "Trial": "amdahl.plan.trials",
+    "plan_sweep": "amdahl.plan.trials",
     "build_report": "amdahl.report",
     "write_reports": "amdahl.report",
-    "SweepSpec": "amdahl.spec",
-    "load_spec": "amdahl.spec",
-    "validate_spec": "amdahl.spec",
-    "run_sweep": "amdahl.run",
-    "make_plan": "amdahl.cluster",
-    "PushOutcome": "amdahl.track",
-    "push_results": "amdahl.track",
+    "SweepSpec": "amdahl.spec.schema",
+    "load_spec": "amdahl.spec.schema",
+    "validate_spec": "amdahl.spec.schema",
+    "run_sweep": "amdahl.driver.sweep",
+    "make_plan": "amdahl.driver.cluster",
+    "PushOutcome": "amdahl.track.tracker",
+    "push_results": "amdahl.track.tracker",
 }
 
 __all__ = [

@@ -11,9 +11,9 @@ import torch
 import torch.distributed as dist
 from trial_runner import PARAMS, SlowData, SlowForward, launch_config, run, settings, trial_config
 
-from amdahl.feed import DeviceFeed
-from amdahl.harness import _aggregate
-from amdahl.peak import measure_peak_flops
+from amdahl.worker.feed import DeviceFeed
+from amdahl.worker.harness import _aggregate
+from amdahl.worker.peak import measure_peak_flops
 from workloads.mlp import MLP
 
 PRECISIONS = ["fp32", "tf32", "bf16", "fp16", "bf16_weights"]

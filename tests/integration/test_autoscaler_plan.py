@@ -8,9 +8,9 @@ the session's local Ray, and removes it afterwards.
 import pytest
 from ray.core.generated import autoscaler_pb2
 
-from amdahl.cluster import UNBOUNDED_NODE_TYPE, autoscaler_nodes, ray_nodes
-from amdahl.plan import plan_sweep
-from amdahl.spec import validate_spec
+from amdahl.driver.cluster import UNBOUNDED_NODE_TYPE, autoscaler_nodes, ray_nodes
+from amdahl.plan.trials import plan_sweep
+from amdahl.spec.schema import validate_spec
 from workloads.mlp import MLP
 
 pytestmark = pytest.mark.integration

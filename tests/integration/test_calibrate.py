@@ -7,7 +7,7 @@ import json
 import pytest
 import yaml
 
-from amdahl.calibrate import run_calibration
+from amdahl.driver.calibrate import run_calibration
 from amdahl.report import build_report
 
 pytestmark = pytest.mark.integration

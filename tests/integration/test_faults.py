@@ -35,7 +35,7 @@ resources: {cpus_per_device: 0.5, cpus_per_data_worker: 0.5}
 
 def _cli(*args: str, env: dict, cwd: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "amdahl.cli", *args],
+        [sys.executable, "-m", "amdahl.cli.commands", *args],
         cwd=cwd,
         env=env,
         stdout=subprocess.PIPE,
@@ -193,7 +193,7 @@ def test_mlflow_outage_mid_sweep_then_sync(tmp_path):
         server = start_mlflow(port, store)
         sweep_dir = next((tmp_path / "runs").glob("faults-*"))
         synced = subprocess.run(
-            [sys.executable, "-m", "amdahl.cli", "sync", str(sweep_dir)],
+            [sys.executable, "-m", "amdahl.cli.commands", "sync", str(sweep_dir)],
             env=env,
             capture_output=True,
             text=True,
@@ -201,7 +201,7 @@ def test_mlflow_outage_mid_sweep_then_sync(tmp_path):
         )
         assert synced.returncode == 0, synced.stderr
         again = subprocess.run(
-            [sys.executable, "-m", "amdahl.cli", "sync", str(sweep_dir)],
+            [sys.executable, "-m", "amdahl.cli.commands", "sync", str(sweep_dir)],
             env=env,
             capture_output=True,
             text=True,

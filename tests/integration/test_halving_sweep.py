@@ -8,8 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from amdahl import read_results, run_sweep, validate_spec
-from amdahl.search import SKIPPED, replay
-from amdahl.sweepdir import SweepDir
+from amdahl.search.halving import SKIPPED, replay
+from amdahl.sweepdir.layout import SweepDir
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from trial_runner import MLP_PARAMS, launch_config, trial_config
 
-from amdahl.harness import Placement, _aggregate, _run_guarded, build_trial_model, run_trial
+from amdahl.worker.harness import Placement, _aggregate, _run_guarded, build_trial_model, run_trial
 from workloads.mlp import MLP
 
 pytestmark = pytest.mark.integration

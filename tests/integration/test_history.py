@@ -11,8 +11,8 @@ import pytest
 import torch
 from trial_runner import MLP_PARAMS, launch_config, settings, trial_config
 
-from amdahl.harness import Placement, _aggregate, run_trial
-from amdahl.results import COLUMNS, HISTORY_POINTS, history_steps
+from amdahl.sweepdir.table import COLUMNS, HISTORY_POINTS, history_steps
+from amdahl.worker.harness import Placement, _aggregate, run_trial
 from workloads.mlp import MLP
 
 pytestmark = pytest.mark.integration

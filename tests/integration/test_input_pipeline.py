@@ -8,7 +8,7 @@ from idx_files import write_fashion_mnist
 from trial_runner import launch_config, trial_config
 
 from amdahl import read_results, run_sweep, validate_spec
-from amdahl.data import (
+from amdahl.data.storage import (
     LoaderSource,
     convert_fashion_mnist,
     ray_dataset,
@@ -16,7 +16,7 @@ from amdahl.data import (
     validation_rows,
     with_preprocessing,
 )
-from amdahl.harness import Placement, run_trial
+from amdahl.worker.harness import Placement, run_trial
 from workloads.resnet import ResNet
 
 pytestmark = pytest.mark.integration
@@ -125,7 +125,7 @@ def test_local_parquet_reaches_workers_without_their_disk(ray_cluster, tmp_path)
     import numpy as np
     import ray
 
-    from amdahl.data import LoaderSource, put_rows, rank_shards, read_rows, repeat_to_cover
+    from amdahl.data.storage import LoaderSource, put_rows, rank_shards, read_rows, repeat_to_cover
 
     workload = ResNet(train_rows=4096, val_rows=64, augment="none")
     path = stored_dataset(workload, "resnet", "train", 0, cache=tmp_path)

@@ -18,7 +18,7 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch import nn
 
-from amdahl.sync import make_strategy
+from amdahl.worker.sync import make_strategy
 
 pytestmark = pytest.mark.integration
 
@@ -88,7 +88,7 @@ def _named_servers_after_kill(wait_s: float = 10.0) -> list[str]:
     """Named actors left in the servers' namespace, once kills have had time to land."""
     import ray
 
-    from amdahl.sync import _PS_NAMESPACE
+    from amdahl.worker.sync import _PS_NAMESPACE
 
     deadline = time.monotonic() + wait_s
     while True:

@@ -86,7 +86,7 @@ def test_mlflow_holds_parent_and_child_runs(tiny_sweep):
 def test_report_command_prints_speedup(tiny_sweep):
     outcome, _, _ = tiny_sweep
     done = subprocess.run(
-        [sys.executable, "-m", "amdahl.cli", "report", str(outcome.sweep_dir)],
+        [sys.executable, "-m", "amdahl.cli.commands", "report", str(outcome.sweep_dir)],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -99,7 +99,7 @@ def test_plan_refuses_more_devices_than_the_machine_has(tmp_path):
     spec = tmp_path / "big.yaml"
     spec.write_text("name: big\nworkload: mlp\ngrid:\n  devices: [64]\n")
     done = subprocess.run(
-        [sys.executable, "-m", "amdahl.cli", "plan", str(spec)],
+        [sys.executable, "-m", "amdahl.cli.commands", "plan", str(spec)],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -115,7 +115,7 @@ def test_bad_sweep_file_exits_2_with_one_message(tmp_path):
     spec = tmp_path / "bad.yaml"
     spec.write_text("name: bad\nworkload: mlp\ngrid:\n  devices: [1, 0]\n")
     done = subprocess.run(
-        [sys.executable, "-m", "amdahl.cli", "sweep", str(spec)],
+        [sys.executable, "-m", "amdahl.cli.commands", "sweep", str(spec)],
         capture_output=True,
         text=True,
         cwd=ROOT,

@@ -23,7 +23,7 @@ import pytest
 from mlflow_server import free_port, start_mlflow, stop
 
 from amdahl import read_results, run_sweep, validate_spec
-from amdahl.run import SweepOutcome
+from amdahl.driver.sweep import SweepOutcome
 
 pytestmark = pytest.mark.integration
 
@@ -195,7 +195,7 @@ def _sync_cli(sweep_dir: Path, uri: str) -> str:
 
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
     done = subprocess.run(
-        [sys.executable, "-m", "amdahl.cli", "sync", str(sweep_dir)],
+        [sys.executable, "-m", "amdahl.cli.commands", "sync", str(sweep_dir)],
         env=env,
         capture_output=True,
         text=True,
@@ -349,7 +349,7 @@ def test_child_runs_carry_per_step_loss_step_time_and_data_wait(curves: Curves):
 
 def test_the_parent_run_draws_scaling_curves_against_the_device_count(curves: Curves):
     from amdahl.report import build_report
-    from amdahl.track import metric_names
+    from amdahl.track.tracker import metric_names
 
     report = build_report(curves.outcome.sweep_dir)
     assert len(report.curves) == 1

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from amdahl.results import COLUMNS, RESULTS_FILE, SCHEMA
+from amdahl.sweepdir.table import COLUMNS, RESULTS_FILE, SCHEMA
 
 PARAMS = json.dumps({"hidden": [16]}, sort_keys=True)
 

@@ -5,8 +5,8 @@ import pytest
 import torch
 from trial_runner import PARAMS, SlowData, SlowForward, run
 
-from amdahl.feed import DeviceFeed
-from amdahl.stepclock import HostClock, StepMarks, attribute
+from amdahl.worker.feed import DeviceFeed
+from amdahl.worker.stepclock import HostClock, StepMarks, attribute
 from workloads.mlp import MLP
 
 

@@ -13,11 +13,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from amdahl.cli import main
+from amdahl.cli.commands import main
 from amdahl.errors import UserError
-from amdahl.results import append_rows
-from amdahl.spec import validate_spec
-from amdahl.sweepdir import SPEC_FILE, lock_sweep_dir
+from amdahl.spec.schema import validate_spec
+from amdahl.sweepdir.layout import SPEC_FILE, lock_sweep_dir
+from amdahl.sweepdir.table import append_rows
 
 TINY = {
     "name": "tiny",
@@ -107,11 +107,11 @@ def test_planning_loads_no_ray_tune_or_train(tmp_path):
     spec = _spec_file(tmp_path)
     probe = (
         "import sys\n"
-        "from amdahl.cluster import make_plan\n"
-        "from amdahl.spec import load_spec\n"
-        "from amdahl.sweepdir import plan_summary\n"
+        "from amdahl.driver.cluster import make_plan\n"
+        "from amdahl.spec.schema import load_spec\n"
+        "from amdahl.sweepdir.layout import plan_summary\n"
         "plan_summary(make_plan(load_spec(sys.argv[1])))\n"
-        "from amdahl.cli import main\n"
+        "from amdahl.cli.commands import main\n"
         "main(['plan', sys.argv[1], '--json'], standalone_mode=False)\n"
         "loaded = [m for m in sys.modules if m.startswith(('ray.tune', 'ray.train'))]\n"
         "print('loaded:', sorted(loaded))\n"
@@ -137,7 +137,7 @@ class _FakeTracker:
         _FakeTracker.calls.append(sweep_dir)
 
     def sync(self, rows):
-        logging.getLogger("amdahl.track").error("the tracker's own message")
+        logging.getLogger("amdahl.track.tracker").error("the tracker's own message")
         return len(rows)
 
     def close(self):
@@ -146,10 +146,10 @@ class _FakeTracker:
 
 @pytest.fixture
 def tracker(monkeypatch):
-    import amdahl.track
+    import amdahl.track.tracker
 
     monkeypatch.setattr(_FakeTracker, "calls", [])
-    monkeypatch.setattr(amdahl.track, "Tracker", _FakeTracker)
+    monkeypatch.setattr(amdahl.track.tracker, "Tracker", _FakeTracker)
     return _FakeTracker
 
 
@@ -190,7 +190,7 @@ def test_an_error_that_is_no_outage_exits_1_with_one_message(
     sweep_dir = _sweep_dir(tmp_path)
     error = "logging a child run: MlflowException: INVALID_PARAMETER_VALUE"
     monkeypatch.setattr(tracker, "error", error)
-    with caplog.at_level(logging.DEBUG, logger="amdahl.track"):
+    with caplog.at_level(logging.DEBUG, logger="amdahl.track.tracker"):
         result = CliRunner().invoke(main, ["mlflow-push", str(sweep_dir)])
     assert result.exit_code == 1
     line = _one_error(result)

@@ -6,9 +6,9 @@ import signal
 
 from click.testing import CliRunner
 
-from amdahl import run
-from amdahl.cli import main
-from amdahl.run import SweepInterrupted
+from amdahl.cli.commands import main
+from amdahl.driver import sweep as run
+from amdahl.driver.sweep import SweepInterrupted
 
 
 def test_the_printed_resume_command_survives_a_shell(tmp_path, monkeypatch):

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 import yaml
 
-from amdahl.plan import Node, expand_grid, plan_sweep
-from amdahl.spec import AXES, load_spec
+from amdahl.plan.trials import Node, expand_grid, plan_sweep
+from amdahl.spec.schema import AXES, load_spec
 from amdahl.workload import make_workload
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,8 +11,8 @@ from click.testing import CliRunner
 from idx_files import write_fashion_mnist, write_idx
 
 from amdahl import UserError
-from amdahl.cli import main
-from amdahl.data import (
+from amdahl.cli.commands import main
+from amdahl.data.storage import (
     LoaderSource,
     check_source,
     convert_fashion_mnist,

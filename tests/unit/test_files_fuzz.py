@@ -19,15 +19,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from report_rows import row, write_sweep
 
-from amdahl.data import read_idx
+from amdahl.data.storage import read_idx
 from amdahl.errors import UserError
 from amdahl.report import build_report
 from amdahl.report.inputs import load_inputs
 from amdahl.report.render_text import to_markdown
-from amdahl.results import COLUMNS, RESULTS_FILE, SCHEMA_TAG, read_results
-from amdahl.spec import validate_spec
-from amdahl.sweepdir import PLAN_FILE
-from amdahl.track import STATE_FILE, Tracker, load_state
+from amdahl.spec.schema import validate_spec
+from amdahl.sweepdir.layout import PLAN_FILE
+from amdahl.sweepdir.table import COLUMNS, RESULTS_FILE, SCHEMA_TAG, read_results
+from amdahl.track.tracker import STATE_FILE, Tracker, load_state
 
 FUZZ = settings(
     max_examples=150,
@@ -163,7 +163,7 @@ def foreign_tables(draw: st.DrawFn) -> pa.Table:
 
 def _read_sweep(d: Path) -> None:
     """What resume, report and sync read of results.parquet; UserError names the file."""
-    from amdahl.sweepdir import finished_trials
+    from amdahl.sweepdir.layout import finished_trials
 
     try:
         table = read_results(d)

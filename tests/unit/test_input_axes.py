@@ -3,8 +3,8 @@
 import pytest
 
 from amdahl.errors import UserError
-from amdahl.plan import Node, plan_sweep
-from amdahl.spec import validate_spec
+from amdahl.plan.trials import Node, plan_sweep
+from amdahl.spec.schema import validate_spec
 from workloads.resnet import ResNet
 
 TWO_CPUS = [Node(cpus=2.0)]

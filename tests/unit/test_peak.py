@@ -1,9 +1,9 @@
-"""The peak-FLOP/s probe shared by the harness and `platform calibrate` (amdahl.peak)."""
+"""The peak-FLOP/s probe shared by the harness and `platform calibrate` (amdahl.worker.peak)."""
 
 import pytest
 import torch
 
-from amdahl import peak
+from amdahl.worker import peak
 
 CPU = torch.device("cpu")
 

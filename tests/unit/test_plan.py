@@ -3,11 +3,11 @@
 import pytest
 from pydantic import Field
 
-from amdahl import plan as planner
-from amdahl.cluster import make_plan
+from amdahl.driver.cluster import make_plan
 from amdahl.errors import UserError
-from amdahl.plan import DRIVER_CPUS, Node, check_storage, expand_grid, plan_sweep, trial_id
-from amdahl.spec import (
+from amdahl.plan import trials as planner
+from amdahl.plan.trials import DRIVER_CPUS, Node, check_storage, expand_grid, plan_sweep, trial_id
+from amdahl.spec.schema import (
     GridSpec,
     OptionsSpec,
     ResourcesSpec,
@@ -15,7 +15,7 @@ from amdahl.spec import (
     TrainSpec,
     validate_spec,
 )
-from amdahl.sweepdir import ray_storage
+from amdahl.sweepdir.layout import ray_storage
 from workloads.mlp import MLP
 
 TWO_CPUS = [Node(cpus=2.0)]

@@ -15,16 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from amdahl import calibrate, report
-from amdahl.cluster import _route_ray_logs
+from amdahl import report
+from amdahl.driver import calibrate
+from amdahl.driver.cluster import _route_ray_logs
 from amdahl.errors import UserError
 from amdahl.files import private_dir, redact_uris, uri_passwords, write_private
-from amdahl.plan import Node, plan_sweep
-from amdahl.results import RESULTS_FILE, append_rows
-from amdahl.spec import load_spec, validate_spec
-from amdahl.sweepdir import _new_sweep_dir
-from amdahl.sweepdir import write_sweep_files as _write_sweep_files
-from amdahl.track import STATE_FILE, Tracker
+from amdahl.plan.trials import Node, plan_sweep
+from amdahl.spec.schema import load_spec, validate_spec
+from amdahl.sweepdir.layout import _new_sweep_dir
+from amdahl.sweepdir.layout import write_sweep_files as _write_sweep_files
+from amdahl.sweepdir.table import RESULTS_FILE, append_rows
+from amdahl.track.tracker import STATE_FILE, Tracker
 from workloads.mlp import MLP
 
 SECRET = "s3cr3t"

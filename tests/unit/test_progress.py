@@ -1,4 +1,4 @@
-"""The CLI's live progress table, plan table and closing summary (amdahl.progress): what each
+"""The CLI's live progress table, plan table and closing summary (amdahl.cli.progress): what each
 shows, and error text and labels shown as text, never read as rich markup (an error holding
 "[/data]" used to raise MarkupError in the refresh thread, and "shape [batch, 784]" was blanked
 as an unknown tag)."""
@@ -10,9 +10,9 @@ from types import SimpleNamespace
 import pytest
 from rich.console import Console
 
-from amdahl import progress
-from amdahl.plan import Node, plan_sweep
-from amdahl.spec import validate_spec
+from amdahl.cli import progress
+from amdahl.plan.trials import Node, plan_sweep
+from amdahl.spec.schema import validate_spec
 
 ERROR = "RuntimeError: cannot open [/data] for shape [batch, 784]\nsecond line"
 
@@ -133,7 +133,7 @@ def test_the_outcome_sums_up_time_inside_and_outside_measured_steps(out, tmp_pat
 
 
 def test_a_halving_search_ends_with_its_pick_and_the_finalists_it_cannot_separate(out, tmp_path):
-    from amdahl.search import replay
+    from amdahl.search.halving import replay
 
     spec = validate_spec(
         {

@@ -7,8 +7,10 @@ import pytest
 import yaml
 from report_rows import conform, scaling_rows, write_sweep
 
-from amdahl import calibrate
-from amdahl.calibrate import (
+from amdahl.analysis.calibration import Calibration
+from amdahl.analysis.compute import fit_alpha_beta, ring_allreduce_s
+from amdahl.driver import calibrate
+from amdahl.driver.calibrate import (
     CPU_MAX_BYTES,
     GPU_MAX_BYTES,
     RESULT_KEY,
@@ -19,8 +21,6 @@ from amdahl.calibrate import (
 )
 from amdahl.errors import UserError
 from amdahl.report import build_report, report_from_rows
-from amdahl.report.compute import fit_alpha_beta, ring_allreduce_s
-from amdahl.report.inputs import Calibration
 
 
 def test_one_device_is_refused_before_anything_starts(tmp_path):
@@ -252,7 +252,7 @@ def test_the_second_write_adds_gradient_bytes(tmp_path, fake_ray):
 def test_without_a_ray_it_starts_its_own_local_one(tmp_path, fake_ray, monkeypatch):
     import ray
 
-    from amdahl import calibrate
+    from amdahl.driver import calibrate
 
     calls = []
     started = lambda *a, **kw: calls.append((a, kw)) or True  # noqa: E731

@@ -6,7 +6,7 @@ import math
 import pytest
 from report_rows import conform, row, scaling_rows
 
-from amdahl.report.compute import (
+from amdahl.analysis.compute import (
     Stat,
     amdahl_speedup,
     bus_bandwidth,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from report_rows import conform, row, scaling_rows, write_sweep
 
+from amdahl.analysis.compute import MEASURED_UNDER, group_configs, scaling_curves
 from amdahl.report import build_report, write_reports
-from amdahl.report.compute import MEASURED_UNDER, group_configs, scaling_curves
 
 
 def _configs(rows):

@@ -10,10 +10,10 @@ from click.testing import CliRunner
 from report_rows import PARAMS, row, scaling_rows, write_sweep
 from rich.console import Console
 
-from amdahl.cli import main
+from amdahl.cli.commands import main
 from amdahl.report import build_report, write_reports
 from amdahl.report.render_text import print_report
-from amdahl.results import RESULTS_FILE
+from amdahl.sweepdir.table import RESULTS_FILE
 
 CALIBRATION = {
     "alpha_s": 50e-6,

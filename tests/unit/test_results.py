@@ -5,7 +5,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from amdahl.errors import UserError
-from amdahl.results import COLUMNS, RESULTS_FILE, append_rows, read_results
+from amdahl.sweepdir.table import COLUMNS, RESULTS_FILE, append_rows, read_results
 
 
 def _row(trial_id: str, repeat: int = 0, **extra):

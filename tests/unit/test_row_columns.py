@@ -14,8 +14,8 @@ import pytest
 import torch
 from trial_runner import PARAMS, launch_config, run, trial_config
 
-from amdahl.harness import _results_row
-from amdahl.results import COLUMNS, append_rows, read_results, row_identity
+from amdahl.sweepdir.table import COLUMNS, append_rows, read_results, row_identity
+from amdahl.worker.harness import _results_row
 from workloads.mlp import MLP
 
 STAMP = "2025-01-01T12:00:00+00:00"

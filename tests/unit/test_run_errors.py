@@ -2,7 +2,7 @@
 
 from types import SimpleNamespace
 
-from amdahl.run import _launch_error
+from amdahl.driver.sweep import _launch_error
 
 
 def test_launch_error_reads_tunes_local_error_file(tmp_path):
@@ -30,8 +30,8 @@ def _crashed_launch(tmp_path, relaunch: bool, reported: set, skip: list):
 
     from trial_runner import launch_config, trial_config
 
-    from amdahl.results import read_results
-    from amdahl.run import SweepOutcome, _Measurement, _ResultSink
+    from amdahl.driver.sweep import SweepOutcome, _Measurement, _ResultSink
+    from amdahl.sweepdir.table import read_results
 
     trials = tuple(trial_config(trial_id=t) for t in ("a", "b", "c"))
     launch = dataclasses.replace(

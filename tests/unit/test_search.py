@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from amdahl.search import (
+from amdahl.search.halving import (
     Constraint,
     grid_estimate_s,
     predicted_skips,
@@ -16,7 +16,7 @@ from amdahl.search import (
     rung_steps,
     trim_to_budget,
 )
-from amdahl.spec import SearchSpec, TargetSpec, TrainSpec
+from amdahl.spec.schema import SearchSpec, TargetSpec, TrainSpec
 
 
 def _row(tid, throughput, rung=0, steps=10, status="ok", jitter=0.0, **extra):
@@ -223,8 +223,8 @@ def test_the_model_skips_a_configuration_predicted_far_behind_and_says_why():
 
 def test_bad_search_settings_are_refused_before_anything_runs(tmp_path):
     from amdahl.errors import UserError
-    from amdahl.search import check
-    from amdahl.spec import load_spec, validate_spec
+    from amdahl.search.halving import check
+    from amdahl.spec.schema import load_spec, validate_spec
 
     base = {"name": "s", "workload": "mlp"}
     with pytest.raises(UserError, match="time_to_target needs train.target"):
@@ -261,8 +261,8 @@ def test_bad_search_settings_are_refused_before_anything_runs(tmp_path):
 
 
 def test_calibration_auto_reads_the_sweep_directory_once_it_is_measured(tmp_path):
-    from amdahl.search import calibration, check
-    from amdahl.spec import validate_spec
+    from amdahl.search.halving import calibration, check
+    from amdahl.spec.schema import validate_spec
 
     spec = validate_spec(
         {

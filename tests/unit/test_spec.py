@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from amdahl.errors import UserError
-from amdahl.spec import load_spec, validate_spec
+from amdahl.spec.schema import load_spec, validate_spec
 
 GOOD = "name: t\nworkload: mlp\n"
 
@@ -197,7 +197,7 @@ def test_non_finite_numbers_are_refused(tmp_path, text, overrides, expected):
 def test_the_cli_refuses_bad_yaml_with_one_line_and_exit_2(tmp_path):
     from click.testing import CliRunner
 
-    from amdahl.cli import main
+    from amdahl.cli.commands import main
 
     path = tmp_path / "sweep.yaml"
     for text in (GOOD + "params: &p {x: *p}\n", GOOD + "grid: {}\ngrid: {}\n"):

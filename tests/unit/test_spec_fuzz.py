@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from amdahl.errors import UserError
-from amdahl.spec import (
+from amdahl.spec.schema import (
     AXES,
     Compile,
     Input,

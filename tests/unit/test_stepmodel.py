@@ -1,4 +1,4 @@
-"""The step-time model (report/stepmodel.py): communication volume of every sync strategy against
+"""The step-time model (analysis/stepmodel.py): communication volume of every sync strategy against
 hand-computed bytes, the fit recovering the terms it generated, leave-one-out on noisy data, and
 `platform predict` and the report's "Predicted vs measured" section on a sweep directory."""
 
@@ -9,11 +9,9 @@ import pytest
 from click.testing import CliRunner
 from report_rows import PARAMS, conform, row, scaling_rows, write_sweep
 
-from amdahl.cli import main
-from amdahl.report import write_reports
-from amdahl.report.compute import group_configs
-from amdahl.report.inputs import Calibration
-from amdahl.report.stepmodel import (
+from amdahl.analysis.calibration import Calibration
+from amdahl.analysis.compute import group_configs
+from amdahl.analysis.stepmodel import (
     Link,
     ModelInputs,
     SyncOptions,
@@ -24,6 +22,8 @@ from amdahl.report.stepmodel import (
     leave_one_out,
     predict_inputs,
 )
+from amdahl.cli.commands import main
+from amdahl.report import write_reports
 
 MiB = 2**20
 G = 8 * MiB  # gradient bytes: one DDP bucket at the default 25 MB cap
@@ -70,7 +70,7 @@ def test_bytes_per_step_of_each_strategy(sync, by_p):
 def test_every_strategy_of_the_sweep_schema_has_a_communication_model():
     from typing import get_args
 
-    from amdahl.spec import Sync
+    from amdahl.spec.schema import Sync
 
     for sync in get_args(Sync):
         assert comm_volume(sync, 2, G, OPTIONS).bytes >= 0, sync

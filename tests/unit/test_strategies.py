@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from amdahl import strategies
+from amdahl.analysis import stepmodel
 from amdahl.errors import UserError
-from amdahl.plan import Node, plan_sweep
-from amdahl.report import stepmodel
-from amdahl.spec import GridSpec, OptionsSpec, validate_spec
+from amdahl.plan.trials import Node, plan_sweep
+from amdahl.spec.schema import GridSpec, OptionsSpec, validate_spec
 from amdahl.strategies import NAMES, OPTION_DEFAULTS, STRATEGIES, micro_steps
-from amdahl.sync import _STRATEGIES as IMPLEMENTED
+from amdahl.worker.sync import _STRATEGIES as IMPLEMENTED
 
 CPU = [Node(cpus=4.0)]
 GPU = [Node(cpus=16.0, gpus=2.0)]
@@ -80,7 +80,7 @@ def test_every_strategy_has_a_step_model_volume_that_agrees_with_the_table():
     assert stepmodel.comm_volume("no_such_sync", 2, 4e6) is None
     for name, s in STRATEGIES.items():
         on_two = stepmodel.comm_volume(name, 2, 4e6)
-        assert on_two is not None, f"report/stepmodel.py's comm_volume has no case for {name}"
+        assert on_two is not None, f"analysis/stepmodel.py's comm_volume has no case for {name}"
         assert (on_two.bytes > 0) == s.communicates, name
         alone = stepmodel.comm_volume(name, 1, 4e6)
         assert (alone.bytes > 0) == (s.communicates and s.communicates_alone), name

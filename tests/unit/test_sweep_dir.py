@@ -21,12 +21,12 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from amdahl import run, sweepdir
+from amdahl.driver import sweep as run
+from amdahl.driver.sweep import SweepInterrupted, run_sweep
 from amdahl.errors import UserError
-from amdahl.results import append_rows, read_results
-from amdahl.run import SweepInterrupted, run_sweep
-from amdahl.spec import validate_spec
-from amdahl.sweepdir import (
+from amdahl.spec.schema import validate_spec
+from amdahl.sweepdir import layout as sweepdir
+from amdahl.sweepdir.layout import (
     FINGERPRINT_FILE,
     LOCK_FILE,
     RESULTS_FILE,
@@ -36,6 +36,7 @@ from amdahl.sweepdir import (
     spec_changes,
     write_fingerprint,
 )
+from amdahl.sweepdir.table import append_rows, read_results
 
 BASE = {
     "name": "fp",
@@ -104,7 +105,7 @@ def test_the_lock_dies_with_its_driver(tmp_path):
             "-c",
             "import sys, time\n"
             "from pathlib import Path\n"
-            "from amdahl.sweepdir import lock_sweep_dir\n"
+            "from amdahl.sweepdir.layout import lock_sweep_dir\n"
             "held = lock_sweep_dir(Path(sys.argv[1]))\n"
             "print('locked', flush=True)\n"
             "time.sleep(120)\n",
@@ -326,7 +327,7 @@ def test_an_unreadable_record_is_refused_with_the_fix(tmp_path):
 
 def test_new_if_changed_starts_a_new_directory_and_lets_go_of_the_old(tmp_path, caplog):
     sweep_dir = _sweep_dir(tmp_path)
-    with caplog.at_level(logging.WARNING, logger="amdahl.sweepdir"):
+    with caplog.at_level(logging.WARNING, logger="amdahl.sweepdir.layout"):
         new_dir, finished, lock, created = sweepdir.open_sweep_dir(
             _spec({"train.steps": 20}), tmp_path / "runs", sweep_dir, False, True
         )
@@ -351,7 +352,7 @@ def test_a_matching_resume_keeps_its_directory_and_finished_rows(tmp_path):
 def test_new_if_changed_needs_resume(tmp_path):
     spec = tmp_path / "fp.yaml"
     spec.write_text(yaml.safe_dump(BASE))
-    from amdahl.cli import main
+    from amdahl.cli.commands import main
 
     result = CliRunner().invoke(main, ["sweep", str(spec), "--new-if-changed"])
     assert result.exit_code == 2
@@ -397,7 +398,7 @@ def test_a_sweep_stopped_by_sigterm_exits_143_with_the_resume_command(tmp_path, 
         raise SweepInterrupted(stopped, signal.SIGTERM)
 
     monkeypatch.setattr(run, "run_sweep", stop)
-    from amdahl.cli import main
+    from amdahl.cli.commands import main
 
     result = CliRunner().invoke(main, ["sweep", str(spec), "--set", "train.steps=20"])
     assert result.exit_code == 143

@@ -20,7 +20,7 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch import nn
 
-from amdahl.sync import (
+from amdahl.worker.sync import (
     _STRATEGIES,
     AccumulateSync,
     _assign_shards,

@@ -17,9 +17,9 @@ from types import SimpleNamespace
 import pytest
 from report_rows import scaling_rows, write_sweep
 
-from amdahl.spec import validate_spec
-from amdahl.track import STATE_FILE, Tracker
-from amdahl.track_backend import ChildRun, Metric, TrackingBackend
+from amdahl.spec.schema import validate_spec
+from amdahl.track.backend import ChildRun, Metric, TrackingBackend
+from amdahl.track.tracker import STATE_FILE, Tracker
 
 
 class Unavailable(Exception):
@@ -202,7 +202,7 @@ def test_an_outage_on_the_writer_thread_keeps_rows_local_until_finish(sweep, cap
     sweep_dir, rows = sweep
     store = Store(fail=[Unavailable("store is down")])
     tracker = _tracker(sweep_dir, store)
-    with caplog.at_level(logging.WARNING, logger="amdahl.track"):
+    with caplog.at_level(logging.WARNING, logger="amdahl.track.tracker"):
         tracker.log_trial_soon(rows[0])  # the store fails: the tracker goes offline
         tracker.log_trial_soon(rows[1])  # offline: not tried, the driver is not stalled
         tracker._writer.shutdown(wait=True)
@@ -266,9 +266,9 @@ def test_a_failure_that_is_not_an_outage_is_reported_and_the_next_row_still_logs
     assert not tracker.log_trial(rows[0])
     assert tracker.offline_reason is None and "KeyError: 'bug'" in tracker.error
     assert tracker.log_trial(rows[1])  # not held back as if offline
-    with caplog.at_level(logging.WARNING, logger="amdahl.track"):
+    with caplog.at_level(logging.WARNING, logger="amdahl.track.tracker"):
         tracker.finish(_outcome(rows[:2]))  # finish pushes the first row too
-    (message,) = [r.getMessage() for r in caplog.records if r.name == "amdahl.track"]
+    (message,) = [r.getMessage() for r in caplog.records if r.name == "amdahl.track.tracker"]
     assert "memory tracking failed with an error that is not an outage" in message
     assert "0 of 2 rows are not in memory" in message
     assert len(store.children()) == 2

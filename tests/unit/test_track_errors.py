@@ -22,8 +22,8 @@ from mlflow.protos.databricks_pb2 import (
 from mlflow.tracking import MlflowClient
 
 from amdahl.errors import UserError
-from amdahl.spec import validate_spec
-from amdahl.track import STATE_FILE, Tracker, is_outage
+from amdahl.spec.schema import validate_spec
+from amdahl.track.tracker import STATE_FILE, Tracker, is_outage
 
 
 def _row(trial_id: str, **extra) -> dict:
@@ -95,9 +95,9 @@ def test_a_bug_is_not_an_outage_and_is_reported_once_at_the_end(tracker, caplog)
     assert tracker.error and "KeyError: 'devices'" in tracker.error
     assert tracker.log_trial(_row("good"))  # the next row is not held back as if offline
 
-    with caplog.at_level(logging.WARNING, logger="amdahl.track"):
+    with caplog.at_level(logging.WARNING, logger="amdahl.track.tracker"):
         tracker.finish(_outcome([bad, _row("good")]))
-    messages = [r for r in caplog.records if r.name == "amdahl.track"]
+    messages = [r for r in caplog.records if r.name == "amdahl.track.tracker"]
     assert [r.levelno for r in messages] == [logging.ERROR]
     text = messages[0].getMessage()
     assert "not an outage" in text and "KeyError: 'devices'" in text
@@ -113,9 +113,9 @@ def test_a_state_file_that_cannot_be_written_is_reported_not_lost(tracker, caplo
     (tracker.sweep_dir / STATE_FILE).mkdir()  # os.replace onto a directory fails, like ENOSPC
 
     tracker.log_trial_soon(_row("a"))  # on the tracker's own thread
-    with caplog.at_level(logging.WARNING, logger="amdahl.track"):
+    with caplog.at_level(logging.WARNING, logger="amdahl.track.tracker"):
         tracker.finish(_outcome([_row("a")]))
-    text = " ".join(r.getMessage() for r in caplog.records if r.name == "amdahl.track")
+    text = " ".join(r.getMessage() for r in caplog.records if r.name == "amdahl.track.tracker")
     assert f"could not write {tracker.sweep_dir / STATE_FILE}" in text
     assert [c.data.tags["amdahl.row"] for c in _children(tracker)] == ["a:0"]  # still logged
 

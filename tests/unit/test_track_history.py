@@ -14,9 +14,10 @@ from mlflow.tracking import MlflowClient
 from report_rows import row, scaling_rows, write_sweep
 
 from amdahl.report import report_from_rows
-from amdahl.results import HISTORY_POINTS, history_steps
-from amdahl.spec import validate_spec
-from amdahl.track import (
+from amdahl.spec.schema import validate_spec
+from amdahl.sweepdir.table import HISTORY_POINTS, history_steps
+from amdahl.track.mlflow_store import _batches
+from amdahl.track.tracker import (
     EXPERIMENT_KIND,
     EXPERIMENT_KIND_TAG,
     HISTORY_METRICS,
@@ -25,7 +26,6 @@ from amdahl.track import (
     metric_names,
     scaling_metrics,
 )
-from amdahl.track_mlflow import _batches
 
 EXPERIMENT = "curves"
 

@@ -15,13 +15,13 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 import amdahl
-import amdahl.track
+import amdahl.track.tracker
 from amdahl.errors import UserError
-from amdahl.results import append_rows
-from amdahl.spec import validate_spec
-from amdahl.sweepdir import SPEC_FILE, TRACKING_FILE, lock_sweep_dir
-from amdahl.track import PushOutcome, push_results
-from amdahl.track_mlflow import _FAIL_FAST_HTTP, MlflowBackend
+from amdahl.spec.schema import validate_spec
+from amdahl.sweepdir.layout import SPEC_FILE, TRACKING_FILE, lock_sweep_dir
+from amdahl.sweepdir.table import append_rows
+from amdahl.track.mlflow_store import _FAIL_FAST_HTTP, MlflowBackend
+from amdahl.track.tracker import PushOutcome, push_results
 
 EXPERIMENT = "pushed"
 
@@ -112,7 +112,7 @@ def test_a_push_is_refused_while_a_driver_holds_the_directory(store, sweep_dir):
 
 def test_a_driver_is_refused_while_a_push_holds_the_directory(store, sweep_dir, monkeypatch):
     refused = []
-    sync = amdahl.track.Tracker.sync
+    sync = amdahl.track.tracker.Tracker.sync
 
     def sync_meanwhile(self, rows):  # a driver starts while the push runs
         with pytest.raises(UserError, match="in use by another MLflow push") as e:
@@ -120,7 +120,7 @@ def test_a_driver_is_refused_while_a_push_holds_the_directory(store, sweep_dir, 
         refused.append(str(e.value))
         return sync(self, rows)
 
-    monkeypatch.setattr(amdahl.track.Tracker, "sync", sync_meanwhile)
+    monkeypatch.setattr(amdahl.track.tracker.Tracker, "sync", sync_meanwhile)
     assert push_results(sweep_dir).pushed == 2
     assert len(refused) == 1
     lock_sweep_dir(sweep_dir).release()  # the push let go when it ended

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from amdahl.spec import validate_spec
-from amdahl.track import STATE_FILE, Tracker, store_key
+from amdahl.spec.schema import validate_spec
+from amdahl.track.tracker import STATE_FILE, Tracker, store_key
 
 EXPERIMENT = "copied"
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 from trial_runner import trial_config
 
-from amdahl.results import failure_status
-from amdahl.training import Precision, compile_caches, failure_kind, tf32_flags
-from amdahl.worlds import COLLECTIVE_TIMEOUT_S, collective_timeout_s
+from amdahl.sweepdir.table import failure_status
+from amdahl.worker.training import Precision, compile_caches, failure_kind, tf32_flags
+from amdahl.worker.worlds import COLLECTIVE_TIMEOUT_S, collective_timeout_s
 
 
 @pytest.mark.parametrize(
@@ -42,7 +42,10 @@ def test_a_torch_accelerator_error_is_poisoned_whatever_its_text():
     "reason, status",
     [
         ("oom: CUDA out of memory", "oom"),
-        ("launch failed: amdahl.harness.RankStranded: oom: rank 1: CUDA out of memory", "oom"),
+        (
+            "launch failed: amdahl.worker.harness.RankStranded: oom: rank 1: CUDA out of memory",
+            "oom",
+        ),
         ("launch failed: ProcessPoisoned: failed: AcceleratorError: illegal memory", "failed"),
         ("failed: ValueError: oom: is not a word here\nsecond line", "failed"),
     ],

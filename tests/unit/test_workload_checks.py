@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from amdahl.cli import main
-from amdahl.cluster import make_plan
+from amdahl.cli.commands import main
+from amdahl.driver.cluster import make_plan
 from amdahl.errors import UserError
-from amdahl.plan import Node
-from amdahl.spec import load_spec, validate_spec
+from amdahl.plan.trials import Node
+from amdahl.spec.schema import load_spec, validate_spec
 from amdahl.workload import (
     check_workload,
     locate_spec_workload,

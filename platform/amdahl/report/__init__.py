@@ -15,10 +15,10 @@ from pathlib import Path
 from amdahl.files import write_private
 from amdahl.report.build import Report, build_report, report_from_rows
 from amdahl.report.document import comparison
+from amdahl.report.predict import predict_sweep
 from amdahl.report.render_html import to_html
 from amdahl.report.render_text import to_markdown
-from amdahl.report.stepmodel import predict_sweep
-from amdahl.sweepdir import REPORT_HTML_FILE, REPORT_MD_FILE, SweepDir
+from amdahl.sweepdir.layout import REPORT_HTML_FILE, REPORT_MD_FILE, SweepDir
 
 #: The report files' names (sweepdir.py holds every file name of a sweep directory).
 MARKDOWN_FILE = REPORT_MD_FILE

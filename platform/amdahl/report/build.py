@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from amdahl.report.compute import Config, Curve, group_configs, scaling_curves
+from amdahl.analysis.calibration import Calibration
+from amdahl.analysis.compute import Config, Curve, group_configs, scaling_curves
 from amdahl.report.diagnose import (
     BatchLimit,
     Diagnosis,
@@ -23,10 +24,10 @@ from amdahl.report.diagnose import (
     failures,
     recommend,
 )
-from amdahl.report.inputs import Calibration, SweepInputs, load_inputs
+from amdahl.report.inputs import SweepInputs, load_inputs
 
 if TYPE_CHECKING:
-    from amdahl.search import SearchState
+    from amdahl.search.halving import SearchState
 
 
 @dataclass

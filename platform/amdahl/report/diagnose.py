@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from amdahl.report.compute import (
+from amdahl.analysis.calibration import Calibration
+from amdahl.analysis.compute import (
     NO_SYNC,
     SETTINGS,
     Config,
@@ -24,7 +25,6 @@ from amdahl.report.compute import (
     pareto_front,
     ring_allreduce_s,
 )
-from amdahl.report.inputs import Calibration
 from amdahl.strategies import ALL_PHASES, STRATEGIES
 
 COMMUNICATION = "communication"

@@ -12,13 +12,14 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from amdahl.report import stepmodel
+from amdahl.analysis import stepmodel
+from amdahl.analysis.compute import NO_SYNC, PROJECTION_FACTORS, SETTINGS, Config, Stat, differs
 from amdahl.report.build import Report
-from amdahl.report.compute import NO_SYNC, PROJECTION_FACTORS, SETTINGS, Config, Stat, differs
 from amdahl.report.diagnose import SEGMENTS, THRESHOLD_TEXT, Diagnosis, cost_stat
+from amdahl.report.predict import report_inputs
 
 if TYPE_CHECKING:
-    from amdahl.search import SearchState
+    from amdahl.search.halving import SearchState
 
 
 @dataclass
@@ -459,7 +460,7 @@ def _comm_verdict(ratio: float) -> str:
 # --------------------------------------------------------------------------- step-time model
 
 MODEL_TEXT = (
-    "Step-time model (report/stepmodel.py): compute T_c(b) = a_c + b_c x b per configuration "
+    "Step-time model (analysis/stepmodel.py): compute T_c(b) = a_c + b_c x b per configuration "
     "family (every setting but devices and batch), x kappa on more than one device (measured "
     "contention); communication T_n = latency terms x alpha + bytes per step / B, the bytes "
     "set by the sync strategy and its options, x theta (what the strategy's communication costs "
@@ -485,7 +486,7 @@ _VIEWS: dict[int, PredictedView] = {}
 def predicted_view(r: Report) -> PredictedView:
     view = _VIEWS.get(id(r))
     if view is None:
-        inputs = stepmodel.report_inputs(r.configs, r.calibration, r.price, r.sweep_dir, r.name)
+        inputs = report_inputs(r.configs, r.calibration, r.price, r.sweep_dir, r.name)
         loo = stepmodel.leave_one_out(inputs, min_devices=1)
         view = PredictedView(inputs, stepmodel.fit(inputs), loo)
         _VIEWS[id(r)] = view

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from html import escape
 
+from amdahl.analysis.compute import NO_SYNC, SETTINGS
 from amdahl.report.build import Report
-from amdahl.report.compute import NO_SYNC, SETTINGS
 from amdahl.report.diagnose import SEGMENTS
 from amdahl.report.document import TEXT_COLUMNS, Section, Table, predicted_view, sections
 from amdahl.report.svg import PALETTE, Series, line_plot, stacked_bars

@@ -17,10 +17,10 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from amdahl.files import redact_uris
-from amdahl.track_backend import ChildRun, Metric, TrackingBackend
+from amdahl.track.backend import ChildRun, Metric, TrackingBackend
 
 #: Messages go where the mirror's do (one logger for what tracking says).
-log = logging.getLogger("amdahl.track")
+log = logging.getLogger("amdahl.track.tracker")
 
 #: MLflow settings (read from the environment only) for the sweep's duration: fail fast, and no
 #: "View run at <tracking URI>" line per run (a request each; the URI may carry credentials).

@@ -34,14 +34,14 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from amdahl.data import host_batches, train_source, validation_rows
-from amdahl.feed import DeviceFeed
-from amdahl.launch import LaunchConfig, TrialConfig
-from amdahl.peak import measure_peak_flops
-from amdahl.results import ROW_KEY, failure_status, history_steps, row_identity
-from amdahl.stepclock import StepClock, StepMarks, attribute, clock_for
-from amdahl.sync import SyncStrategy, make_strategy, model_state_bytes, unwrap
-from amdahl.training import (
+from amdahl.data.storage import host_batches, train_source, validation_rows
+from amdahl.sweepdir.table import ROW_KEY, failure_status, history_steps, row_identity
+from amdahl.worker.contract import LaunchConfig, TrialConfig
+from amdahl.worker.feed import DeviceFeed
+from amdahl.worker.peak import measure_peak_flops
+from amdahl.worker.stepclock import StepClock, StepMarks, attribute, clock_for
+from amdahl.worker.sync import SyncStrategy, make_strategy, model_state_bytes, unwrap
+from amdahl.worker.training import (
     LRSchedule,
     Precision,
     ProcessPoisoned,
@@ -56,8 +56,8 @@ from amdahl.training import (
     target_reached,
     tf32_flags,
 )
+from amdahl.worker.worlds import TrialWorlds
 from amdahl.workload import Workload, make_workload
-from amdahl.worlds import TrialWorlds
 
 _DONE_FILE = "done.json"
 _DRAIN_S = 1.0

@@ -64,15 +64,15 @@ def plan(spec_path: str, overrides: tuple[str, ...], address: str | None, as_jso
     """Show the trials, their resources, and every trial that will not run (with the reason)."""
     import json
 
-    from amdahl.cluster import plan_for
-    from amdahl.spec import load_spec
-    from amdahl.sweepdir import plan_summary
+    from amdahl.driver.cluster import plan_for
+    from amdahl.spec.schema import load_spec
+    from amdahl.sweepdir.layout import plan_summary
 
     sweep_plan = plan_for(load_spec(spec_path, overrides), address)
     if as_json:
         click.echo(json.dumps(plan_summary(sweep_plan), indent=1, default=str))
     else:
-        from amdahl.progress import print_plan
+        from amdahl.cli.progress import print_plan
 
         print_plan(sweep_plan)
     if not sweep_plan.runnable:
@@ -127,10 +127,10 @@ def sweep(
     verbose: bool,
 ) -> None:
     """Run every trial of a sweep file and write runs/<name>-<time>/."""
-    from amdahl.progress import LiveProgress, print_outcome
-    from amdahl.run import SweepInterrupted, run_sweep
-    from amdahl.spec import load_spec
-    from amdahl.sweepdir import latest_sweep_dir
+    from amdahl.cli.progress import LiveProgress, print_outcome
+    from amdahl.driver.sweep import SweepInterrupted, run_sweep
+    from amdahl.spec.schema import load_spec
+    from amdahl.sweepdir.layout import latest_sweep_dir
 
     spec = load_spec(spec_path, overrides)
     if retry_failed and resume is None:
@@ -171,7 +171,7 @@ def sweep(
 def init(directory: str) -> None:
     """Write a commented workload (myworkload.py) and a sweep file (sweep.yaml) that runs as
     written, into DIRECTORY (default: here); existing files are never overwritten."""
-    from amdahl.scaffold import next_steps, write_scaffold
+    from amdahl.cli.scaffold import next_steps, write_scaffold
 
     written = write_scaffold(directory)
     click.echo(f"written: {', '.join(str(p) for p in written)}")
@@ -183,9 +183,9 @@ def init(directory: str) -> None:
 def mlflow_push(sweep_dir: str) -> None:
     """Push to MLflow every result of SWEEP_DIR that MLflow does not have yet (rows it has are
     found by their tags, not duplicated). Refused while a sweep driver writes SWEEP_DIR."""
-    from amdahl.track import push_results
+    from amdahl.track.tracker import push_results
 
-    with _quiet("amdahl.track"):
+    with _quiet("amdahl.track.tracker"):
         outcome = push_results(sweep_dir)
     again = f"`platform mlflow-push {shlex.quote(sweep_dir)}`"
     if outcome.offline_reason:
@@ -284,8 +284,8 @@ def predict(sweep_dir: str, devices: list[int], batch_sizes: list[int] | None, n
     from rich.console import Console
 
     from amdahl.report.document import prediction_sections
+    from amdahl.report.predict import predict_sweep
     from amdahl.report.render_text import print_sections
-    from amdahl.report.stepmodel import predict_sweep
 
     result = predict_sweep(Path(sweep_dir), devices, batch_sizes, nodes)
     print_sections(prediction_sections(result), Console())
@@ -315,8 +315,8 @@ def calibrate(
     address: str | None,
 ) -> None:
     """Measure all-reduce latency/bandwidth and peak FLOP/s into SWEEP_DIR/calibration.json."""
-    from amdahl.calibrate import run_calibration, summary
-    from amdahl.sweepdir import SweepDir
+    from amdahl.driver.calibrate import run_calibration, summary
+    from amdahl.sweepdir.layout import SweepDir
 
     result = run_calibration(
         devices,
@@ -351,7 +351,7 @@ def data() -> None:
 )
 def fashion_mnist(src: str, out: str | None) -> None:
     """Fashion-MNIST (D2L's multi-GPU data set) from its IDX files to parquet."""
-    from amdahl.data import DEFAULT_CACHE, convert_fashion_mnist
+    from amdahl.data.storage import DEFAULT_CACHE, convert_fashion_mnist
 
     written = convert_fashion_mnist(src, out or DEFAULT_CACHE / "fashion-mnist")
     click.echo(f"written: {written}/train and {written}/val")

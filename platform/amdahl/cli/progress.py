@@ -14,8 +14,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from amdahl.plan import SweepPlan
-from amdahl.sweepdir import SweepDir
+from amdahl.plan.trials import SweepPlan
+from amdahl.sweepdir.layout import SweepDir
 
 console = Console()
 
@@ -184,7 +184,7 @@ def print_outcome(outcome: Any) -> None:
 def search_summary(outcome: Any) -> list[str]:
     """search: halving: the configuration it found, and the finalists it cannot tell apart
     from it (search.indistinct), or where the search stopped."""
-    from amdahl.search import describe
+    from amdahl.search.halving import describe
 
     state = outcome.search
     if state is None or not state.rungs:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import torch.distributed as dist
 
 if TYPE_CHECKING:
-    from amdahl.launch import TrialConfig
+    from amdahl.worker.contract import TrialConfig
 
 #: Process-group timeout (seconds) for a launch's groups (Ray Train's TorchConfig and the rebuilt
 #: ones), by the slowest compilation its trials may run before their first collective: a rank

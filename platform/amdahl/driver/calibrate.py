@@ -3,14 +3,14 @@
 Worker side (`calibration_worker`, inside a Ray Train worker group): all-reduce latency and bus
 bandwidth over a range of message sizes, on whatever torch.distributed backend Ray Train
 initialised (gloo on CPU, NCCL on GPU); rank 0 also measures a peak per precision with the probe
-the harness uses (amdahl.peak).
+the harness uses (amdahl.worker.peak).
 Driver side (`run_calibration`): the sweep's workload checked first (an import error costs no
 measurement), one `TorchTrainer` with `devices` workers, the ring model
 t = 2(p-1) alpha + 2(p-1)/p * bytes / bandwidth fitted to the times (report.compute),
 `<sweep dir>/calibration.json` written as soon as that is known, then rewritten with the model's
 gradient bytes when the sweep directory says which model.
 
-ray and torch are imported inside the functions, so `import amdahl.calibrate` stays cheap.
+ray and torch are imported inside the functions, so `import amdahl.driver.calibrate` stays cheap.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from typing import Any
 
 import yaml
 
-from amdahl.cluster import connect_ray
+from amdahl.analysis.compute import bus_bandwidth, fit_alpha_beta
+from amdahl.driver.cluster import connect_ray
 from amdahl.errors import UserError
 from amdahl.files import private_dir, write_private
-from amdahl.report.compute import bus_bandwidth, fit_alpha_beta
-from amdahl.sweepdir import CALIBRATION_FILE, STAMP_FORMAT, SweepDir
+from amdahl.sweepdir.layout import CALIBRATION_FILE, STAMP_FORMAT, SweepDir
 
 #: Largest message on CPU (gloo): enough for its bandwidth, small enough for a quick CI run.
 CPU_MAX_BYTES = 16 * 2**20
@@ -145,10 +145,10 @@ def measure_all_reduce(sizes: list[int], device: Any) -> list[dict[str, float]]:
 
 def measure_peaks(device: Any) -> dict[str, Any]:
     """Matmul FLOP/s on this device alone per precision (fp32, tf32, bf16, and fp16 on CUDA),
-    the MFU denominators: the same probe as the harness's per-trial peak (amdahl.peak)."""
+    the MFU denominators: the same probe as the harness's per-trial peak (amdahl.worker.peak)."""
     import torch
 
-    from amdahl.peak import matrix_size, measure_peak_flops
+    from amdahl.worker.peak import matrix_size, measure_peak_flops
 
     cuda = device.type == "cuda"
     kinds = ("fp32", "tf32", "bf16", "fp16") if cuda else ("fp32", "tf32", "bf16")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from amdahl import strategies
-from amdahl.spec import TargetSpec, TrainSpec
+from amdahl.spec.schema import TargetSpec, TrainSpec
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from amdahl.spec import TargetSpec, TrainSpec
+from amdahl.spec.schema import TargetSpec, TrainSpec
 
 _AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 

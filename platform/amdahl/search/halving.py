@@ -7,7 +7,7 @@ the per-step times of the two rows). A configuration that failed, or breaks a co
 dropped with the reason. The last rung measures each finalist `final_repeats` times,
 interleaved, and ranks by the median; the finalists its spread cannot tell apart from the best
 are named as tied (`indistinct`). Before the first rung's remaining configurations run, the
-step-time model (report/stepmodel.py), fitted on each family's configurations at its smallest
+step-time model (analysis/stepmodel.py), fitted on each family's configurations at its smallest
 device count, predicts the others; one predicted below `skip_below` of the best measured
 objective is recorded with status `skipped` and the prediction as its reason, never silently
 dropped.
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from amdahl.errors import UserError
-from amdahl.spec import SearchSpec, SweepSpec, TrainSpec
+from amdahl.spec.schema import SearchSpec, SweepSpec, TrainSpec
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le,
@@ -471,7 +471,7 @@ def replay(rows: list[dict[str, Any]], search: SearchSpec, train: TrainSpec) -> 
 def anchors(candidates: list[dict[str, Any]]) -> list[str]:
     """The first rung's configurations measured before the model predicts the rest: those at
     their family's smallest device count (what the model's compute line is fitted from)."""
-    from amdahl.report.stepmodel import family_key
+    from amdahl.analysis.stepmodel import family_key
 
     smallest: dict[tuple, int] = {}
     for c in candidates:
@@ -491,9 +491,9 @@ def predicted_skips(
     model, fitted on the `measured` rows, predicts below `skip_below` of the best measured
     objective, with the prediction as the reason. Candidates it cannot predict (no compute
     line, no communication model) are never skipped."""
-    from amdahl.report.compute import group_configs
-    from amdahl.report.inputs import Calibration
-    from amdahl.report.stepmodel import ModelInputs, SyncOptions, fit
+    from amdahl.analysis.calibration import Calibration
+    from amdahl.analysis.compute import group_configs
+    from amdahl.analysis.stepmodel import ModelInputs, SyncOptions, fit
 
     if search.skip_below is None or search.objective == "time_to_target":
         return {}

@@ -316,7 +316,7 @@ class SearchSpec(_Section):
     def _constraints_parse(cls, value: list[str]) -> list[str]:
         if not value:
             return value
-        from amdahl.results import COLUMNS  # results imports spec
+        from amdahl.sweepdir.table import COLUMNS  # results imports spec
 
         for text in value:
             m = _CONSTRAINT.match(text)

@@ -44,7 +44,7 @@ from amdahl.workload import Workload
 if TYPE_CHECKING:
     import torch
 
-    from amdahl.launch import LaunchConfig
+    from amdahl.worker.contract import LaunchConfig
 
 #: Where generated datasets live; AMDAHL_DATA_DIR overrides.
 DEFAULT_CACHE = Path(os.environ.get("AMDAHL_DATA_DIR", Path.home() / ".cache" / "amdahl" / "data"))

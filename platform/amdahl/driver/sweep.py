@@ -25,24 +25,24 @@ from typing import TYPE_CHECKING, Any
 
 from ray import tune
 
-from amdahl.cluster import connect_ray, make_plan, ray_nodes
+from amdahl.driver.cluster import connect_ray, make_plan, ray_nodes
 from amdahl.errors import UserError
-from amdahl.launch import LaunchConfig, TrialConfig, WorkerResources
-from amdahl.plan import DRIVER_CPUS, Launch, SweepPlan
-from amdahl.results import (
+from amdahl.plan.trials import DRIVER_CPUS, Launch, SweepPlan
+from amdahl.spec.schema import SweepSpec
+from amdahl.sweepdir.layout import SweepDir, open_sweep_dir, ray_storage, write_sweep_files
+from amdahl.sweepdir.table import (
     ROW_KEY,
     append_rows,
     failure_status,
     read_results,
     row_identity,
 )
-from amdahl.spec import SweepSpec
-from amdahl.sweepdir import SweepDir, open_sweep_dir, ray_storage, write_sweep_files
+from amdahl.worker.contract import LaunchConfig, TrialConfig, WorkerResources
 from amdahl.workload import locate_spec_workload, make_workload
 
 if TYPE_CHECKING:
-    from amdahl.search import SearchState
-    from amdahl.track import Tracker
+    from amdahl.search.halving import SearchState
+    from amdahl.track.tracker import Tracker
 
 #: Events the runner emits for whoever renders progress: (kind, payload).
 EventHandler = Callable[[str, dict[str, Any]], None]
@@ -108,7 +108,7 @@ def run_sweep(
     per device count (both for overhead comparisons).
     Raises SweepInterrupted after a first Ctrl-C or SIGTERM has stopped it cleanly.
     """
-    from amdahl.search import check
+    from amdahl.search.halving import check
 
     check(spec)  # pure: a search section that cannot run creates no directory
     runs_dir = Path(runs_dir)
@@ -169,7 +169,7 @@ def _run_locked(
     spec = plan.spec  # with `resources: auto` chosen (plan.auto_resources)
     emit("planned", {"plan": plan, "sweep_dir": sweep_dir, "finished": finished})
 
-    from amdahl.track import Tracker
+    from amdahl.track.tracker import Tracker
 
     tracker = Tracker(
         spec, sweep_dir, enabled=spec.tracking.enabled if tracking is None else tracking
@@ -233,7 +233,7 @@ class _Measurement:
         """Run `trial_ids` (every repeat not in `finished`) in launches, launching again the
         trials a crashed launch had not reached. `rung`: a search rung, measured with its
         own `train.steps` (search.rung_steps)."""
-        from amdahl.search import ranks_only, rung_steps
+        from amdahl.search.halving import ranks_only, rung_steps
 
         spec = self.spec if rung is None else _rung_spec(self.spec, rung)
         ranking_only = ranks_only(self.spec.search, self.spec.train, rung)
@@ -265,7 +265,7 @@ class _Measurement:
 def _rung_spec(spec: SweepSpec, rung: int) -> SweepSpec:
     """The spec a search rung runs: `train.steps` (time-to-target: `target.max_steps`) cut to
     the rung's length, and the rung's repeats (search.rung_repeats)."""
-    from amdahl.search import rung_repeats, rung_steps
+    from amdahl.search.halving import rung_repeats, rung_steps
 
     steps = rung_steps(spec.search, spec.train)[rung]
     train = spec.train.model_copy(update={"repeats": rung_repeats(spec.search, spec.train, rung)})
@@ -282,7 +282,7 @@ def _halving(run: _Measurement) -> SearchState | None:
     model's skips recorded as rows), then each rung over the survivors of the one before.
     Where it stands comes from results.parquet every time, so a resumed search goes on from
     the rung it was in. Returns where it ended (None when interrupted)."""
-    from amdahl import search
+    from amdahl.search import halving as search
 
     spec = run.spec
     rows = read_results(run.sweep_dir).to_pylist()
@@ -323,8 +323,8 @@ def _calibrate_for_search(run: _Measurement) -> None:
     measured in this sweep's Ray on the grid's largest worker group (as `platform calibrate`
     does), into the sweep directory, where the report reads it too. A resumed search reuses
     it. Skipped when nothing in the grid communicates across devices."""
-    from amdahl.calibrate import run_calibration
-    from amdahl.search import AUTO_CALIBRATION
+    from amdahl.driver.calibrate import run_calibration
+    from amdahl.search.halving import AUTO_CALIBRATION
 
     spec = run.spec
     target = SweepDir(run.sweep_dir).calibration
@@ -487,7 +487,7 @@ def _materialise_datasets(spec: SweepSpec, configs: list[LaunchConfig]) -> dict[
     without preprocessing, its equal per-rank shards for each device count
     (`shards:<key>:<devices>`); the rows for torch DataLoaders (`torch_loader:<key>`); and the
     user's validation split (`val:<path>`)."""
-    from amdahl.data import put_rows, rank_shards, ray_dataset
+    from amdahl.data.storage import put_rows, rank_shards, ray_dataset
 
     datasets: dict[str, Any] = {}
     for config in configs:
@@ -516,8 +516,8 @@ def _launch_trainable(
     from ray.train.torch import TorchConfig, TorchTrainer
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    from amdahl.data import repeat_to_cover, with_preprocessing
-    from amdahl.harness import rows_per_launch, rows_per_rank, train_launch
+    from amdahl.data.storage import repeat_to_cover, with_preprocessing
+    from amdahl.worker.harness import rows_per_launch, rows_per_rank, train_launch
 
     # Train's controller polls workers for reported rows at this interval (default 2 s): a
     # worker's next report waits for the last one to be collected, so keep it short.
@@ -589,8 +589,8 @@ def launch_config(
     ranking_only: bool = False,
 ) -> LaunchConfig:
     """The workers' contract for one launch (launch.py): plain data that crosses processes."""
-    from amdahl.data import dataset_path
-    from amdahl.worlds import collective_timeout_s
+    from amdahl.data.storage import dataset_path
+    from amdahl.worker.worlds import collective_timeout_s
 
     r = launch.resources
     t = spec.train

@@ -51,24 +51,18 @@ import math
 import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
-import yaml
-
 from amdahl import strategies
-from amdahl.errors import UserError
-from amdahl.report.compute import (
+from amdahl.analysis.calibration import Calibration
+from amdahl.analysis.compute import (
     NO_SYNC,
     SETTINGS,
     Config,
     cost_per_million,
     device_hours_per_million,
-    group_configs,
     scale_batch,
 )
-from amdahl.report.inputs import CALIBRATION_FILE, SPEC_FILE, Calibration, load_inputs
-from amdahl.results import RESULTS_FILE
 
 #: The settings that make a family: all but devices, the batch and the trial id.
 FAMILY_SETTINGS = tuple(c for c in SETTINGS if c not in ("batch_size", "trial"))
@@ -864,68 +858,6 @@ class SweepPrediction:
     @property
     def errors(self) -> tuple[float, float, int] | None:
         return error_summary(self.loo)
-
-
-def load_model_inputs(sweep_dir: str | Path) -> ModelInputs:
-    """Read a sweep directory for the model: results rows, calibration.json (with its optional
-    inter-node and parameter-shape keys), spec.yaml's options and price."""
-    d = Path(sweep_dir)
-    if not d.is_dir() or not (d / RESULTS_FILE).exists():
-        raise UserError(
-            f"{sweep_dir}: not a sweep directory (expected a folder holding {RESULTS_FILE}, "
-            "as written by `platform sweep`)"
-        )
-    loaded = load_inputs(d)
-    return ModelInputs(
-        configs=group_configs(loaded.rows),
-        calibration=loaded.calibration,
-        options=SyncOptions.from_spec(_read(d / SPEC_FILE, yaml_file=True)),
-        calibration_raw=_dict(_read(d / CALIBRATION_FILE)),
-        price=loaded.price_per_device_hour,
-        name=loaded.name,
-        notes=list(loaded.notes),
-    )
-
-
-def report_inputs(
-    configs: list[Config],
-    calibration: Calibration | None,
-    price: float,
-    sweep_dir: Path | None,
-    name: str = "sweep",
-) -> ModelInputs:
-    """The model's inputs for an already-built report (options and calibration.json's extra
-    keys read from its directory when it has one)."""
-    options, raw = SyncOptions(), {}
-    if sweep_dir is not None:
-        options = SyncOptions.from_spec(_read(sweep_dir / SPEC_FILE, yaml_file=True))
-        raw = _dict(_read(sweep_dir / CALIBRATION_FILE))
-    return ModelInputs(configs, calibration, options, raw, price, name)
-
-
-def _read(path: Path, yaml_file: bool = False) -> Any:
-    """An optional file's content; None when absent or unreadable (load_inputs notes why)."""
-    try:
-        text = path.read_text()
-        return yaml.safe_load(text) if yaml_file else json.loads(text)
-    except (OSError, ValueError, yaml.YAMLError):
-        return None
-
-
-def _dict(v: Any) -> dict[str, Any]:
-    return v if isinstance(v, dict) else {}
-
-
-def predict_sweep(
-    sweep_dir: str | Path,
-    devices: list[int],
-    batch_sizes: list[int] | None = None,
-    nodes: int = 1,
-) -> SweepPrediction:
-    """`platform predict`: every family at each device count and batch (default: the batches
-    the family measured), with the model's leave-one-out error as its caveat."""
-    inputs = load_model_inputs(sweep_dir)
-    return predict_inputs(inputs, devices, batch_sizes, nodes)
 
 
 def predict_inputs(

@@ -38,11 +38,11 @@ from typing import Any
 
 from amdahl.errors import UserError
 from amdahl.files import redact_uris, write_private
-from amdahl.results import SETTING_COLUMNS, read_results
-from amdahl.spec import SweepSpec, load_spec
-from amdahl.sweepdir import TRACKING_FILE, SweepDir, existing_sweep_dir, lock_sweep_dir
-from amdahl.track_backend import Metric, TrackingBackend
-from amdahl.track_mlflow import (
+from amdahl.spec.schema import SweepSpec, load_spec
+from amdahl.sweepdir.layout import TRACKING_FILE, SweepDir, existing_sweep_dir, lock_sweep_dir
+from amdahl.sweepdir.table import SETTING_COLUMNS, read_results
+from amdahl.track.backend import Metric, TrackingBackend
+from amdahl.track.mlflow_store import (
     EXPERIMENT_KIND,
     EXPERIMENT_KIND_TAG,
     MlflowBackend,
@@ -576,7 +576,7 @@ def push_results(sweep_dir: str | Path) -> PushOutcome:
     naming the holder, while a sweep driver writes it (the driver pushes its own rows, and a
     push beside it would replace its tracking.json); a driver started meanwhile is refused. A
     directory without spec.yaml is a UserError too. No tracking failure is raised: it is in
-    the outcome (and logged by the tracker on the `amdahl.track` logger)."""
+    the outcome (and logged by the tracker on the `amdahl.track.tracker` logger)."""
     d = existing_sweep_dir(sweep_dir)  # before the lock: no lock file in a foreign directory
     spec = load_spec(d.spec)
     advice = (
@@ -668,7 +668,7 @@ def _history_metrics(row: dict[str, Any]) -> list[Any]:
 def scaling_metrics(
     rows: list[dict[str, Any]],
 ) -> tuple[list[tuple[str, float, int]], dict[str, str]]:
-    """The parent run's figures, from the report's own numbers (report/compute.py): per scaling
+    """The parent run's figures, from the report's own numbers (analysis/compute.py): per scaling
     curve (a configuration: every setting but devices), `throughput/<curve>` (samples/s),
     `speedup/<curve>` and `efficiency/<curve>` at step = the device count, so MLflow charts
     them against devices; and the report's fastest configuration as `best/throughput`,

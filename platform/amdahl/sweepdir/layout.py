@@ -41,8 +41,8 @@ from amdahl.errors import UserError
 from amdahl.files import private_dir, write_private
 
 if TYPE_CHECKING:
-    from amdahl.plan import SweepPlan, Trial
-    from amdahl.spec import SweepSpec
+    from amdahl.plan.trials import SweepPlan, Trial
+    from amdahl.spec.schema import SweepSpec
 
 SPEC_FILE = "spec.yaml"
 PLAN_FILE = "plan.json"
@@ -231,7 +231,7 @@ def _check_resumable(sweep_dir: Path) -> None:
 def finished_trials(sweep_dir: Path, retry_failed: bool = False) -> set[tuple[str, int]]:
     """(trial_id, repeat) pairs with a final row in a sweep directory (ok ones only, when
     failed ones are to be retried)."""
-    from amdahl.results import read_results  # here: results.py may name its file from here
+    from amdahl.sweepdir.table import read_results  # here: results.py may name its file from here
 
     _check_resumable(sweep_dir)
     table = read_results(sweep_dir)
@@ -464,7 +464,7 @@ def _recorded_measurement(sweep_dir: Path) -> tuple[str | None, dict[str, Any]] 
         except (OSError, ValueError, AttributeError) as e:
             problems.append(f"{fingerprint_path}: unreadable ({_one_line(e)})")
     if spec_path.exists():
-        from amdahl.spec import validate_spec
+        from amdahl.spec.schema import validate_spec
 
         try:
             raw = yaml.safe_load(spec_path.read_text())

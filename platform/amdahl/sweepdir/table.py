@@ -18,17 +18,17 @@ import pyarrow.parquet as pq
 
 from amdahl.errors import UserError
 from amdahl.files import write_private
-from amdahl.spec import AXES, TargetSpec
-from amdahl.sweepdir import RESULTS_FILE
+from amdahl.spec.schema import AXES, TargetSpec
+from amdahl.sweepdir.layout import RESULTS_FILE
 
 if TYPE_CHECKING:
-    from amdahl.launch import LaunchConfig, TrialConfig
+    from amdahl.worker.contract import LaunchConfig, TrialConfig
 
 #: The single key under which a worker reports a row as JSON (Tune adds keys of its own,
 #: `trial_id` among them, to every reported result).
 ROW_KEY = "amdahl_row"
 #: Written into the parquet metadata; a file without it is not ours.
-SCHEMA_TAG = b"amdahl.results.v1"
+SCHEMA_TAG = b"amdahl.sweepdir.table.v1"
 
 #: At most this many steps of a trial's per-step curves are kept (the `history` column).
 HISTORY_POINTS = 100

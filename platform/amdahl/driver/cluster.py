@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from amdahl.files import touch_private
-from amdahl.plan import Node, SweepPlan, check_storage, plan_sweep
-from amdahl.spec import SweepSpec
+from amdahl.plan.trials import Node, SweepPlan, check_storage, plan_sweep
+from amdahl.spec.schema import SweepSpec
 from amdahl.workload import check_workload, locate_spec_workload, make_workload
 
 # --------------------------------------------------------------------------- Ray
@@ -152,8 +152,8 @@ def make_plan(spec: SweepSpec, nodes: list[Node] | None = None) -> SweepPlan:
     every abstract method, and its data path runs on a few rows of every parameter set
     (workload.check_workload): all before anything is drawn or launched.
     """
-    from amdahl import search
-    from amdahl.data import check_source  # numpy and pyarrow: only when planning
+    from amdahl.data.storage import check_source  # numpy and pyarrow: only when planning
+    from amdahl.search import halving as search
 
     search.check(spec)
     locate_spec_workload(spec)

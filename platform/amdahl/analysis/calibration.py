@@ -1,0 +1,114 @@
+"""calibration.json as a typed value: the measured interconnect (alpha-beta), peak FLOP/s per
+precision and the model's gradient bytes, with the fallbacks MFU uses when a peak is missing.
+
+Pure: imports neither ray nor torch.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+#: The measured peak (calibration.json's `peak_flops` key) a precision's MFU is taken against:
+#: its own number format's (amdahl.worker.peak measures each the same way).
+PEAK_KIND = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "bf16_weights": "bf16", "fp16": "fp16"}
+#: Last resort when neither calibration.json nor the rows have a precision's own peak: fp16 runs
+#: on the same tensor cores as bf16. tf32 has none: against the IEEE fp32 peak its MFU reads
+#: several hundred percent.
+_STAND_IN = {"fp16": "bf16"}
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The measured interconnect (alpha-beta) and, optionally, peak FLOP/s and model size."""
+
+    alpha_s: float | None = None
+    bandwidth_Bps: float | None = None
+    devices: int | None = None
+    backend: str = ""
+    all_reduce: list[dict[str, Any]] = field(default_factory=list)
+    peak_flops: dict[str, float] = field(default_factory=dict)
+    peak_source: str = ""
+    device_memory_bytes: float | None = None
+    fit_rel_rmse: float | None = None
+    grad_bytes: float | None = None
+    grad_bytes_by_params: dict[str, float] = field(default_factory=dict)
+    #: Per precision, the median `peak_flops` the trials measured themselves (results rows).
+    row_peak_flops: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Calibration:
+        def num(key: str, zero_ok: bool = False) -> float | None:
+            v = d.get(key)
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            return float(v) if ok and (v > 0 or (zero_ok and v == 0)) else None
+
+        peaks = d.get("peak_flops") or {}
+        by_params = d.get("grad_bytes_by_params") or {}
+        return cls(
+            alpha_s=num("alpha_s", zero_ok=True),
+            bandwidth_Bps=num("bandwidth_Bps"),
+            devices=int(d["devices"]) if isinstance(d.get("devices"), int) else None,
+            backend=str(d.get("backend") or ""),
+            all_reduce=[m for m in d.get("all_reduce") or [] if isinstance(m, dict)],
+            peak_flops={
+                str(k): float(v)
+                for k, v in (peaks.items() if isinstance(peaks, dict) else [])
+                if isinstance(v, (int, float)) and v > 0
+            },
+            peak_source=str(d.get("peak_source") or ""),
+            device_memory_bytes=num("device_memory_bytes"),
+            fit_rel_rmse=num("fit_rel_rmse", zero_ok=True),
+            grad_bytes=num("grad_bytes"),
+            grad_bytes_by_params={
+                str(k): float(v)
+                for k, v in (by_params.items() if isinstance(by_params, dict) else [])
+                if isinstance(v, (int, float)) and v > 0
+            },
+        )
+
+    @property
+    def has_comm_model(self) -> bool:
+        return self.alpha_s is not None and self.bandwidth_Bps is not None
+
+    def grad_bytes_for(self, params: str | None) -> float | None:
+        """Gradient bytes of the configuration's model: by its params, else the single value."""
+        if params is not None and params in self.grad_bytes_by_params:
+            return self.grad_bytes_by_params[params]
+        if self.grad_bytes is not None:
+            return self.grad_bytes
+        if len(self.grad_bytes_by_params) == 1:
+            return next(iter(self.grad_bytes_by_params.values()))
+        return None
+
+    def peak_for(
+        self, precision: str | None, row_peak: float | None = None
+    ) -> tuple[float, str] | None:
+        """(peak FLOP/s per device, which peak) for a precision: calibration.json's peak of the
+        precision's own number format (tf32 -> tf32, bf16 and bf16_weights -> bf16, ...); else
+        the trial's own measured peak (`row_peak`, else the rows' median by precision); else,
+        for fp16 only, the bf16 peak. None when nothing fits: tf32 never falls back to fp32."""
+        kind = PEAK_KIND.get(precision or "fp32", "fp32")
+        if kind in self.peak_flops:
+            return self.peak_flops[kind], kind
+        own = row_peak if row_peak and row_peak > 0 else self.row_peak_flops.get(precision or "")
+        if own:
+            return own, f"{kind}, trial's own"
+        stand_in = _STAND_IN.get(kind)
+        if stand_in in self.peak_flops:
+            return self.peak_flops[stand_in], stand_in
+        return None
+
+    def with_row_peaks(self, rows: list[dict[str, Any]]) -> Calibration:
+        """A copy that knows the peaks the trials measured (their `peak_flops` column), per
+        precision, as the fallback where calibration.json has no peak for it."""
+        by_precision: dict[str, list[float]] = {}
+        for r in rows:
+            v, precision = r.get("peak_flops"), r.get("precision")
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            if ok and v > 0 and precision and r.get("status") == "ok":
+                by_precision.setdefault(str(precision), []).append(float(v))
+        peaks = {k: statistics.median(vs) for k, vs in by_precision.items()}
+        return replace(self, row_peak_flops=peaks)

@@ -1,0 +1,1 @@
+"""The `platform` command: argument parsing, printing and the live view; no logic."""

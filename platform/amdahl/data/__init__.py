@@ -1,0 +1,1 @@
+"""Stored datasets and their driver-side preparation."""

@@ -1,0 +1,1 @@
+"""The driver process: Ray, Tune and Train wiring, the sweep's lifecycle, calibration."""

@@ -1,0 +1,1 @@
+"""Search over a sweep's configurations (successive halving). Pure."""

@@ -1,0 +1,1 @@
+"""The sweep file: its typed schema, loading and validation, `--set` overrides."""

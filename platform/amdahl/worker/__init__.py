@@ -1,0 +1,1 @@
+"""The Ray Train worker processes: the launch contract and the timed training loop."""
