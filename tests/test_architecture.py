@@ -1,96 +1,203 @@
-"""The dependency rules of docs/architecture.md, read from the source's import statements."""
+"""The dependency rules of docs/architecture.md, read from every import statement in the source:
+module level, inside functions and under TYPE_CHECKING alike (an import cycle closed by a
+function-level import is still a cycle of design)."""
 
 import ast
+import subprocess
+import sys
+from functools import cache
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "platform" / "amdahl"
-
-#: Pure modules: no Ray, torch or MLflow at import time, so they load fast and test without them.
-PURE = [
-    "spec",
-    "plan",
-    "results",
-    "errors",
-    "stepclock",
-    "sweepdir",
-    "strategies",
-    "launch",
-    "search",
-    "track_backend",
-    *[f"report/{p.stem}" for p in (PACKAGE / "report").glob("*.py")],
-]
-#: Worker-side modules: they never talk to MLflow (the driver is the single writer).
-WORKER = ["harness", "sync", "data", "feed", "stepclock", "training", "peak", "worlds"]
 HEAVY = ("ray", "torch", "mlflow")
 
+#: The bottom: the shared vocabulary and helpers every layer may use.
+BASE = {"errors", "files", "columns", "strategies", "workload"}
+#: What each part of amdahl may import (besides itself). The driver/worker line is the one that
+#: matters most: the worker side sees only its own folder, the typed train section it receives
+#: (spec.schema), the stored data it reads and the base; nothing but the driver and the CLI
+#: reaches the driver, and nothing but the CLI reaches the CLI.
+ALLOWED: dict[str, set[str]] = {
+    "errors": set(),
+    "files": set(),
+    "columns": set(),
+    "strategies": set(),
+    "workload": {"errors"},
+    "spec": BASE,
+    "plan": BASE | {"spec"},
+    "sweepdir": BASE | {"spec", "plan"},
+    "data": BASE,
+    "worker": BASE | {"spec.schema", "data.storage"},
+    "analysis": BASE,
+    "search": BASE | {"spec", "analysis"},
+    "report": BASE | {"spec", "plan", "sweepdir", "analysis", "search"},
+    "track": BASE | {"spec", "sweepdir", "analysis", "report"},
+    "driver": BASE
+    | {"spec", "plan", "sweepdir", "data", "worker", "analysis", "search"}
+    | {"report", "track"},
+    "cli": BASE
+    | {"spec", "plan", "sweepdir", "data", "analysis", "search", "report", "track"}
+    | {"driver"},
+}
+#: Pure parts: no Ray, torch or MLflow at import time, so they load fast and test without them.
+PURE = ["errors", "files", "columns", "strategies", "spec", "plan", "sweepdir", "analysis"]
+PURE += ["search", "report", "worker.contract", "worker.stepclock", "track.backend"]
 
-def _imports(path: Path, module_level_only: bool) -> set[str]:
-    tree = ast.parse(path.read_text())
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imports_in(source: str, module_level_only: bool = False) -> set[str]:
+    """The modules a source imports; `from a.b import c` counts as `a.b.c` where that is one of
+    amdahl's modules, else as `a.b`. Every statement counts unless `module_level_only`."""
+    tree = ast.parse(source)
     nodes = tree.body if module_level_only else list(ast.walk(tree))
+    if module_level_only:  # `if TYPE_CHECKING:` blocks at module level run no import
+        nodes = [n for n in nodes if not isinstance(n, ast.If)]
     names: set[str] = set()
     for node in nodes:
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            assert node.level == 0, "amdahl uses absolute imports"
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                names.add(full if full in MODULES else node.module)
     return names
 
 
-@pytest.mark.parametrize("module", sorted(set(PURE)))
-def test_pure_modules_import_no_heavy_library_at_module_level(module):
-    imported = _imports(PACKAGE / f"{module}.py", module_level_only=True)
-    assert not {n for n in imported if n.split(".")[0] in HEAVY}
+@cache
+def _imports(module: str, module_level_only: bool = False) -> frozenset[str]:
+    return frozenset(imports_in(MODULES[module].read_text(), module_level_only))
 
 
-def test_pure_modules_load_no_heavy_library_through_their_imports_either():
+def _part(module: str) -> str:
+    """A module's part of amdahl: its subpackage, or its own name for a top-level module."""
+    return module.split(".")[1] if "." in module else "amdahl"
+
+
+def _amdahl_imports(module: str) -> set[str]:
+    return {n for n in _imports(module) if n.split(".")[0] == "amdahl" and n != module}
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[str]:
+    """Every cycle a depth-first walk of `graph` (module -> modules it imports) closes."""
+    cycles, state = [], {}
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = "open"
+        for n in sorted(graph.get(m, ())):
+            if state.get(n) == "open":
+                cycles.append(" -> ".join([*path[path.index(n) :], n]))
+            elif n not in state:
+                visit(n, [*path, n])
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    return cycles
+
+
+def test_there_is_no_import_cycle_through_any_import_statement():
+    graph = {m: {n for n in _amdahl_imports(m) if n in MODULES} for m in MODULES}
+    cycles = find_cycles(graph)
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_the_cycle_finder_finds_a_cycle_and_passes_a_chain():
+    assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a -> b -> c -> a"]
+    assert find_cycles({"a": {"b", "c"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_imports_inside_functions_and_type_checking_blocks_count():
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from amdahl.spec import schema\n"
+        "def f():\n    import amdahl.columns\n"
+    )
+    assert imports_in(source) >= {"amdahl.spec.schema", "amdahl.columns"}
+    assert imports_in(source, module_level_only=True) == {"typing"}
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m != "amdahl"))
+def test_each_part_imports_only_the_parts_below_it(module):
+    part = _part(module)
+    allowed = ALLOWED[part.removeprefix("amdahl.")] if part != "amdahl" else set()
+    bad = []
+    for name in _amdahl_imports(module):
+        target = name.split(".", 1)[1] if "." in name else ""
+        top = target.split(".")[0]
+        if top == part or any(target == a or target.startswith(a + ".") for a in allowed):
+            continue
+        if top in allowed:
+            continue
+        bad.append(name)
+    assert not bad, f"{module} ({part}/) may not import {sorted(bad)}"
+
+
+def test_the_rule_table_covers_every_part():
+    parts = {_part(m) for m in MODULES} - {"amdahl"}
+    assert parts == set(ALLOWED)
+
+
+@pytest.mark.parametrize("part", PURE)
+def test_pure_parts_import_no_heavy_library_at_module_level(part):
+    for module in MODULES:
+        if module == f"amdahl.{part}" or module.startswith(f"amdahl.{part}."):
+            imported = _imports(module, module_level_only=True)
+            assert not {n for n in imported if n.split(".")[0] in HEAVY}, module
+
+
+def test_pure_parts_load_no_heavy_library_through_their_imports_either():
     """What a pure module imports from amdahl must be pure too: importing them all, in a fresh
     interpreter, loads none of Ray, torch or MLflow."""
-    import subprocess
-    import sys
-
-    modules = ["amdahl." + m.removesuffix("/__init__").replace("/", ".") for m in sorted(PURE)]
+    pure = [
+        m for m in MODULES if any(m == f"amdahl.{p}" or m.startswith(f"amdahl.{p}.") for p in PURE)
+    ]
     probe = (
-        f"import sys; import {', '.join(modules)}; "
+        f"import sys; import {', '.join(sorted(pure))}; "
         f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)!r}))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize("module", WORKER)
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _part(m) == "worker"))
 def test_worker_modules_never_reach_the_tracker(module):
-    imported = _imports(PACKAGE / f"{module}.py", module_level_only=False)
-    assert not {n for n in imported if n.startswith(("amdahl.track.tracker", "mlflow"))}
+    assert not {n for n in _imports(module) if n.startswith(("amdahl.track", "mlflow"))}
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "workloads").glob("*.py")), ids=lambda p: p.name)
 def test_workloads_use_only_the_public_api(path):
-    imported = _imports(path, module_level_only=False)
+    tree = ast.parse(path.read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert {n for n in imported if n.startswith("amdahl")} <= {"amdahl"}
 
 
-@pytest.mark.parametrize("module", ["cli", "cluster", "calibrate", "progress"])
+@pytest.mark.parametrize(
+    "module", sorted(m for m in MODULES if _part(m) == "cli") + ["amdahl.driver.cluster"]
+)
 def test_what_the_cli_imports_loads_nothing_heavy_at_import(module):
-    """`platform --help` stays instant, and `platform plan` loads no Ray (cluster.py imports
-    ray inside the functions that talk to a running Ray)."""
-    imported = _imports(PACKAGE / f"{module}.py", module_level_only=True)
+    """`platform --help` stays instant, and `platform plan` loads no Ray: the CLI and the
+    driver import Ray, torch and MLflow inside the functions that use them."""
+    imported = _imports(module, module_level_only=True)
     assert not {n for n in imported if n.split(".")[0] in HEAVY}
 
 
-def test_the_sweep_directory_module_sits_below_every_other():
-    """results.py and spec.py may take file names from sweepdir: it imports neither at module
-    level (nor anything else of amdahl's but errors and files), so there is no import cycle."""
-    imported = _imports(PACKAGE / "sweepdir.py", module_level_only=True)
-    assert {n for n in imported if n.startswith("amdahl")} <= {"amdahl.errors", "amdahl.files"}
-
-
-def test_only_cluster_starts_ray():
-    """Ray is initialised in one place, `cluster.connect_ray`, whoever needs it."""
+def test_only_the_cluster_module_starts_ray():
+    """Ray is initialised in one place, `driver.cluster.connect_ray`, whoever needs it."""
     callers = []
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for module, path in MODULES.items():
         for node in ast.walk(ast.parse(path.read_text())):
             func = node.func if isinstance(node, ast.Call) else None
             if (
@@ -99,17 +206,14 @@ def test_only_cluster_starts_ray():
                 and isinstance(func.value, ast.Name)
                 and func.value.id == "ray"
             ):
-                callers.append(path.relative_to(PACKAGE).as_posix())
-    assert callers and set(callers) == {"cluster.py"}
+                callers.append(module)
+    assert callers and set(callers) == {"amdahl.driver.cluster"}
 
 
 def test_a_worker_importing_workload_loads_no_planner_or_report():
-    import subprocess
-    import sys
-
     probe = (
         "import sys; from amdahl import Workload; "
-        "print(sorted(m for m in sys.modules if m.startswith(('amdahl.report', 'amdahl.plan.trials'))))"
+        "print(sorted(m for m in sys.modules if m.startswith(('amdahl.report', 'amdahl.plan'))))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

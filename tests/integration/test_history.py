@@ -11,7 +11,7 @@ import pytest
 import torch
 from trial_runner import MLP_PARAMS, launch_config, settings, trial_config
 
-from amdahl.sweepdir.table import COLUMNS, HISTORY_POINTS, history_steps
+from amdahl.columns import COLUMNS, HISTORY_POINTS, history_steps
 from amdahl.worker.harness import Placement, _aggregate, run_trial
 from workloads.mlp import MLP
 

@@ -11,7 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from amdahl.sweepdir.table import COLUMNS, RESULTS_FILE, SCHEMA
+from amdahl.columns import COLUMNS, SCHEMA
+from amdahl.sweepdir.table import RESULTS_FILE
 
 PARAMS = json.dumps({"hidden": [16]}, sort_keys=True)
 

@@ -23,8 +23,9 @@ from typing import Any
 import pytest
 import yaml
 
+from amdahl.columns import AXES
 from amdahl.plan.trials import Node, expand_grid, plan_sweep
-from amdahl.spec.schema import AXES, load_spec
+from amdahl.spec.schema import load_spec
 from amdahl.workload import make_workload
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from report_rows import row, write_sweep
 
+from amdahl.columns import COLUMNS, SCHEMA_TAG
 from amdahl.data.storage import read_idx
 from amdahl.errors import UserError
 from amdahl.report import build_report
@@ -26,7 +27,7 @@ from amdahl.report.inputs import load_inputs
 from amdahl.report.render_text import to_markdown
 from amdahl.spec.schema import validate_spec
 from amdahl.sweepdir.layout import PLAN_FILE
-from amdahl.sweepdir.table import COLUMNS, RESULTS_FILE, SCHEMA_TAG, read_results
+from amdahl.sweepdir.table import RESULTS_FILE, read_results
 from amdahl.track.tracker import STATE_FILE, Tracker, load_state
 
 FUZZ = settings(

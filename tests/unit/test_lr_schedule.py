@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from amdahl.spec.schema import TargetSpec, TrainSpec
-from amdahl.sweepdir.table import target_label
+from amdahl.worker.rows import target_label
 from amdahl.worker.training import LRSchedule, target_reached
 
 BASE = TrainSpec(lr=0.1, lr_scaling="linear", lr_base_batch=256, lr_warmup_steps=4)

@@ -4,8 +4,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from amdahl.columns import COLUMNS
 from amdahl.errors import UserError
-from amdahl.sweepdir.table import COLUMNS, RESULTS_FILE, append_rows, read_results
+from amdahl.sweepdir.table import RESULTS_FILE, append_rows, read_results
 
 
 def _row(trial_id: str, repeat: int = 0, **extra):

@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
+from amdahl.columns import AXES
 from amdahl.errors import UserError
 from amdahl.spec.schema import (
-    AXES,
     Compile,
     Input,
     Isolation,

@@ -13,9 +13,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 from report_rows import row, scaling_rows, write_sweep
 
+from amdahl.columns import HISTORY_POINTS, history_steps
 from amdahl.report import report_from_rows
 from amdahl.spec.schema import validate_spec
-from amdahl.sweepdir.table import HISTORY_POINTS, history_steps
 from amdahl.track.mlflow_store import _batches
 from amdahl.track.tracker import (
     EXPERIMENT_KIND,

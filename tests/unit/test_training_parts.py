@@ -6,7 +6,7 @@ import pytest
 import torch
 from trial_runner import trial_config
 
-from amdahl.sweepdir.table import failure_status
+from amdahl.worker.rows import failure_status
 from amdahl.worker.training import Precision, compile_caches, failure_kind, tf32_flags
 from amdahl.worker.worlds import COLLECTIVE_TIMEOUT_S, collective_timeout_s
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from amdahl.sweepdir.table import SETTING_COLUMNS
+from amdahl.columns import SETTING_COLUMNS
 
 #: What rows were measured under besides their axis values, set apart only where a sweep
 #: directory holds rows of the same axis values measured under different settings (one resumed

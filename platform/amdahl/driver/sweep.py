@@ -30,14 +30,9 @@ from amdahl.errors import UserError
 from amdahl.plan.trials import DRIVER_CPUS, Launch, SweepPlan
 from amdahl.spec.schema import SweepSpec
 from amdahl.sweepdir.layout import SweepDir, open_sweep_dir, ray_storage, write_sweep_files
-from amdahl.sweepdir.table import (
-    ROW_KEY,
-    append_rows,
-    failure_status,
-    read_results,
-    row_identity,
-)
+from amdahl.sweepdir.table import append_rows, read_results
 from amdahl.worker.contract import LaunchConfig, TrialConfig, WorkerResources
+from amdahl.worker.rows import ROW_REPORT_KEY, failure_status, row_identity
 from amdahl.workload import locate_spec_workload, make_workload
 
 if TYPE_CHECKING:
@@ -665,9 +660,9 @@ class _ResultSink(tune.Callback):
     def on_trial_result(
         self, iteration: int, trials: list, trial: Any, result: dict, **info: Any
     ) -> None:
-        if ROW_KEY not in result:
+        if ROW_REPORT_KEY not in result:
             return
-        row = json.loads(result[ROW_KEY])
+        row = json.loads(result[ROW_REPORT_KEY])
         launch_id = trial.config["launch_id"]
         self.reported.setdefault(launch_id, set()).add((row["trial_id"], row["repeat"]))
         self.run.record(row)

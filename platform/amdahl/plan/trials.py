@@ -27,8 +27,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from amdahl.columns import AXES
 from amdahl.errors import UserError
-from amdahl.spec.schema import AXES, GridSpec, SweepSpec
+from amdahl.spec.schema import GridSpec, SweepSpec
 from amdahl.strategies import STRATEGIES
 
 #: CPUs the Tune function trainable holds while it drives one launch. Ray rejects 0; a tiny

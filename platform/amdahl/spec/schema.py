@@ -23,6 +23,7 @@ from pydantic import (
     field_validator,
 )
 
+from amdahl.columns import AXES, COLUMNS
 from amdahl.errors import UserError
 from amdahl.files import redact_uris, uri_passwords
 from amdahl.strategies import NAMES, OPTION_DEFAULTS
@@ -37,18 +38,6 @@ Scaling = Literal["weak", "strong"]
 _Positive = Annotated[int, Field(ge=1)]
 _NonNegative = Annotated[int, Field(ge=0)]
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://.")
-
-#: The axes every sweep can vary; `params.<name>` axes come on top.
-AXES = (
-    "devices",
-    "batch_size",
-    "precision",
-    "compile",
-    "data_workers",
-    "input",
-    "prefetch_batches",
-    "sync",
-)
 
 
 class _Section(BaseModel):
@@ -316,7 +305,6 @@ class SearchSpec(_Section):
     def _constraints_parse(cls, value: list[str]) -> list[str]:
         if not value:
             return value
-        from amdahl.sweepdir.table import COLUMNS  # results imports spec
 
         for text in value:
             m = _CONSTRAINT.match(text)

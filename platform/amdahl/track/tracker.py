@@ -36,11 +36,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from amdahl.columns import SETTING_COLUMNS
 from amdahl.errors import UserError
 from amdahl.files import redact_uris, write_private
 from amdahl.spec.schema import SweepSpec, load_spec
 from amdahl.sweepdir.layout import TRACKING_FILE, SweepDir, existing_sweep_dir, lock_sweep_dir
-from amdahl.sweepdir.table import SETTING_COLUMNS, read_results
+from amdahl.sweepdir.table import read_results
 from amdahl.track.backend import Metric, TrackingBackend
 from amdahl.track.mlflow_store import (
     EXPERIMENT_KIND,
@@ -202,7 +203,7 @@ class Tracker:
         """
         if not self.enabled:
             return False
-        key = _row_key(row)
+        key = _run_key(row)
         try:
             if self._holds(row):
                 return True
@@ -288,7 +289,7 @@ class Tracker:
 
     def _holds(self, row: dict[str, Any]) -> bool:
         """Whether this store has the row as it is now, by the tracking state."""
-        known = self._logged.get(_row_key(row))
+        known = self._logged.get(_run_key(row))
         return known is not None and known["status"] == row["status"]
 
     def _log_child(self, key: str, row: dict[str, Any], run_id: str | None) -> str:
@@ -605,7 +606,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _row_key(row: dict[str, Any]) -> str:
+def _run_key(row: dict[str, Any]) -> str:
     """A row's key in the store and in tracking.json: `trial_id:repeat`, and `:rung<k>` for a
     search rung (each rung's measurement is a child run of its own)."""
     key = f"{row['trial_id']}:{row['repeat']}"

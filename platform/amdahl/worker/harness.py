@@ -34,11 +34,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from amdahl.columns import history_steps
 from amdahl.data.storage import host_batches, train_source, validation_rows
-from amdahl.sweepdir.table import ROW_KEY, failure_status, history_steps, row_identity
 from amdahl.worker.contract import LaunchConfig, TrialConfig
 from amdahl.worker.feed import DeviceFeed
 from amdahl.worker.peak import measure_peak_flops
+from amdahl.worker.rows import ROW_REPORT_KEY, failure_status, row_identity
 from amdahl.worker.stepclock import StepClock, StepMarks, attribute, clock_for
 from amdahl.worker.sync import SyncStrategy, make_strategy, model_state_bytes, unwrap
 from amdahl.worker.training import (
@@ -169,7 +170,7 @@ def _report(row: dict[str, Any] | None, done: set[tuple[str, int]]) -> None:
         with open(os.path.join(tmp, _DONE_FILE), "w") as f:
             json.dump(sorted(done), f)
         ray.train.report(
-            {ROW_KEY: json.dumps(row)}, checkpoint=ray.train.Checkpoint.from_directory(tmp)
+            {ROW_REPORT_KEY: json.dumps(row)}, checkpoint=ray.train.Checkpoint.from_directory(tmp)
         )
 
 

@@ -1,0 +1,194 @@
+"""The shared vocabulary: the sweep's axes and the results table's columns (the public contract
+of results.parquet). Imports nothing of amdahl, so spec, plan, the worker and the report all
+build on it without a cycle.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+#: The axes every sweep can vary; `params.<name>` axes come on top.
+AXES = (
+    "devices",
+    "batch_size",
+    "precision",
+    "compile",
+    "data_workers",
+    "input",
+    "prefetch_batches",
+    "sync",
+)
+
+#: Written into the parquet metadata; a file without it is not ours.
+SCHEMA_TAG = b"amdahl.sweepdir.table.v1"
+
+#: At most this many steps of a trial's per-step curves are kept (the `history` column).
+HISTORY_POINTS = 100
+
+#: Column -> (arrow type, meaning). The public contract of the results table.
+COLUMNS: dict[str, tuple[pa.DataType, str]] = {
+    "sweep": (pa.string(), "sweep name"),
+    "trial_id": (pa.string(), "stable hash of the trial's settings"),
+    "repeat": (pa.int64(), "repeat index, 0-based"),
+    "rung": (
+        pa.int64(),
+        "search: halving: the rung this row measured (0 = the shortest window; `steps` says "
+        "how long); null in a grid sweep",
+    ),
+    "launch_id": (pa.string(), "worker-group launch that ran the trial"),
+    "workload": (pa.string(), "workload name"),
+    "params": (pa.string(), "workload parameters as JSON"),
+    "devices": (pa.int64(), "train workers"),
+    "batch_size": (pa.int64(), "per-device batch size"),
+    "global_batch": (pa.int64(), "samples per optimizer step over all devices (x micro-steps)"),
+    "micro_steps": (pa.int64(), "forward/backward passes per optimizer step"),
+    "precision": (pa.string(), "precision axis value"),
+    "compile": (pa.string(), "compile axis value"),
+    "compile_cache": (
+        pa.string(),
+        "inductor only: cold (fresh compile caches per trial) or warm (shared on-disk caches)",
+    ),
+    "data_workers": (pa.int64(), "input-pipeline concurrency"),
+    "input": (pa.string(), "input pipeline: ray_data or torch_loader"),
+    "prefetch_batches": (pa.int64(), "batches each device's input prefetches"),
+    "sync": (pa.string(), "gradient synchronisation strategy"),
+    "scaling": (pa.string(), "weak or strong"),
+    "status": (
+        pa.string(),
+        "ok, failed, oom, diverged, or skipped (search: halving; the step-time model's "
+        "prediction, in `error`, put it too far behind the best to measure)",
+    ),
+    "error": (pa.string(), "reason when status is not ok"),
+    "throughput": (pa.float64(), "samples/s over all ranks, measured steps only"),
+    "step_time_s": (pa.float64(), "median seconds per measured step (slowest rank)"),
+    "step_time_max_s": (pa.float64(), "slowest measured step on any rank"),
+    "data_wait_s": (
+        pa.float64(),
+        "mean seconds per step the device sat idle between steps waiting for input (on a GPU "
+        "the gap between one step's end event and the next one's start, which holds a late "
+        "host-to-device copy; on CPU the host's wait), median over ranks",
+    ),
+    "data_wait_max_s": (pa.float64(), "same, slowest rank"),
+    "data_wait_host_s": (
+        pa.float64(),
+        "mean host seconds per step inside the input iterator (hidden on a GPU whenever the "
+        "host runs ahead of the device), median over ranks",
+    ),
+    "transfer_s": (
+        pa.float64(),
+        "mean device seconds per step copying input to the GPU on a side stream, overlapped "
+        "with the previous step's compute (GPU only), median over ranks",
+    ),
+    "forward_s": (pa.float64(), "mean seconds per step in forward + loss, median over ranks"),
+    "backward_s": (
+        pa.float64(),
+        "mean seconds per step in backward (includes DDP's exposed all-reduce), median over ranks",
+    ),
+    "optimizer_s": (
+        pa.float64(),
+        "mean seconds per step in the optimizer step and sync "
+        "strategy's step hooks, median over ranks",
+    ),
+    "measured_s": (pa.float64(), "seconds inside measured steps (slowest rank)"),
+    "warmup_s": (pa.float64(), "seconds spent in warmup steps (includes first-step compile)"),
+    "first_step_s": (
+        pa.float64(),
+        "seconds of the first warmup step (lazy compilation lands here)",
+    ),
+    "compile_s": (
+        pa.float64(),
+        "seconds in torch.jit.script / torch.compile wrapping plus the "
+        "first step's excess over a steady step",
+    ),
+    "setup_s": (pa.float64(), "seconds from trial start on the workers to its first step"),
+    "wall_s": (pa.float64(), "seconds from trial start to its results row"),
+    "launch_entered_unix_s": (
+        pa.float64(),
+        "first row of a launch only: Unix time its workers' training function began (against "
+        "the driver's clock: how long Ray took to start the worker group)",
+    ),
+    "launch_setup_s": (
+        pa.float64(),
+        "first row of a launch only: seconds the workers spent before its first trial "
+        "(validation rows, peak-FLOP/s probe, starting the input pipeline)",
+    ),
+    "steps": (
+        pa.int64(),
+        "measured steps (after warmup; in time-to-target mode, those run until the target)",
+    ),
+    "warmup_steps": (pa.int64(), "warmup steps"),
+    "lr": (pa.float64(), "learning rate after warmup (scaled when train.lr_scaling is linear)"),
+    "target": (pa.string(), "time-to-target goal, e.g. val_accuracy>=0.9 (null: fixed steps)"),
+    "steps_to_target": (
+        pa.int64(),
+        "optimizer steps (warmup included) until validation first met the target; "
+        "null if never within max_steps",
+    ),
+    "time_to_target_s": (
+        pa.float64(),
+        "seconds from the first step to those steps' end, validation passes excluded "
+        "(slowest rank)",
+    ),
+    "final_loss": (pa.float64(), "training loss of the last step, mean over ranks"),
+    "val_loss": (pa.float64(), "validation loss at the end (rank 0's model)"),
+    "val_accuracy": (pa.float64(), "validation accuracy at the end, when the workload has one"),
+    "peak_mem_bytes": (
+        pa.float64(),
+        "peak memory during the trial above the pre-trial baseline: CUDA max allocated, or "
+        "on CPU peak resident memory; max over ranks",
+    ),
+    "model_state_bytes": (
+        pa.float64(),
+        "parameter + optimizer-state bytes one rank holds, "
+        "counted from its tensors (what zero1/fsdp shard); max over ranks",
+    ),
+    "peak_mem_reserved_bytes": (pa.float64(), "CUDA max reserved (GPU only), max over ranks"),
+    "comm_s": (
+        pa.float64(),
+        "exposed gradient communication per step: forward+backward with "
+        "DDP's all-reduce minus under no_sync, from interleaved calibration passes after "
+        "the measured window; median over ranks; null where not estimable",
+    ),
+    "flops_per_sample": (pa.float64(), "training FLOPs per sample stated by the workload"),
+    "achieved_flops": (pa.float64(), "FLOP/s over all ranks"),
+    "peak_flops": (
+        pa.float64(),
+        "measured matmul FLOP/s of one worker at the trial's compute "
+        "dtype (a measurement, not a datasheet peak); median over ranks",
+    ),
+    "mfu": (pa.float64(), "achieved_flops / (peak_flops x devices)"),
+    "device_name": (pa.string(), "cpu or the GPU's name"),
+    "backend": (pa.string(), "torch.distributed backend"),
+    "torch_threads": (pa.int64(), "intra-op threads per worker"),
+    "host": (pa.string(), "hostname of rank 0"),
+    "nodes": (pa.string(), "Ray node id of each rank, in rank order, as JSON"),
+    "versions": (pa.string(), "library versions as JSON"),
+    "started_at": (pa.string(), "UTC ISO time the trial started"),
+    "history": (
+        pa.string(),
+        "per-step training curves of rank 0, as JSON: `step` (the optimizer step, 1-based, "
+        "warmup included), `loss` (its training loss), `step_time_s` and `data_wait_s` (its "
+        "seconds from start to end, and of input wait before it, measured as the columns of "
+        "those names), lists of equal length, null where not finite; at most "
+        f"{HISTORY_POINTS} steps, evenly spaced, the first and last always among them; null "
+        "for a failed trial",
+    ),
+}
+
+#: Columns copied straight from a trial's settings: the sweep axes besides batch size (whose
+#: column holds the per-device batch, which under strong scaling is not the axis value).
+SETTING_COLUMNS = tuple(axis for axis in AXES if axis != "batch_size")
+
+SCHEMA = pa.schema([pa.field(k, t) for k, (t, _) in COLUMNS.items()]).with_metadata(
+    {b"amdahl": SCHEMA_TAG}
+)
+
+
+def history_steps(count: int, limit: int = HISTORY_POINTS) -> list[int]:
+    """Which of `count` steps (0-based) the `history` column keeps: all of them up to `limit`,
+    else `limit` evenly spaced ones, the first and last among them."""
+    if count <= limit:
+        return list(range(count))
+    if limit < 2:
+        return [count - 1] if limit == 1 else []
+    return sorted({round(i * (count - 1) / (limit - 1)) for i in range(limit)})
