@@ -31,7 +31,7 @@ ALLOWED: dict[str, set[str]] = {
     "sweepdir": BASE | {"spec", "plan"},
     "data": BASE,
     "worker": BASE | {"spec.schema", "data.storage"},
-    "analysis": BASE,
+    "analysis": BASE | {"spec"},
     "search": BASE | {"spec", "analysis"},
     "report": BASE | {"spec", "plan", "sweepdir", "analysis", "search"},
     "track": BASE | {"spec", "sweepdir", "analysis", "report"},
