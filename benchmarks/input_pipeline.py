@@ -1,8 +1,9 @@
 """Ray Data against a tuned torch DataLoader on the same preprocessing, side by side.
 
-Both inputs are the platform's own (amdahl.data.storage): the ResNet workload's
+Both inputs are the platform's own (amdahl.data, amdahl.worker.input): the ResNet workload's
 Fashion-MNIST-format rows (raw uint8 bytes in parquet), decoded, augmented and normalised by
-`ResNet.preprocess`, fed as torch batches through `host_batches` (on CPU the device feed passes them through):
+`ResNet.preprocess`, fed as torch batches through `host_batches` (on CPU the device feed
+passes them through):
   ray_data      the materialised rows + a map_batches operator of `workers` tasks, streamed by
                 iter_torch_batches with prefetch (what a ray_data trial runs)
   torch_loader  a DataLoader over the same parquet with num_workers = `workers`, persistent
@@ -31,13 +32,9 @@ from typing import Any
 
 import torch
 
-from amdahl.data.storage import (
-    LoaderSource,
-    dataset_path,
-    host_batches,
-    ray_dataset,
-    with_preprocessing,
-)
+from amdahl.data.prepare import ray_dataset, with_preprocessing
+from amdahl.data.storage import dataset_path
+from amdahl.worker.input import LoaderSource, host_batches
 from workloads.resnet import ResNet
 
 CPU = torch.device("cpu")

@@ -81,12 +81,8 @@ def main() -> None:
 def evaluate(sweep_dir: Path, batches: list[int]) -> None:
     """Fit on the 1-device trials and the smallest and largest batch, print the error on the
     held-out multi-device trials."""
-    from amdahl.analysis.stepmodel import (
-        LooPoint,
-        error_summary,
-        fit,
-        leave_one_out,
-    )
+    from amdahl.analysis.prediction import LooPoint, error_summary, leave_one_out
+    from amdahl.analysis.stepmodel import fit
     from amdahl.report.predict import load_model_inputs
 
     inputs = load_model_inputs(sweep_dir)

@@ -13,10 +13,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from amdahl.data.storage import LoaderSource, _arrow_column, validation_rows
+from amdahl.data.storage import arrow_column
 from amdahl.spec.schema import TrainSpec
 from amdahl.worker.contract import LaunchConfig, TrialConfig, WorkerResources
-from amdahl.worker.harness import Placement, _run_guarded
+from amdahl.worker.input import LoaderSource, validation_rows
+from amdahl.worker.trial import Placement, run_trial_guarded
 from workloads.mlp import MLP
 
 PARAMS = {"inputs": 64, "hidden": [64], "classes": 4, "train_rows": 2048, "val_rows": 128}
@@ -95,13 +96,13 @@ def one_rank_group(backend: str) -> None:
 def run(
     workload: MLP, device: torch.device, launch: LaunchConfig | None = None, **overrides: Any
 ) -> tuple[dict[str, Any], str | None, str | None]:
-    """(stats, error, failure kind) of one trial, as `_run_guarded` returns them."""
+    """(stats, error, failure kind) of one trial, as `run_trial_guarded` returns them."""
     rows = workload.generate("train", workload.params["train_rows"], seed=0)
-    table = pa.table({k: _arrow_column(v) for k, v in rows.items()})
+    table = pa.table({k: arrow_column(v) for k, v in rows.items()})
     source = LoaderSource(table, workload, rank=0, world=1, workers=0)
     val = validation_rows(workload, None, seed=0)
     trial = trial_config(**overrides)
-    return _run_guarded(
+    return run_trial_guarded(
         workload, trial, launch or launch_config((trial,)), source, val, Placement(device, 0, 1)
     )
 

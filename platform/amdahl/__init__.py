@@ -15,20 +15,20 @@ from amdahl.workload import Workload
 
 #: Public name -> the module that defines it (imported when the name is first used).
 _LAZY = {
-    "COLUMNS": "amdahl.sweepdir.table",
+    "COLUMNS": "amdahl.columns",
     "read_results": "amdahl.sweepdir.table",
-    "SweepPlan": "amdahl.plan.trials",
+    "SweepPlan": "amdahl.plan.launches",
     "Trial": "amdahl.plan.trials",
-    "plan_sweep": "amdahl.plan.trials",
+    "plan_sweep": "amdahl.plan.launches",
     "build_report": "amdahl.report",
     "write_reports": "amdahl.report",
     "SweepSpec": "amdahl.spec.schema",
-    "load_spec": "amdahl.spec.schema",
-    "validate_spec": "amdahl.spec.schema",
+    "load_spec": "amdahl.spec.load",
+    "validate_spec": "amdahl.spec.load",
     "run_sweep": "amdahl.driver.sweep",
-    "make_plan": "amdahl.driver.cluster",
-    "PushOutcome": "amdahl.track.tracker",
-    "push_results": "amdahl.track.tracker",
+    "make_plan": "amdahl.driver.planning",
+    "PushOutcome": "amdahl.track.push",
+    "push_results": "amdahl.track.push",
 }
 
 __all__ = [

@@ -184,6 +184,13 @@ SCHEMA = pa.schema([pa.field(k, t) for k, (t, _) in COLUMNS.items()]).with_metad
 )
 
 
+def per_device_batch(batch: int, devices: int, scaling: str) -> float:
+    """The batch one device takes for the `batch_size` axis value `batch`: the value itself
+    under weak scaling; under strong scaling the global batch split over `devices` (a fraction
+    where it does not divide: the spec refuses that for a sweep, a prediction may ask it)."""
+    return batch / devices if scaling == "strong" else batch
+
+
 def history_steps(count: int, limit: int = HISTORY_POINTS) -> list[int]:
     """Which of `count` steps (0-based) the `history` column keeps: all of them up to `limit`,
     else `limit` evenly spaced ones, the first and last among them."""

@@ -8,7 +8,7 @@ renamed over it, so a reader never sees half a file and two writers never share 
 
 A password inside a URI (`http://user:pw@host`, `s3://KEY:SECRET@bucket`) would be copied into
 all of these files and into MLflow, so the sweep file refuses one (`uri_passwords`, used by
-amdahl.spec.schema), and anything URI-like that reaches a log or an error message is shown with its
+amdahl.spec.load), and anything URI-like that reaches a log or an error message is shown with its
 password masked (`redact_uris`): URIs from the environment (MLFLOW_TRACKING_URI) may carry one.
 Pure: imports neither ray nor torch.
 """

@@ -5,7 +5,7 @@ diagnosis and its step-time model all read it, so a strategy is described once.
 
 Adding a strategy (docs/architecture.md, "How to add ...", "A sync strategy"): its
 `SyncStrategy` class in sync.py and its line in sync.py's registry, a row here, its bytes in
-analysis/stepmodel.py's `comm_volume` (the model's formulas), an option it adds as a field of
+analysis/comm.py's `comm_volume` (the model's formulas), an option it adds as a field of
 spec.OptionsSpec, a test, and a line in the README. tests/unit/test_strategies.py checks that
 sync.py implements exactly the strategies listed here, that the step-time model has a volume
 for each and that every option here is a field of spec.OptionsSpec with this default.

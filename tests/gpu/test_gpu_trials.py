@@ -12,7 +12,7 @@ import torch.distributed as dist
 from trial_runner import PARAMS, SlowData, SlowForward, launch_config, run, settings, trial_config
 
 from amdahl.worker.feed import DeviceFeed
-from amdahl.worker.harness import _aggregate
+from amdahl.worker.harness import aggregate_ranks
 from amdahl.worker.peak import measure_peak_flops
 from workloads.mlp import MLP
 
@@ -67,7 +67,7 @@ def test_every_precision_compile_and_sync_runs_on_one_gpu(cuda, request, precisi
     assert stats["transfer_s"] is not None and stats["transfer_s"] > 0
     assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == flags
     trial = trial_config(precision=precision, flops_per_sample=workload.flops_per_sample())
-    row = _aggregate([stats], trial, launch_config())
+    row = aggregate_ranks([stats], trial, launch_config())
     assert row["status"] == "ok"
     assert 0 < row["mfu"] < 1, row["mfu"]
 

@@ -19,7 +19,8 @@ from ray.cluster_utils import Cluster
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from amdahl import read_results, run_sweep, validate_spec
-from amdahl.driver.cluster import make_plan, ray_nodes
+from amdahl.driver.cluster import ray_nodes
+from amdahl.driver.planning import make_plan
 from amdahl.errors import UserError
 from amdahl.workload import make_workload
 
@@ -66,7 +67,7 @@ class _Rank:
     does (`iter_torch_batches` of that same iterator)."""
 
     def fetch(self, launch: Any, rank: int, world: int) -> float | None:
-        from amdahl.data.storage import train_source
+        from amdahl.worker.input import train_source
 
         self.source = train_source(launch, make_workload("mlp", _MLP), rank, world)
         return self.source.local_fetch_s
@@ -100,13 +101,9 @@ def _shards_on_their_nodes(workers: list) -> dict:
     """Shards made as a sweep makes them (local parquet -> blocks in this driver's store,
     `rank_shards`, `repeat_to_cover`), each given to `train_source` on a worker node: where the
     blocks were before and after, the fetch time, and what the loop then read locally."""
-    from amdahl.data.storage import (
-        rank_shards,
-        ray_dataset,
-        repeat_to_cover,
-        shard_blocks,
-        stored_dataset,
-    )
+    from amdahl.data.prepare import rank_shards, ray_dataset, repeat_to_cover
+    from amdahl.data.storage import stored_dataset
+    from amdahl.worker.input import shard_blocks
 
     base = ray_dataset(stored_dataset(make_workload("mlp", _MLP), "mlp", "train", 0), 0.25)
     per_rank = 2 * _MLP["train_rows"]

@@ -9,8 +9,8 @@ import pytest
 from ray.core.generated import autoscaler_pb2
 
 from amdahl.driver.cluster import UNBOUNDED_NODE_TYPE, autoscaler_nodes, ray_nodes
-from amdahl.plan.trials import plan_sweep
-from amdahl.spec.schema import validate_spec
+from amdahl.plan.launches import plan_sweep
+from amdahl.spec.load import validate_spec
 from workloads.mlp import MLP
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,8 @@ import torch
 from torch import nn
 from trial_runner import MLP_PARAMS, launch_config, trial_config
 
-from amdahl.worker.harness import Placement, _aggregate, _run_guarded, build_trial_model, run_trial
+from amdahl.worker.harness import aggregate_ranks
+from amdahl.worker.trial import Placement, build_trial_model, run_trial, run_trial_guarded
 from workloads.mlp import MLP
 
 pytestmark = pytest.mark.integration
@@ -130,7 +131,7 @@ def test_torchscript_run_records_compile_time(shard):
 
 def test_compile_failure_is_a_recorded_failure(shard):
     workload = Unscriptable(**PARAMS)
-    stats, error, kind = _run_guarded(
+    stats, error, kind = run_trial_guarded(
         workload, _trial(compile="torchscript"), LAUNCH, shard, _val(workload), CPU
     )
     assert stats == {} and kind == "failed"
@@ -142,7 +143,7 @@ def test_a_non_finite_loss_is_recorded_as_diverged(shard):
     workload = MLP(**PARAMS)
     launch = launch_config(steps=STEPS, warmup_steps=WARMUP, lr=1e12)
     stats = _run(workload, shard, launch)
-    row = _aggregate([stats], _trial(), launch)
+    row = aggregate_ranks([stats], _trial(), launch)
     assert row["status"] == "diverged"
     assert row["error"] == "non-finite training loss"
 
@@ -164,7 +165,7 @@ def test_row_accounts_for_every_rank(shard):
         "step_time_s": stats["step_time_s"] * 3,
         "data_wait_s": stats["data_wait_s"] + 1.0,
     }
-    row = _aggregate([stats, slow], _trial(), LAUNCH)
+    row = aggregate_ranks([stats, slow], _trial(), LAUNCH)
     # Throughput over all ranks is limited by the slowest rank's window.
     assert row["throughput"] == pytest.approx(32 * 2 * STEPS / slow["window_s"])
     assert row["step_time_s"] == slow["step_time_s"]
@@ -199,7 +200,7 @@ def test_time_to_target_stops_at_the_first_validation_that_meets_it(shard):
     assert stats["steps_to_target"] == WARMUP + 2
     assert stats["measured_steps"] == 2
     assert 0 < stats["time_to_target_s"]
-    row = _aggregate([stats], _trial(), launch)
+    row = aggregate_ranks([stats], _trial(), launch)
     assert row["steps"] == 2 and row["steps_to_target"] == 4
     assert row["throughput"] == pytest.approx(32 * 2 / stats["window_s"])
 

@@ -12,7 +12,8 @@ import torch
 from trial_runner import MLP_PARAMS, launch_config, settings, trial_config
 
 from amdahl.columns import COLUMNS, HISTORY_POINTS, history_steps
-from amdahl.worker.harness import Placement, _aggregate, run_trial
+from amdahl.worker.harness import aggregate_ranks
+from amdahl.worker.trial import Placement, run_trial
 from workloads.mlp import MLP
 
 pytestmark = pytest.mark.integration
@@ -68,7 +69,9 @@ def test_a_long_trial_is_sampled_down_before_it_leaves_the_worker(shard):
 def test_the_row_carries_rank_0s_curves_as_json(shard):
     stats = _trial(shard)
     other = {**stats, "history": {"step": [1], "loss": [9.0], "step_time_s": [1.0]}}
-    row = _aggregate([stats, other], trial_config(SETTINGS, flops_per_sample=1.0), launch_config())
+    row = aggregate_ranks(
+        [stats, other], trial_config(SETTINGS, flops_per_sample=1.0), launch_config()
+    )
     assert "history" in COLUMNS
     assert json.loads(row["history"]) == stats["history"]
     assert " " not in row["history"]  # compact: it travels in every row

@@ -8,15 +8,11 @@ from idx_files import write_fashion_mnist
 from trial_runner import launch_config, trial_config
 
 from amdahl import read_results, run_sweep, validate_spec
-from amdahl.data.storage import (
-    LoaderSource,
-    convert_fashion_mnist,
-    ray_dataset,
-    stored_dataset,
-    validation_rows,
-    with_preprocessing,
-)
-from amdahl.worker.harness import Placement, run_trial
+from amdahl.data.fashion_mnist import convert_fashion_mnist
+from amdahl.data.prepare import ray_dataset, with_preprocessing
+from amdahl.data.storage import stored_dataset
+from amdahl.worker.input import LoaderSource, validation_rows
+from amdahl.worker.trial import Placement, run_trial
 from workloads.resnet import ResNet
 
 pytestmark = pytest.mark.integration
@@ -125,7 +121,9 @@ def test_local_parquet_reaches_workers_without_their_disk(ray_cluster, tmp_path)
     import numpy as np
     import ray
 
-    from amdahl.data.storage import LoaderSource, put_rows, rank_shards, read_rows, repeat_to_cover
+    from amdahl.data.prepare import rank_shards, repeat_to_cover
+    from amdahl.data.storage import put_rows, read_rows
+    from amdahl.worker.input import LoaderSource
 
     workload = ResNet(train_rows=4096, val_rows=64, augment="none")
     path = stored_dataset(workload, "resnet", "train", 0, cache=tmp_path)

@@ -349,7 +349,7 @@ def test_child_runs_carry_per_step_loss_step_time_and_data_wait(curves: Curves):
 
 def test_the_parent_run_draws_scaling_curves_against_the_device_count(curves: Curves):
     from amdahl.report import build_report
-    from amdahl.track.tracker import metric_names
+    from amdahl.track.parent_run import metric_names
 
     report = build_report(curves.outcome.sweep_dir)
     assert len(report.curves) == 1

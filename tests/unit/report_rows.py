@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from amdahl.columns import COLUMNS, SCHEMA
-from amdahl.sweepdir.table import RESULTS_FILE
+from amdahl.sweepdir.layout import RESULTS_FILE
 
 PARAMS = json.dumps({"hidden": [16]}, sort_keys=True)
 

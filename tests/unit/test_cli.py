@@ -15,8 +15,9 @@ from click.testing import CliRunner
 
 from amdahl.cli.commands import main
 from amdahl.errors import UserError
-from amdahl.spec.schema import validate_spec
-from amdahl.sweepdir.layout import SPEC_FILE, lock_sweep_dir
+from amdahl.spec.load import validate_spec
+from amdahl.sweepdir.layout import SPEC_FILE
+from amdahl.sweepdir.lock import lock_sweep_dir
 from amdahl.sweepdir.table import append_rows
 
 TINY = {
@@ -103,13 +104,13 @@ def test_plan_json_on_a_tiny_spec(tmp_path):
 
 def test_planning_loads_no_ray_tune_or_train(tmp_path):
     """`platform plan` without --address: the planner and the CLI's plan command import neither
-    Ray Tune nor Ray Train (run.py does, at module level)."""
+    Ray Tune nor Ray Train (driver.sweep does, at module level)."""
     spec = _spec_file(tmp_path)
     probe = (
         "import sys\n"
-        "from amdahl.driver.cluster import make_plan\n"
-        "from amdahl.spec.schema import load_spec\n"
-        "from amdahl.sweepdir.layout import plan_summary\n"
+        "from amdahl.driver.planning import make_plan\n"
+        "from amdahl.spec.load import load_spec\n"
+        "from amdahl.sweepdir.driver_files import plan_summary\n"
         "plan_summary(make_plan(load_spec(sys.argv[1])))\n"
         "from amdahl.cli.commands import main\n"
         "main(['plan', sys.argv[1], '--json'], standalone_mode=False)\n"
@@ -146,10 +147,10 @@ class _FakeTracker:
 
 @pytest.fixture
 def tracker(monkeypatch):
-    import amdahl.track.tracker
+    import amdahl.track.push
 
     monkeypatch.setattr(_FakeTracker, "calls", [])
-    monkeypatch.setattr(amdahl.track.tracker, "Tracker", _FakeTracker)
+    monkeypatch.setattr(amdahl.track.push, "Tracker", _FakeTracker)
     return _FakeTracker
 
 

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from amdahl.cli.commands import main
 from amdahl.driver import sweep as run
-from amdahl.driver.sweep import SweepInterrupted
+from amdahl.driver.signals import SweepInterrupted
 
 
 def test_the_printed_resume_command_survives_a_shell(tmp_path, monkeypatch):

@@ -24,8 +24,10 @@ import pytest
 import yaml
 
 from amdahl.columns import AXES
-from amdahl.plan.trials import Node, expand_grid, plan_sweep
-from amdahl.spec.schema import load_spec
+from amdahl.plan.launches import plan_sweep
+from amdahl.plan.resources import Node
+from amdahl.plan.trials import expand_grid
+from amdahl.spec.load import load_spec
 from amdahl.workload import make_workload
 
 ROOT = Path(__file__).resolve().parents[2]

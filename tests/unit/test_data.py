@@ -12,17 +12,9 @@ from idx_files import write_fashion_mnist, write_idx
 
 from amdahl import UserError
 from amdahl.cli.commands import main
-from amdahl.data.storage import (
-    LoaderSource,
-    check_source,
-    convert_fashion_mnist,
-    dataset_path,
-    host_batches,
-    read_idx,
-    read_rows,
-    stored_dataset,
-    validation_rows,
-)
+from amdahl.data.fashion_mnist import convert_fashion_mnist, read_idx
+from amdahl.data.storage import check_source, dataset_path, read_rows, stored_dataset
+from amdahl.worker.input import LoaderSource, host_batches, validation_rows
 from amdahl.workload import make_workload
 from workloads.mlp import MLP
 from workloads.resnet import MEAN, STD, ResNet, decode_images

@@ -20,15 +20,16 @@ from hypothesis import strategies as st
 from report_rows import row, write_sweep
 
 from amdahl.columns import COLUMNS, SCHEMA_TAG
-from amdahl.data.storage import read_idx
+from amdahl.data.fashion_mnist import read_idx
 from amdahl.errors import UserError
 from amdahl.report import build_report
 from amdahl.report.inputs import load_inputs
 from amdahl.report.render_text import to_markdown
-from amdahl.spec.schema import validate_spec
-from amdahl.sweepdir.layout import PLAN_FILE
-from amdahl.sweepdir.table import RESULTS_FILE, read_results
-from amdahl.track.tracker import STATE_FILE, Tracker, load_state
+from amdahl.spec.load import validate_spec
+from amdahl.sweepdir.layout import PLAN_FILE, RESULTS_FILE, TRACKING_FILE
+from amdahl.sweepdir.table import read_results
+from amdahl.track.state import load_state
+from amdahl.track.tracker import Tracker
 
 FUZZ = settings(
     max_examples=150,
@@ -164,7 +165,7 @@ def foreign_tables(draw: st.DrawFn) -> pa.Table:
 
 def _read_sweep(d: Path) -> None:
     """What resume, report and sync read of results.parquet; UserError names the file."""
-    from amdahl.sweepdir.layout import finished_trials
+    from amdahl.sweepdir.resume import finished_trials
 
     try:
         table = read_results(d)
@@ -271,7 +272,7 @@ state_like = st.fixed_dictionaries(
 
 
 def _tracking_state(blob: bytes, sweep: Path) -> Any:
-    path = sweep / STATE_FILE
+    path = sweep / TRACKING_FILE
     path.write_bytes(blob)
     try:
         state = load_state(path)

@@ -3,8 +3,9 @@
 import pytest
 
 from amdahl.errors import UserError
-from amdahl.plan.trials import Node, plan_sweep
-from amdahl.spec.schema import validate_spec
+from amdahl.plan.launches import plan_sweep
+from amdahl.plan.resources import Node
+from amdahl.spec.load import validate_spec
 from workloads.resnet import ResNet
 
 TWO_CPUS = [Node(cpus=2.0)]

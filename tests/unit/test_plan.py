@@ -3,19 +3,21 @@
 import pytest
 from pydantic import Field
 
-from amdahl.driver.cluster import make_plan
+from amdahl.driver.planning import make_plan
 from amdahl.errors import UserError
 from amdahl.plan import trials as planner
-from amdahl.plan.trials import DRIVER_CPUS, Node, check_storage, expand_grid, plan_sweep, trial_id
+from amdahl.plan.launches import check_storage, plan_sweep
+from amdahl.plan.resources import DRIVER_CPUS, Node
+from amdahl.plan.trials import expand_grid, trial_id
+from amdahl.spec.load import validate_spec
 from amdahl.spec.schema import (
     GridSpec,
     OptionsSpec,
     ResourcesSpec,
     TargetSpec,
     TrainSpec,
-    validate_spec,
 )
-from amdahl.sweepdir.layout import ray_storage
+from amdahl.sweepdir.driver_files import ray_storage
 from workloads.mlp import MLP
 
 TWO_CPUS = [Node(cpus=2.0)]
@@ -294,7 +296,7 @@ def test_a_new_option_keeps_settings_and_ids_at_its_default(monkeypatch):
     assert trial_id(small, moved) != zero1_id
     cold = _plan(grid={"compile": ["inductor"]}, options={"compile_cache": "cold"})
     assert "compile_cache" not in cold.trials[0].settings["options"]
-    monkeypatch.setitem(planner._OPTIONS_USED_BY, "ddp", ("bucket_cap_mb", "static_graph"))
+    monkeypatch.setitem(planner.OPTIONS_USED_BY, "ddp", ("bucket_cap_mb", "static_graph"))
     for value, expected in ((False, "same"), (True, "new")):
         later = spec.model_copy(update={"options": LaterOptions(static_graph=value)})
         ddp = next(s for s in expand_grid(later, {}) if s["sync"] == "ddp")

@@ -15,17 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from amdahl import report
 from amdahl.driver import calibrate
-from amdahl.driver.cluster import _route_ray_logs
+from amdahl.driver.cluster import route_ray_logs
 from amdahl.errors import UserError
 from amdahl.files import private_dir, redact_uris, uri_passwords, write_private
-from amdahl.plan.trials import Node, plan_sweep
-from amdahl.spec.schema import load_spec, validate_spec
-from amdahl.sweepdir.layout import _new_sweep_dir
-from amdahl.sweepdir.layout import write_sweep_files as _write_sweep_files
-from amdahl.sweepdir.table import RESULTS_FILE, append_rows
-from amdahl.track.tracker import STATE_FILE, Tracker
+from amdahl.plan.launches import plan_sweep
+from amdahl.plan.resources import Node
+from amdahl.report import write_reports
+from amdahl.spec.load import load_spec, validate_spec
+from amdahl.sweepdir.driver_files import write_sweep_files as _write_sweep_files
+from amdahl.sweepdir.layout import RESULTS_FILE, TRACKING_FILE, new_sweep_dir
+from amdahl.sweepdir.table import append_rows
+from amdahl.track.tracker import Tracker
 from workloads.mlp import MLP
 
 SECRET = "s3cr3t"
@@ -120,7 +121,7 @@ def test_an_environment_uri_with_a_password_never_reaches_messages_or_files(tmp_
     assert tracker.offline_reason and "alice:***@127.0.0.1" in tracker.offline_reason
     assert SECRET not in tracker.offline_reason
     tracker._save_state()
-    state = (tmp_path / STATE_FILE).read_text()
+    state = (tmp_path / TRACKING_FILE).read_text()
     assert SECRET not in state and "alice" not in state
     assert json.loads(state)["stores"][0]["store"].startswith("http://127.0.0.1:")
 
@@ -145,27 +146,27 @@ def test_write_private_is_owner_only_whole_and_leaves_nothing_behind(tmp_path, o
 
 
 def test_every_file_of_a_sweep_directory_is_owner_only(tmp_path, open_umask):
-    sweep_dir = _new_sweep_dir(tmp_path / "runs", "private")
+    sweep_dir = new_sweep_dir(tmp_path / "runs", "private")
     assert _mode(sweep_dir) == 0o700
 
     spec = validate_spec({"name": "private", "workload": "mlp"})
     _write_sweep_files(sweep_dir, spec, plan_sweep(spec, [Node(cpus=2.0)], MLP.defaults))
     append_rows(sweep_dir, [{"sweep": "private", "trial_id": "a", "repeat": 0, "status": "ok"}])
-    report._write(sweep_dir / "report.md", "# report")
-    calibrate._write(sweep_dir, {"devices": 2})
+    write_reports(sweep_dir)
+    calibrate.write_calibration(sweep_dir, {"devices": 2})
     Tracker(spec, sweep_dir, enabled=False)._save_state()
 
     loggers = {n: logging.getLogger(n) for n in ("ray", "ray.tune", "ray.train", "ray.data")}
     saved = {n: (lg.handlers, lg.propagate) for n, lg in loggers.items()}
     try:
-        _route_ray_logs(sweep_dir / "ray.log")
+        route_ray_logs(sweep_dir / "ray.log")
     finally:
         loggers["ray"].handlers[0].close()
         for n, (handlers, propagate) in saved.items():
             loggers[n].handlers, loggers[n].propagate = handlers, propagate
 
-    names = {"spec.yaml", "plan.json", RESULTS_FILE, "report.md", "calibration.json"}
-    names |= {STATE_FILE, "ray.log"}
+    names = {"spec.yaml", "plan.json", RESULTS_FILE, "report.md", "report.html", "calibration.json"}
+    names |= {TRACKING_FILE, "ray.log"}
     files = {p.name: _mode(p) for p in sweep_dir.iterdir() if p.is_file()}
     assert names <= set(files), files
     assert {n: m for n, m in files.items() if m != 0o600} == {}

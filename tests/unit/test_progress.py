@@ -11,8 +11,9 @@ import pytest
 from rich.console import Console
 
 from amdahl.cli import progress
-from amdahl.plan.trials import Node, plan_sweep
-from amdahl.spec.schema import validate_spec
+from amdahl.plan.launches import plan_sweep
+from amdahl.plan.resources import Node
+from amdahl.spec.load import validate_spec
 
 ERROR = "RuntimeError: cannot open [/data] for shape [batch, 784]\nsecond line"
 

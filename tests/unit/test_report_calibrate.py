@@ -7,14 +7,14 @@ import pytest
 import yaml
 from report_rows import conform, scaling_rows, write_sweep
 
+from amdahl.analysis.alphabeta import fit_alpha_beta, ring_allreduce_s
 from amdahl.analysis.calibration import Calibration
-from amdahl.analysis.compute import fit_alpha_beta, ring_allreduce_s
 from amdahl.driver import calibrate
 from amdahl.driver.calibrate import (
     CPU_MAX_BYTES,
     GPU_MAX_BYTES,
     RESULT_KEY,
-    _grad_bytes,
+    grad_bytes,
     message_sizes,
     run_calibration,
     summary,
@@ -29,11 +29,11 @@ def test_one_device_is_refused_before_anything_starts(tmp_path):
 
 
 def test_gradient_bytes_for_every_model_the_sweep_trains(tmp_path):
-    assert _grad_bytes(tmp_path) == {}  # no spec.yaml: unknown, and the report says so
+    assert grad_bytes(tmp_path) == {}  # no spec.yaml: unknown, and the report says so
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump({"workload": "mlp", "params": {}}))
     plan = {"trials": [{"settings": {"params": {"inputs": 8, "hidden": [4], "classes": 2}}}]}
     (tmp_path / "plan.json").write_text(json.dumps(plan))
-    got = _grad_bytes(tmp_path)
+    got = grad_bytes(tmp_path)
     mlp = (512 * 256 + 256 + 256 * 128 + 128 + 128 * 2 + 2) * 4
     assert got["grad_bytes"] == mlp
     small = json.dumps({"inputs": 8, "hidden": [4], "classes": 2}, sort_keys=True)

@@ -6,22 +6,11 @@ import math
 import pytest
 from report_rows import conform, row, scaling_rows
 
-from amdahl.analysis.compute import (
-    Stat,
-    amdahl_speedup,
-    bus_bandwidth,
-    cost_per_million,
-    differs,
-    fit_alpha_beta,
-    fit_amdahl,
-    group_configs,
-    karp_flatt,
-    mfu,
-    pareto_front,
-    ratio,
-    ring_allreduce_s,
-    scaling_curves,
-)
+from amdahl.analysis.alphabeta import bus_bandwidth, fit_alpha_beta, ring_allreduce_s
+from amdahl.analysis.configs import group_configs
+from amdahl.analysis.cost import cost_per_million, mfu, pareto_front
+from amdahl.analysis.scaling import amdahl_speedup, fit_amdahl, karp_flatt, scaling_curves
+from amdahl.analysis.stats import Stat, differs, ratio
 
 
 def _curves(rows):

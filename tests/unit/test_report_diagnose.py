@@ -4,9 +4,9 @@ prediction, MFU, quality flags, the recommendation, failures and batch limits.""
 import pytest
 from report_rows import PARAMS, conform, row, scaling_rows
 
-from amdahl.analysis.compute import ring_allreduce_s
+from amdahl.analysis.alphabeta import ring_allreduce_s
 from amdahl.report import report_from_rows
-from amdahl.report.diagnose import THRESHOLD_TEXT, THRESHOLDS
+from amdahl.report.bottleneck import THRESHOLD_TEXT, THRESHOLDS
 
 
 def _diag(report, label):

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from report_rows import conform, row, scaling_rows, write_sweep
 
-from amdahl.analysis.compute import MEASURED_UNDER, group_configs, scaling_curves
+from amdahl.analysis.configs import MEASURED_UNDER, group_configs
+from amdahl.analysis.scaling import scaling_curves
 from amdahl.report import build_report, write_reports
 
 

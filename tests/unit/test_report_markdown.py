@@ -10,7 +10,7 @@ from markdown_it import MarkdownIt
 from report_rows import row, write_sweep
 
 from amdahl.report import write_reports
-from amdahl.report.render_text import _md_block, _md_escape
+from amdahl.report.render_text import md_block, md_escape
 
 ERROR = (
     "RuntimeError: *boom* at [x](http://evil.example) <script>alert(1)</script> `rm` a|b \\ ~~s~~"
@@ -40,6 +40,6 @@ def test_user_text_in_report_md_renders_as_text(tmp_path):
 
 def test_text_opening_a_block_stays_a_paragraph():
     for text in ("- not a list", "> not a quote", "1. not a numbered list", "# not a heading"):
-        assert htmllib.unescape(_rendered(_md_block(text))) == f"<p>{text}</p>\n"
-    assert _md_block("1.5x faster") == "1.5x faster"  # nothing to escape: left readable
-    assert _md_escape("val_accuracy>=0.9 in 12 steps") == "val_accuracy>=0.9 in 12 steps"
+        assert htmllib.unescape(_rendered(md_block(text))) == f"<p>{text}</p>\n"
+    assert md_block("1.5x faster") == "1.5x faster"  # nothing to escape: left readable
+    assert md_escape("val_accuracy>=0.9 in 12 steps") == "val_accuracy>=0.9 in 12 steps"

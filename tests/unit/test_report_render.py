@@ -13,7 +13,7 @@ from rich.console import Console
 from amdahl.cli.commands import main
 from amdahl.report import build_report, write_reports
 from amdahl.report.render_text import print_report
-from amdahl.sweepdir.table import RESULTS_FILE
+from amdahl.sweepdir.layout import RESULTS_FILE
 
 CALIBRATION = {
     "alpha_s": 50e-6,

@@ -6,7 +6,8 @@ import pytest
 
 from amdahl.columns import COLUMNS
 from amdahl.errors import UserError
-from amdahl.sweepdir.table import RESULTS_FILE, append_rows, read_results
+from amdahl.sweepdir.layout import RESULTS_FILE
+from amdahl.sweepdir.table import append_rows, read_results
 
 
 def _row(trial_id: str, repeat: int = 0, **extra):

@@ -1,7 +1,7 @@
 """Every key of a row the code produces is a results column: `results.append_rows` keeps only
 `COLUMNS`, so a key the harness or the driver adds without a column would vanish from
 results.parquet without a word. Rows are built as the code builds them: the worker's
-(`harness._results_row`, from the stats of one trial really run in this process, and its
+(`harness.results_row`, from the stats of one trial really run in this process, and its
 failed variant) and the driver's (`results.row_identity` plus the keys of a failed or skipped
 row, see run.py)."""
 
@@ -14,8 +14,10 @@ import pytest
 import torch
 from trial_runner import PARAMS, launch_config, run, trial_config
 
-from amdahl.sweepdir.table import COLUMNS, append_rows, read_results, row_identity
-from amdahl.worker.harness import _results_row
+from amdahl.columns import COLUMNS
+from amdahl.sweepdir.table import append_rows, read_results
+from amdahl.worker.harness import results_row
+from amdahl.worker.rows import row_identity
 from workloads.mlp import MLP
 
 STAMP = "2025-01-01T12:00:00+00:00"
@@ -50,13 +52,13 @@ def _worker_row(stats: dict[str, Any], error: str | None) -> dict[str, Any]:
     trial = trial_config()
     launch = launch_config((trial,))
     cpu = torch.device("cpu")
-    return _results_row(launch, trial, 0, _ranks(stats, error), time.perf_counter(), STAMP, cpu)
+    return results_row(launch, trial, 0, _ranks(stats, error), time.perf_counter(), STAMP, cpu)
 
 
 def test_a_measured_row_has_only_results_columns(measured, tmp_path):
     row = _worker_row(measured, None)
     assert row["status"] == "ok" and row["throughput"] > 0  # a real measurement
-    _assert_all_columns(row, "harness._results_row (a measured trial)")
+    _assert_all_columns(row, "harness.results_row (a measured trial)")
     # and every value survives the table: nothing of the row is dropped on the way
     append_rows(tmp_path, [row])
     stored = read_results(tmp_path).to_pylist()[0]
@@ -66,7 +68,7 @@ def test_a_measured_row_has_only_results_columns(measured, tmp_path):
 def test_a_failed_worker_row_has_only_results_columns():
     row = _worker_row({}, "oom: CUDA out of memory. Tried to allocate 2.00 GiB")
     assert row["status"] == "oom"
-    _assert_all_columns(row, "harness._results_row (a failed trial)")
+    _assert_all_columns(row, "harness.results_row (a failed trial)")
 
 
 @pytest.mark.parametrize(

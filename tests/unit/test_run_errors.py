@@ -2,7 +2,7 @@
 
 from types import SimpleNamespace
 
-from amdahl.driver.sweep import _launch_error
+from amdahl.driver.results_sink import launch_error
 
 
 def test_launch_error_reads_tunes_local_error_file(tmp_path):
@@ -14,14 +14,14 @@ def test_launch_error_reads_tunes_local_error_file(tmp_path):
         "RuntimeError: CUDA error: an illegal memory access was encountered\n\n"
     )
     trial = SimpleNamespace(error_file=str(path), get_error=lambda: None)
-    assert _launch_error(trial) == (
+    assert launch_error(trial) == (
         "launch failed: RuntimeError: CUDA error: an illegal memory access was encountered"
     )
 
 
 def test_launch_error_without_any_error_points_to_the_log(tmp_path):
     trial = SimpleNamespace(error_file=str(tmp_path / "missing.txt"), get_error=lambda: None)
-    assert "see ray.log in the sweep directory" in _launch_error(trial)
+    assert "see ray.log in the sweep directory" in launch_error(trial)
 
 
 def _crashed_launch(tmp_path, relaunch: bool, reported: set, skip: list):
@@ -30,7 +30,8 @@ def _crashed_launch(tmp_path, relaunch: bool, reported: set, skip: list):
 
     from trial_runner import launch_config, trial_config
 
-    from amdahl.driver.sweep import SweepOutcome, _Measurement, _ResultSink
+    from amdahl.driver.launches import Measurement
+    from amdahl.driver.results_sink import ResultSink
     from amdahl.sweepdir.table import read_results
 
     trials = tuple(trial_config(trial_id=t) for t in ("a", "b", "c"))
@@ -42,22 +43,22 @@ def _crashed_launch(tmp_path, relaunch: bool, reported: set, skip: list):
     )
     error_file = tmp_path / "error.txt"
     error_file.write_text("RuntimeError: worker died\n")
-    run = _Measurement(
+    run = Measurement(
         spec=None,
         plan=None,
         sweep_dir=tmp_path,
-        outcome=SweepOutcome(sweep_dir=tmp_path, plan=None),
+        rows=[],
         tracker=SimpleNamespace(log_trial_soon=lambda row: None),
         emit=lambda kind, payload: None,
         interrupt=None,
         group=True,
         across_devices=True,
     )
-    sink = _ResultSink({}, {"L": launch}, run)
+    sink = ResultSink({}, {"L": launch}, run.record, run.emit)
     sink.reported["L"] = set(reported)
     trial = SimpleNamespace(config={"launch_id": "L"}, error_file=str(error_file))
     sink.on_trial_error(0, [], trial)
-    rows = run.outcome.rows
+    rows = run.rows
     # Failed rows carry the same identity columns as measured ones (results.row_identity).
     assert all(r["target"] is None and r["scaling"] == "weak" and r["steps"] == 8 for r in rows)
     assert all(r["status"] == "failed" and "worker died" in r["error"] for r in rows)

@@ -224,7 +224,7 @@ def test_the_model_skips_a_configuration_predicted_far_behind_and_says_why():
 def test_bad_search_settings_are_refused_before_anything_runs(tmp_path):
     from amdahl.errors import UserError
     from amdahl.search.halving import check
-    from amdahl.spec.schema import load_spec, validate_spec
+    from amdahl.spec.load import load_spec, validate_spec
 
     base = {"name": "s", "workload": "mlp"}
     with pytest.raises(UserError, match="time_to_target needs train.target"):
@@ -262,7 +262,7 @@ def test_bad_search_settings_are_refused_before_anything_runs(tmp_path):
 
 def test_calibration_auto_reads_the_sweep_directory_once_it_is_measured(tmp_path):
     from amdahl.search.halving import calibration, check
-    from amdahl.spec.schema import validate_spec
+    from amdahl.spec.load import validate_spec
 
     spec = validate_spec(
         {
@@ -281,7 +281,7 @@ def test_calibration_auto_reads_the_sweep_directory_once_it_is_measured(tmp_path
 def test_the_reports_final_ranking_says_how_each_finalist_stands_against_the_best():
     from types import SimpleNamespace
 
-    from amdahl.report.document import _search
+    from amdahl.report.sections import search_section
 
     search = SearchSpec(method="halving", eta=2, min_steps=10, final_repeats=2)
     train = TrainSpec(steps=20)
@@ -292,7 +292,7 @@ def test_the_reports_final_ranking_says_how_each_finalist_stands_against_the_bes
         for k, v in enumerate(runs)
     ]
     state = replay(rows, search, train)
-    section = _search(SimpleNamespace(search=state, labels={"a": "A", "b": "B"}))
+    section = search_section(SimpleNamespace(search=state, labels={"a": "A", "b": "B"}))
     ranking = next(t for t in section.tables if t.title.startswith("Final ranking"))
     assert ranking.rows[0] == ["A", "1", "3,200", "2: 3,000-3,400", "best"]
     assert ranking.rows[1] == [

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from amdahl.errors import UserError
-from amdahl.spec.schema import load_spec, validate_spec
+from amdahl.spec.load import load_spec, validate_spec
 
 GOOD = "name: t\nworkload: mlp\n"
 

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from amdahl.columns import AXES
 from amdahl.errors import UserError
+from amdahl.spec.load import load_spec
 from amdahl.spec.schema import (
     Compile,
     Input,
@@ -29,7 +30,6 @@ from amdahl.spec.schema import (
     Scaling,
     SweepSpec,
     Sync,
-    load_spec,
 )
 
 FUZZ = settings(

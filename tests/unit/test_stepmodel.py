@@ -1,6 +1,7 @@
-"""The step-time model (analysis/stepmodel.py): communication volume of every sync strategy against
-hand-computed bytes, the fit recovering the terms it generated, leave-one-out on noisy data, and
-`platform predict` and the report's "Predicted vs measured" section on a sweep directory."""
+"""The step-time model (analysis/comm.py, stepmodel.py, prediction.py): communication volume of
+every sync strategy against hand-computed bytes, the fit recovering the terms it generated,
+leave-one-out on noisy data, and `platform predict` and the report's "Predicted vs measured"
+section on a sweep directory."""
 
 import json
 import random
@@ -10,24 +11,17 @@ from click.testing import CliRunner
 from report_rows import PARAMS, conform, row, scaling_rows, write_sweep
 
 from amdahl.analysis.calibration import Calibration
-from amdahl.analysis.compute import group_configs
-from amdahl.analysis.stepmodel import (
-    Link,
-    ModelInputs,
-    SyncOptions,
-    combine,
-    comm_volume,
-    error_summary,
-    fit,
-    leave_one_out,
-    predict_inputs,
-)
+from amdahl.analysis.comm import Link, comm_volume, options_from_mapping
+from amdahl.analysis.configs import group_configs
+from amdahl.analysis.prediction import error_summary, leave_one_out, predict_inputs
+from amdahl.analysis.stepmodel import ModelInputs, combine, fit
 from amdahl.cli.commands import main
 from amdahl.report import write_reports
+from amdahl.spec.schema import OptionsSpec
 
 MiB = 2**20
 G = 8 * MiB  # gradient bytes: one DDP bucket at the default 25 MB cap
-OPTIONS = SyncOptions(powersgd_rank=2, local_sgd_every=4, ps_shards=2, accumulate_steps=4)
+OPTIONS = OptionsSpec(powersgd_rank=2, local_sgd_every=4, ps_shards=2, accumulate_steps=4)
 ALPHA, BANDWIDTH = 20e-6, 1e9
 CALIBRATION = {
     "alpha_s": ALPHA,
@@ -116,6 +110,31 @@ def test_powersgd_without_shapes_is_a_labelled_square_matrix_estimate():
     assert "no parameter shapes" in v.estimate
 
 
+def test_options_from_a_spec_mapping_take_defaults_where_absent_or_odd():
+    default = OptionsSpec()
+    for spec in (None, {}, {"options": None}, {"options": [1]}, "text"):
+        assert options_from_mapping(spec) == default
+    odd = {"powersgd_rank": 2.7, "bucket_cap_mb": 3, "ps_shards": True, "local_sgd_every": -1}
+    options = options_from_mapping({"options": {**odd, "accumulate_steps": "x"}})
+    assert (options.powersgd_rank, options.bucket_cap_mb) == (2, 3.0)  # to the default's type
+    assert options.ps_shards == default.ps_shards
+    assert options.local_sgd_every == default.local_sgd_every
+    assert options.accumulate_steps == default.accumulate_steps
+
+
+def test_calibrations_parameter_shapes_reach_the_powersgd_volume():
+    shapes = [[256, 512], [256]]
+    cal = {**CALIBRATION, "param_shapes_by_params": {PARAMS: shapes, "{}": "not shapes"}}
+    assert Calibration.from_dict(cal).shapes_for(PARAMS) == shapes
+    assert Calibration.from_dict(cal).shapes_for("{}") is None
+    only = {**CALIBRATION, "param_shapes_by_params": {"other": shapes}}
+    assert Calibration.from_dict(only).shapes_for(PARAMS) == shapes  # the single entry
+    model = fit(_inputs(synthetic(syncs=("powersgd", "none")), cal))
+    powersgd = next(f for f in model.families.values() if f.sync == "powersgd")
+    assert powersgd.shapes == shapes
+    assert not model.predict(powersgd, 4, 64.0).volume.estimate
+
+
 def test_combine_adds_at_gamma_1_and_tends_to_the_larger_term():
     assert combine(3.0, 4.0, 1.0) == pytest.approx(7.0)
     assert combine(3.0, 4.0, 2.0) == pytest.approx(5.0)
@@ -147,7 +166,7 @@ def synthetic(
         for p in devices:
             for bs in batches:
                 tc = (a + b * bs) * (kappa if p > 1 else 1.0)
-                tn = comm_volume(sync, p, 4e6, SyncOptions()).seconds(link) * theta
+                tn = comm_volume(sync, p, 4e6, OptionsSpec()).seconds(link) * theta
                 busy = combine(tc, tn, gamma) * (1 + rng.uniform(-noise, noise))
                 wall = busy + wait
                 rows.append(row(p, bs, sync, bs * p / wall, wall=wall, data_wait_s=wait))
@@ -236,14 +255,14 @@ def test_a_family_without_compute_borrows_sync_nones():
 
 
 def test_inter_node_terms_are_used_when_a_prediction_spans_nodes():
-    inputs = _inputs(synthetic())
-    inputs.calibration_raw = {"inter_node_alpha_s": 1e-4, "inter_node_bandwidth_Bps": 1e8}
+    inter = {"inter_node_alpha_s": 1e-4, "inter_node_bandwidth_Bps": 1e8}
+    inputs = _inputs(synthetic(), {**CALIBRATION, **inter})
     model = fit(inputs)
     ddp = next(f for f in model.families.values() if f.sync == "ddp")
     one, two = model.predict(ddp, 16, 64.0, 1), model.predict(ddp, 16, 64.0, 2)
     assert one.link.scope == "intra-node" and two.link.scope == "inter-node"
     assert two.comm_s > one.comm_s
-    inputs.calibration_raw = {}
+    inputs.calibration = Calibration.from_dict(CALIBRATION)
     alone = fit(inputs).predict(ddp, 16, 64.0, 2)
     assert any("no inter-node" in c for c in alone.caveats)
 

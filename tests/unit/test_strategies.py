@@ -10,10 +10,12 @@ import pytest
 import torch
 
 from amdahl import strategies
-from amdahl.analysis import stepmodel
+from amdahl.analysis.comm import comm_volume, options_from_mapping
 from amdahl.errors import UserError
-from amdahl.plan.trials import Node, plan_sweep
-from amdahl.spec.schema import GridSpec, OptionsSpec, validate_spec
+from amdahl.plan.launches import plan_sweep
+from amdahl.plan.resources import Node
+from amdahl.spec.load import validate_spec
+from amdahl.spec.schema import GridSpec, OptionsSpec
 from amdahl.strategies import NAMES, OPTION_DEFAULTS, STRATEGIES, micro_steps
 from amdahl.worker.sync import _STRATEGIES as IMPLEMENTED
 
@@ -47,7 +49,7 @@ def test_every_option_in_the_table_is_a_spec_option_with_the_tables_default():
     for option, default in OPTION_DEFAULTS.items():
         assert option in OptionsSpec.model_fields, f"options.{option} is not in the schema"
         assert OptionsSpec().model_dump()[option] == default
-        assert getattr(stepmodel.SyncOptions(), option) == default
+        assert getattr(options_from_mapping({}), option) == default
     for s in STRATEGIES.values():
         assert s.micro_steps_option in (None, *s.options)
 
@@ -77,12 +79,12 @@ def test_micro_steps():
 
 
 def test_every_strategy_has_a_step_model_volume_that_agrees_with_the_table():
-    assert stepmodel.comm_volume("no_such_sync", 2, 4e6) is None
+    assert comm_volume("no_such_sync", 2, 4e6) is None
     for name, s in STRATEGIES.items():
-        on_two = stepmodel.comm_volume(name, 2, 4e6)
-        assert on_two is not None, f"analysis/stepmodel.py's comm_volume has no case for {name}"
+        on_two = comm_volume(name, 2, 4e6)
+        assert on_two is not None, f"analysis/comm.py's comm_volume has no case for {name}"
         assert (on_two.bytes > 0) == s.communicates, name
-        alone = stepmodel.comm_volume(name, 1, 4e6)
+        alone = comm_volume(name, 1, 4e6)
         assert (alone.bytes > 0) == (s.communicates and s.communicates_alone), name
 
 

@@ -22,20 +22,21 @@ import yaml
 from click.testing import CliRunner
 
 from amdahl.driver import sweep as run
-from amdahl.driver.sweep import SweepInterrupted, run_sweep
+from amdahl.driver.signals import InterruptFlag, SweepInterrupted
+from amdahl.driver.sweep import run_sweep
 from amdahl.errors import UserError
-from amdahl.spec.schema import validate_spec
-from amdahl.sweepdir import layout as sweepdir
+from amdahl.spec.load import validate_spec
+from amdahl.sweepdir import layout
 from amdahl.sweepdir.layout import (
     FINGERPRINT_FILE,
     LOCK_FILE,
     RESULTS_FILE,
     SPEC_FILE,
     latest_sweep_dir,
-    lock_sweep_dir,
-    spec_changes,
-    write_fingerprint,
+    new_sweep_dir,
 )
+from amdahl.sweepdir.lock import lock_sweep_dir
+from amdahl.sweepdir.resume import open_sweep_dir, spec_changes, write_fingerprint
 from amdahl.sweepdir.table import append_rows, read_results
 
 BASE = {
@@ -92,10 +93,11 @@ def test_the_refusal_says_what_holds_the_directory_and_what_to_do(tmp_path):
             lock_sweep_dir(tmp_path)
     assert "in use by another MLflow push (pid " in str(e.value)
     assert str(e.value).endswith("--resume to start a new sweep directory")  # the driver's
-    old = tmp_path / "old.lock"  # written before the holder said what it is: a driver
-    old.write_text(json.dumps({"pid": 1, "host": "h", "since": "t"}))
-    with open(old) as file:
-        assert sweepdir._lock_holder(file) == ("pid 1 on host h, running since t", "sweep driver")
+    with lock_sweep_dir(tmp_path):  # a record written before holders said what they are
+        (tmp_path / LOCK_FILE).write_text(json.dumps({"pid": 1, "host": "h", "since": "t"}))
+        with pytest.raises(UserError) as e:
+            lock_sweep_dir(tmp_path, by="MLflow push")
+    assert "in use by another sweep driver (pid 1 on host h, running since t)" in str(e.value)
 
 
 def test_the_lock_dies_with_its_driver(tmp_path):
@@ -105,7 +107,7 @@ def test_the_lock_dies_with_its_driver(tmp_path):
             "-c",
             "import sys, time\n"
             "from pathlib import Path\n"
-            "from amdahl.sweepdir.layout import lock_sweep_dir\n"
+            "from amdahl.sweepdir.lock import lock_sweep_dir\n"
             "held = lock_sweep_dir(Path(sys.argv[1]))\n"
             "print('locked', flush=True)\n"
             "time.sleep(120)\n",
@@ -167,25 +169,25 @@ class _SameSecond(datetime):
 
 
 def test_a_directory_made_by_another_driver_after_the_check_is_not_shared(tmp_path, monkeypatch):
-    monkeypatch.setattr(sweepdir, "datetime", _SameSecond)
+    monkeypatch.setattr(layout, "datetime", _SameSecond)
     runs = tmp_path / "runs"
     (runs / "s-20250101T120000Z").mkdir(parents=True)
     # The other driver's mkdir lands between any existence check and ours.
     monkeypatch.setattr(Path, "exists", lambda self: False)
-    made = sweepdir._new_sweep_dir(runs, "s")
+    made = new_sweep_dir(runs, "s")
     monkeypatch.undo()
     assert made.name == "s-20250101T120000Z-2"
 
 
 def test_sweeps_started_in_the_same_second_each_get_their_own_directory(tmp_path, monkeypatch):
-    monkeypatch.setattr(sweepdir, "datetime", _SameSecond)
+    monkeypatch.setattr(layout, "datetime", _SameSecond)
     runs, made, errors = tmp_path / "runs", [], []
     start = threading.Barrier(8)
 
     def make() -> None:
         start.wait()
         try:
-            made.append(sweepdir._new_sweep_dir(runs, "s"))
+            made.append(new_sweep_dir(runs, "s"))
         except Exception as e:  # noqa: BLE001 - collected for the assertion
             errors.append(e)
 
@@ -201,7 +203,7 @@ def test_sweeps_started_in_the_same_second_each_get_their_own_directory(tmp_path
 
 
 def test_a_new_sweep_directory_is_locked_by_its_driver(tmp_path):
-    sweep_dir, finished, lock, created = sweepdir.open_sweep_dir(
+    sweep_dir, finished, lock, created = open_sweep_dir(
         _spec(), tmp_path / "runs", None, False, False
     )
     try:
@@ -327,8 +329,8 @@ def test_an_unreadable_record_is_refused_with_the_fix(tmp_path):
 
 def test_new_if_changed_starts_a_new_directory_and_lets_go_of_the_old(tmp_path, caplog):
     sweep_dir = _sweep_dir(tmp_path)
-    with caplog.at_level(logging.WARNING, logger="amdahl.sweepdir.layout"):
-        new_dir, finished, lock, created = sweepdir.open_sweep_dir(
+    with caplog.at_level(logging.WARNING, logger="amdahl.sweepdir.resume"):
+        new_dir, finished, lock, created = open_sweep_dir(
             _spec({"train.steps": 20}), tmp_path / "runs", sweep_dir, False, True
         )
     try:
@@ -342,7 +344,7 @@ def test_new_if_changed_starts_a_new_directory_and_lets_go_of_the_old(tmp_path, 
 
 def test_a_matching_resume_keeps_its_directory_and_finished_rows(tmp_path):
     sweep_dir = _sweep_dir(tmp_path)
-    same_dir, finished, lock, created = sweepdir.open_sweep_dir(
+    same_dir, finished, lock, created = open_sweep_dir(
         _spec({"train.repeats": 2}), tmp_path / "runs", sweep_dir, False, True
     )
     lock.release()
@@ -371,7 +373,7 @@ def test_sigterm_stops_the_sweep_as_ctrl_c_does(monkeypatch):
 
     previous = signal.signal(signal.SIGTERM, recorder)  # before the fix, SIGTERM lands here
     try:
-        flag = run._InterruptFlag()
+        flag = InterruptFlag()
         with flag.installed():
             os.kill(os.getpid(), signal.SIGTERM)
             deadline = time.monotonic() + 5

@@ -1,5 +1,5 @@
-"""The results mirror (track.Tracker) against a second, in-memory tracking store: the interface
-in track_backend.py is all the mechanism needs. Outages are retried (the writer thread keeps the
+"""The results mirror (`Tracker`) against a second, in-memory tracking store: the interface in
+track/backend.py is all the mechanism needs. Outages are retried (the writer thread keeps the
 row local and `finish` pushes it), rows a store already holds are never written again (by
 tracking.json, and by their key when tracking.json is lost), and a failure that is not an outage
 is reported, not taken for one."""
@@ -17,9 +17,10 @@ from types import SimpleNamespace
 import pytest
 from report_rows import scaling_rows, write_sweep
 
-from amdahl.spec.schema import validate_spec
+from amdahl.spec.load import validate_spec
+from amdahl.sweepdir.layout import TRACKING_FILE
 from amdahl.track.backend import ChildRun, Metric, TrackingBackend
-from amdahl.track.tracker import STATE_FILE, Tracker
+from amdahl.track.tracker import Tracker
 
 
 class Unavailable(Exception):
@@ -214,7 +215,7 @@ def test_an_outage_on_the_writer_thread_keeps_rows_local_until_finish(sweep, cap
     assert tracker.error is None and tracker.offline_reason is None
     assert sorted(c.key for c in store.children()) == sorted(f"{r['trial_id']}:0" for r in rows[:2])
     assert store.parents()[0].status == "FINISHED"
-    state = json.loads((sweep_dir / STATE_FILE).read_text())
+    state = json.loads((sweep_dir / TRACKING_FILE).read_text())
     assert state["stores"][0]["store"] == "memory://one"
     assert len(state["stores"][0]["logged"]) == 2
 
@@ -229,7 +230,7 @@ def test_rows_the_store_holds_are_not_written_again(sweep):
     assert _tracker(sweep_dir, store).sync(rows) == 0  # by tracking.json: no call at all
     assert store.calls == []
 
-    (sweep_dir / STATE_FILE).unlink()  # lost: the parent and rows are found by their key
+    (sweep_dir / TRACKING_FILE).unlink()  # lost: the parent and rows are found by their key
     more = [*rows, {**rows[0], "trial_id": "extra"}]
     assert _tracker(sweep_dir, store).sync(more) == 1
     assert store.writes().count("create_child") == 1 and "create_parent" not in store.writes()

@@ -4,7 +4,7 @@ them from the process environment, which a Python caller of run_sweep shares).""
 import os
 from types import SimpleNamespace
 
-from amdahl.spec.schema import validate_spec
+from amdahl.spec.load import validate_spec
 from amdahl.track.tracker import Tracker
 
 RETRIES, TIMEOUT = "MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT"

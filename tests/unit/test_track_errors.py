@@ -22,8 +22,10 @@ from mlflow.protos.databricks_pb2 import (
 from mlflow.tracking import MlflowClient
 
 from amdahl.errors import UserError
-from amdahl.spec.schema import validate_spec
-from amdahl.track.tracker import STATE_FILE, Tracker, is_outage
+from amdahl.spec.load import validate_spec
+from amdahl.sweepdir.layout import TRACKING_FILE
+from amdahl.track.mlflow_store import is_outage
+from amdahl.track.tracker import Tracker
 
 
 def _row(trial_id: str, **extra) -> dict:
@@ -109,14 +111,14 @@ def test_a_bug_is_not_an_outage_and_is_reported_once_at_the_end(tracker, caplog)
 def test_a_state_file_that_cannot_be_written_is_reported_not_lost(tracker, caplog):
     tracker.open_soon()
     tracker.finish(_outcome([]))  # the parent run exists; now make tracking.json unwritable
-    (tracker.sweep_dir / STATE_FILE).unlink()
-    (tracker.sweep_dir / STATE_FILE).mkdir()  # os.replace onto a directory fails, like ENOSPC
+    (tracker.sweep_dir / TRACKING_FILE).unlink()
+    (tracker.sweep_dir / TRACKING_FILE).mkdir()  # os.replace onto a directory fails, like ENOSPC
 
     tracker.log_trial_soon(_row("a"))  # on the tracker's own thread
     with caplog.at_level(logging.WARNING, logger="amdahl.track.tracker"):
         tracker.finish(_outcome([_row("a")]))
     text = " ".join(r.getMessage() for r in caplog.records if r.name == "amdahl.track.tracker")
-    assert f"could not write {tracker.sweep_dir / STATE_FILE}" in text
+    assert f"could not write {tracker.sweep_dir / TRACKING_FILE}" in text
     assert [c.data.tags["amdahl.row"] for c in _children(tracker)] == ["a:0"]  # still logged
 
 
@@ -133,7 +135,7 @@ def test_a_state_file_that_cannot_be_written_is_reported_not_lost(tracker, caplo
     ],
 )
 def test_a_corrupt_state_file_is_one_user_error_naming_it_and_the_fix(tmp_path, content):
-    path = tmp_path / STATE_FILE
+    path = tmp_path / TRACKING_FILE
     path.write_bytes(content.encode("latin-1"))
     with pytest.raises(UserError) as e:
         Tracker(validate_spec({"workload": "mlp"}), tmp_path)
@@ -148,6 +150,6 @@ def test_old_state_files_stay_readable(tmp_path):
         "experiment_id": "1",
         "logged": {"t:0": {"run_id": "r", "status": "ok"}},
     }
-    (tmp_path / STATE_FILE).write_text(json.dumps(old))
+    (tmp_path / TRACKING_FILE).write_text(json.dumps(old))
     tracker = Tracker(validate_spec({"workload": "mlp"}), tmp_path, enabled=False)
     assert tracker.state["stores"] == [{"store": None, "experiment": None, **old}]

@@ -15,17 +15,12 @@ from report_rows import row, scaling_rows, write_sweep
 
 from amdahl.columns import HISTORY_POINTS, history_steps
 from amdahl.report import report_from_rows
-from amdahl.spec.schema import validate_spec
-from amdahl.track.mlflow_store import _batches
-from amdahl.track.tracker import (
-    EXPERIMENT_KIND,
-    EXPERIMENT_KIND_TAG,
-    HISTORY_METRICS,
-    STATE_FILE,
-    Tracker,
-    metric_names,
-    scaling_metrics,
-)
+from amdahl.spec.load import validate_spec
+from amdahl.sweepdir.layout import TRACKING_FILE
+from amdahl.track.child_run import HISTORY_METRICS
+from amdahl.track.mlflow_store import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, log_batches
+from amdahl.track.parent_run import metric_names, scaling_metrics
+from amdahl.track.tracker import Tracker
 
 EXPERIMENT = "curves"
 
@@ -138,13 +133,13 @@ def test_rows_without_history_log_as_before(tmp_path, store):
 
 def test_batches_stay_within_mlflows_limits():
     metrics, params, tags = list(range(2500)), list(range(150)), list(range(10))
-    batches = list(_batches(metrics, params, tags))
+    batches = list(log_batches(metrics, params, tags))
     for m, p, t in batches:
         assert len(m) <= 1000 and len(p) + len(t) <= 100 and len(m) + len(p) + len(t) <= 1000
     assert [x for m, _, _ in batches for x in m] == metrics
     assert [x for _, p, _ in batches for x in p] == params
     assert [x for _, _, t in batches for x in t] == tags
-    assert list(_batches([], [], [])) == [([], [], [])]
+    assert list(log_batches([], [], [])) == [([], [], [])]
 
 
 # ---- the parent run: scaling curves and the best configuration --------------------------------
@@ -198,7 +193,7 @@ def test_the_parent_run_draws_scaling_curves_once_per_change(tmp_path, store):
     assert sorted(p.step for p in history) == sorted({r["devices"] for r in rows})
     assert parent.data.tags["amdahl.best"]
     assert {"best/throughput", "best/devices"} <= set(parent.data.metrics)
-    state = json.loads((tmp_path / "sweep" / STATE_FILE).read_text())
+    state = json.loads((tmp_path / "sweep" / TRACKING_FILE).read_text())
     assert f"{keys[0]}@1" in state["stores"][0]["figures"]
 
     # Nothing changed: a second sync, or another tracker of the same directory, writes nothing.

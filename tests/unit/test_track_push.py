@@ -17,11 +17,12 @@ from mlflow.tracking import MlflowClient
 import amdahl
 import amdahl.track.tracker
 from amdahl.errors import UserError
-from amdahl.spec.schema import validate_spec
-from amdahl.sweepdir.layout import SPEC_FILE, TRACKING_FILE, lock_sweep_dir
+from amdahl.spec.load import validate_spec
+from amdahl.sweepdir.layout import SPEC_FILE, TRACKING_FILE
+from amdahl.sweepdir.lock import lock_sweep_dir
 from amdahl.sweepdir.table import append_rows
-from amdahl.track.mlflow_store import _FAIL_FAST_HTTP, MlflowBackend
-from amdahl.track.tracker import PushOutcome, push_results
+from amdahl.track.mlflow_store import FAIL_FAST_HTTP, MlflowBackend
+from amdahl.track.push import PushOutcome, push_results
 
 EXPERIMENT = "pushed"
 
@@ -51,7 +52,7 @@ def store(tmp_path, monkeypatch) -> str:
     of MLflow's HTTP settings that the tracker sets for a push's duration."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    for name in _FAIL_FAST_HTTP:
+    for name in FAIL_FAST_HTTP:
         monkeypatch.delenv(name, raising=False)
     return uri
 
@@ -79,7 +80,7 @@ def _children(uri: str) -> list[str]:
 def test_rows_are_pushed_once_and_a_new_row_alone_later(store, sweep_dir):
     first = push_results(sweep_dir)
     # the tracker's fail-fast HTTP settings last for the push only
-    assert not set(_FAIL_FAST_HTTP) & set(os.environ)
+    assert not set(FAIL_FAST_HTTP) & set(os.environ)
     assert first == PushOutcome(results=sweep_dir / "results.parquet", rows=2, pushed=2)
     assert first.ok and first.already_there == 0
     assert _children(store) == ["a:0", "b:0"]

@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from amdahl.spec.schema import validate_spec
-from amdahl.track.tracker import STATE_FILE, Tracker, store_key
+from amdahl.spec.load import validate_spec
+from amdahl.sweepdir.layout import TRACKING_FILE
+from amdahl.track.mlflow_store import store_key
+from amdahl.track.tracker import Tracker
 
 EXPERIMENT = "copied"
 
@@ -87,7 +89,7 @@ def test_a_copied_sweep_directory_syncs_in_full_to_another_store(tmp_path, store
         parents, children = _runs(uri)
         assert (len(parents), len(children)) == (1, 2)
 
-    state = json.loads((copy / STATE_FILE).read_text())
+    state = json.loads((copy / TRACKING_FILE).read_text())
     assert state["version"] == 2
     assert sorted(e["store"] for e in state["stores"]) == sorted(store_key(u) for u in stores)
 
@@ -99,9 +101,9 @@ def test_an_old_unkeyed_state_is_matched_to_its_store_by_the_parent_run(
     sweep_dir = tmp_path / "copied-1"
     sweep_dir.mkdir()
     assert _sync(sweep_dir, cluster, monkeypatch, ROWS[:1]) == 1
-    (entry,) = json.loads((sweep_dir / STATE_FILE).read_text())["stores"]
+    (entry,) = json.loads((sweep_dir / TRACKING_FILE).read_text())["stores"]
     old = {k: entry[k] for k in ("parent_run_id", "experiment_id", "logged")}
-    (sweep_dir / STATE_FILE).write_text(json.dumps(old))  # the layout before the key
+    (sweep_dir / TRACKING_FILE).write_text(json.dumps(old))  # the layout before the key
 
     # Its own store: the old parent is found, only the new row is pushed, nothing twice.
     assert _sync(sweep_dir, cluster, monkeypatch) == 1
@@ -110,7 +112,7 @@ def test_an_old_unkeyed_state_is_matched_to_its_store_by_the_parent_run(
     assert parents[0].info.run_id == old["parent_run_id"]
 
     # Any other store: everything.
-    (sweep_dir / STATE_FILE).write_text(json.dumps(old))
+    (sweep_dir / TRACKING_FILE).write_text(json.dumps(old))
     assert _sync(sweep_dir, laptop, monkeypatch) == 2
     assert [len(x) for x in _runs(laptop)] == [1, 2]
 
@@ -132,7 +134,7 @@ def test_rows_are_found_by_their_tags_when_the_state_is_lost(tmp_path, stores, m
     sweep_dir = tmp_path / "copied-1"
     sweep_dir.mkdir()
     assert _sync(sweep_dir, cluster, monkeypatch) == 2
-    (sweep_dir / STATE_FILE).unlink()  # moved aside, as the corrupt-state message says
+    (sweep_dir / TRACKING_FILE).unlink()  # moved aside, as the corrupt-state message says
     assert _sync(sweep_dir, cluster, monkeypatch, [*ROWS, _row("c")]) == 1
     parents, children = _runs(cluster)
     assert len(parents) == 1 and len(children) == 3

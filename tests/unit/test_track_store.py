@@ -8,13 +8,15 @@ import time
 
 from mlflow.tracking import MlflowClient
 
-from amdahl.track.tracker import create_sqlite_store_atomically
+from amdahl.track.mlflow_store import create_sqlite_store_atomically
 
 
 def test_killed_while_creating_leaves_no_store(tmp_path):
     db = tmp_path / "mlflow.db"
     uri = f"sqlite:///{db}"
-    create = f"from amdahl.track.tracker import create_sqlite_store_atomically as c; c({uri!r})"
+    create = (
+        f"from amdahl.track.mlflow_store import create_sqlite_store_atomically as c; c({uri!r})"
+    )
     proc = subprocess.Popen([sys.executable, "-c", create])
     deadline = time.monotonic() + 120
     while not list(tmp_path.glob(".mlflow.db.*.creating")):  # the migrations have started
@@ -49,7 +51,7 @@ def test_the_default_store_is_created_atomically_too(tmp_path):
 
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     connect = (
-        "from amdahl.spec.schema import validate_spec; from amdahl.track.tracker import Tracker; "
+        "from amdahl.spec.load import validate_spec; from amdahl.track.tracker import Tracker; "
         "Tracker(validate_spec({'workload': 'mlp'}), '.', enabled=True).backend.connect()"
     )
     proc = subprocess.Popen([sys.executable, "-c", connect], cwd=tmp_path, env=env)

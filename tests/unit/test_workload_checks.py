@@ -14,10 +14,10 @@ import pytest
 from click.testing import CliRunner
 
 from amdahl.cli.commands import main
-from amdahl.driver.cluster import make_plan
+from amdahl.driver.planning import make_plan
 from amdahl.errors import UserError
-from amdahl.plan.trials import Node
-from amdahl.spec.schema import load_spec, validate_spec
+from amdahl.plan.resources import Node
+from amdahl.spec.load import load_spec, validate_spec
 from amdahl.workload import (
     check_workload,
     locate_spec_workload,

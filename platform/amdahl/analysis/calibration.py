@@ -1,15 +1,17 @@
 """calibration.json as a typed value: the measured interconnect (alpha-beta), peak FLOP/s per
-precision and the model's gradient bytes, with the fallbacks MFU uses when a peak is missing.
+precision, the model's gradient bytes and parameter shapes, with the fallbacks MFU uses when a
+peak is missing. Every key is optional and an odd value reads as absent.
 
 Pure: imports neither ray nor torch.
 """
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+from amdahl.analysis.stats import is_number
 
 #: The measured peak (calibration.json's `peak_flops` key) a precision's MFU is taken against:
 #: its own number format's (amdahl.worker.peak measures each the same way).
@@ -22,7 +24,12 @@ _STAND_IN = {"fp16": "bf16"}
 
 @dataclass(frozen=True)
 class Calibration:
-    """The measured interconnect (alpha-beta) and, optionally, peak FLOP/s and model size."""
+    """The measured interconnect (alpha-beta) and, optionally, peak FLOP/s and model size.
+
+    `inter_node_alpha_s` and `inter_node_bandwidth_Bps` describe links across nodes: put in the
+    file by hand, as `platform calibrate` measures within a node only. `param_shapes_by_params`
+    (per `params` JSON, the shapes of the model's trainable parameters, written by `platform
+    calibrate`) holds None for an entry that is not a list of shapes."""
 
     alpha_s: float | None = None
     bandwidth_Bps: float | None = None
@@ -35,6 +42,9 @@ class Calibration:
     fit_rel_rmse: float | None = None
     grad_bytes: float | None = None
     grad_bytes_by_params: dict[str, float] = field(default_factory=dict)
+    inter_node_alpha_s: float | None = None
+    inter_node_bandwidth_Bps: float | None = None
+    param_shapes_by_params: dict[str, list[list[int]] | None] = field(default_factory=dict)
     #: Per precision, the median `peak_flops` the trials measured themselves (results rows).
     row_peak_flops: dict[str, float] = field(default_factory=dict)
 
@@ -42,11 +52,11 @@ class Calibration:
     def from_dict(cls, d: dict[str, Any]) -> Calibration:
         def num(key: str, zero_ok: bool = False) -> float | None:
             v = d.get(key)
-            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-            return float(v) if ok and (v > 0 or (zero_ok and v == 0)) else None
+            return float(v) if is_number(v) and (v > 0 or (zero_ok and v == 0)) else None
 
         peaks = d.get("peak_flops") or {}
         by_params = d.get("grad_bytes_by_params") or {}
+        shapes = d.get("param_shapes_by_params")
         return cls(
             alpha_s=num("alpha_s", zero_ok=True),
             bandwidth_Bps=num("bandwidth_Bps"),
@@ -67,11 +77,21 @@ class Calibration:
                 for k, v in (by_params.items() if isinstance(by_params, dict) else [])
                 if isinstance(v, (int, float)) and v > 0
             },
+            inter_node_alpha_s=num("inter_node_alpha_s", zero_ok=True),
+            inter_node_bandwidth_Bps=num("inter_node_bandwidth_Bps"),
+            param_shapes_by_params={
+                str(k): v if _is_shape_list(v) else None
+                for k, v in (shapes.items() if isinstance(shapes, dict) else [])
+            },
         )
 
     @property
     def has_comm_model(self) -> bool:
         return self.alpha_s is not None and self.bandwidth_Bps is not None
+
+    @property
+    def has_inter_node_model(self) -> bool:
+        return self.inter_node_alpha_s is not None and self.inter_node_bandwidth_Bps is not None
 
     def grad_bytes_for(self, params: str | None) -> float | None:
         """Gradient bytes of the configuration's model: by its params, else the single value."""
@@ -82,6 +102,15 @@ class Calibration:
         if len(self.grad_bytes_by_params) == 1:
             return next(iter(self.grad_bytes_by_params.values()))
         return None
+
+    def shapes_for(self, params: str | None) -> list[list[int]] | None:
+        """Parameter shapes of the configuration's model: by its params, else the single entry;
+        None when neither is a list of shapes."""
+        shapes = self.param_shapes_by_params
+        chosen = shapes.get(params) if params is not None else None
+        if chosen is None and len(shapes) == 1:
+            chosen = next(iter(shapes.values()))
+        return chosen
 
     def peak_for(
         self, precision: str | None, row_peak: float | None = None
@@ -107,8 +136,13 @@ class Calibration:
         by_precision: dict[str, list[float]] = {}
         for r in rows:
             v, precision = r.get("peak_flops"), r.get("precision")
-            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-            if ok and v > 0 and precision and r.get("status") == "ok":
+            if is_number(v) and v > 0 and precision and r.get("status") == "ok":
                 by_precision.setdefault(str(precision), []).append(float(v))
         peaks = {k: statistics.median(vs) for k, vs in by_precision.items()}
         return replace(self, row_peak_flops=peaks)
+
+
+def _is_shape_list(v: Any) -> bool:
+    return isinstance(v, list) and all(
+        isinstance(s, list) and all(isinstance(d, int) and d >= 0 for d in s) for s in v
+    )

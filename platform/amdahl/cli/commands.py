@@ -64,9 +64,9 @@ def plan(spec_path: str, overrides: tuple[str, ...], address: str | None, as_jso
     """Show the trials, their resources, and every trial that will not run (with the reason)."""
     import json
 
-    from amdahl.driver.cluster import plan_for
-    from amdahl.spec.schema import load_spec
-    from amdahl.sweepdir.layout import plan_summary
+    from amdahl.driver.planning import plan_for
+    from amdahl.spec.load import load_spec
+    from amdahl.sweepdir.driver_files import plan_summary
 
     sweep_plan = plan_for(load_spec(spec_path, overrides), address)
     if as_json:
@@ -128,8 +128,9 @@ def sweep(
 ) -> None:
     """Run every trial of a sweep file and write runs/<name>-<time>/."""
     from amdahl.cli.progress import LiveProgress, print_outcome
-    from amdahl.driver.sweep import SweepInterrupted, run_sweep
-    from amdahl.spec.schema import load_spec
+    from amdahl.driver.signals import SweepInterrupted
+    from amdahl.driver.sweep import run_sweep
+    from amdahl.spec.load import load_spec
     from amdahl.sweepdir.layout import latest_sweep_dir
 
     spec = load_spec(spec_path, overrides)
@@ -183,7 +184,7 @@ def init(directory: str) -> None:
 def mlflow_push(sweep_dir: str) -> None:
     """Push to MLflow every result of SWEEP_DIR that MLflow does not have yet (rows it has are
     found by their tags, not duplicated). Refused while a sweep driver writes SWEEP_DIR."""
-    from amdahl.track.tracker import push_results
+    from amdahl.track.push import push_results
 
     with _quiet("amdahl.track.tracker"):
         outcome = push_results(sweep_dir)
@@ -283,8 +284,8 @@ def predict(sweep_dir: str, devices: list[int], batch_sizes: list[int] | None, n
     counts SWEEP_DIR did not measure, from its results.parquet and calibration.json (no Ray)."""
     from rich.console import Console
 
-    from amdahl.report.document import prediction_sections
     from amdahl.report.predict import predict_sweep
+    from amdahl.report.prediction_document import prediction_sections
     from amdahl.report.render_text import print_sections
 
     result = predict_sweep(Path(sweep_dir), devices, batch_sizes, nodes)
@@ -351,7 +352,8 @@ def data() -> None:
 )
 def fashion_mnist(src: str, out: str | None) -> None:
     """Fashion-MNIST (D2L's multi-GPU data set) from its IDX files to parquet."""
-    from amdahl.data.storage import DEFAULT_CACHE, convert_fashion_mnist
+    from amdahl.data.fashion_mnist import convert_fashion_mnist
+    from amdahl.data.storage import DEFAULT_CACHE
 
     written = convert_fashion_mnist(src, out or DEFAULT_CACHE / "fashion-mnist")
     click.echo(f"written: {written}/train and {written}/val")

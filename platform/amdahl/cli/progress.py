@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from amdahl.plan.trials import SweepPlan
+from amdahl.plan.launches import SweepPlan
 from amdahl.sweepdir.layout import SweepDir
 
 console = Console()

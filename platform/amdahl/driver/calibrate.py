@@ -6,7 +6,7 @@ initialised (gloo on CPU, NCCL on GPU); rank 0 also measures a peak per precisio
 the harness uses (amdahl.worker.peak).
 Driver side (`run_calibration`): the sweep's workload checked first (an import error costs no
 measurement), one `TorchTrainer` with `devices` workers, the ring model
-t = 2(p-1) alpha + 2(p-1)/p * bytes / bandwidth fitted to the times (report.compute),
+t = 2(p-1) alpha + 2(p-1)/p * bytes / bandwidth fitted to the times (analysis.alphabeta),
 `<sweep dir>/calibration.json` written as soon as that is known, then rewritten with the model's
 gradient bytes when the sweep directory says which model.
 
@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from amdahl.analysis.compute import bus_bandwidth, fit_alpha_beta
+from amdahl.analysis.alphabeta import bus_bandwidth, fit_alpha_beta
 from amdahl.driver.cluster import connect_ray
 from amdahl.errors import UserError
 from amdahl.files import private_dir, write_private
@@ -233,7 +233,7 @@ def run_calibration(
     result.update(_fit(result))
     result["created_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     result["resources_per_worker"] = resources
-    path = _write(sweep_dir, result)
+    path = write_calibration(sweep_dir, result)
     if models:
         try:
             result.update(_grad_bytes_of(models))
@@ -242,11 +242,11 @@ def run_calibration(
                 f"the measurement is in {path}, but building the sweep's models for their "
                 f"gradient bytes failed: {e}"
             ) from e
-        _write(sweep_dir, result)
+        write_calibration(sweep_dir, result)
     return result
 
 
-def _write(sweep_dir: Path, result: dict[str, Any]) -> Path:
+def write_calibration(sweep_dir: Path, result: dict[str, Any]) -> Path:
     """calibration.json, replaced whole (a reader never sees half a file), owner-only."""
     return write_private(SweepDir(sweep_dir).calibration, json.dumps(result, indent=1))
 
@@ -309,7 +309,7 @@ def _grad_bytes_of(models: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _grad_bytes(sweep_dir: Path) -> dict[str, Any]:
+def grad_bytes(sweep_dir: Path) -> dict[str, Any]:
     """Gradient bytes (fp32) of every model the sweep trains, keyed by the results table's
     `params` JSON; nothing when the directory does not say which workload it is."""
     models = _sweep_models(sweep_dir)

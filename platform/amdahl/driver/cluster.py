@@ -1,18 +1,14 @@
-"""The cluster a sweep runs on: Ray's start, the nodes there are, and the plan for them.
+"""The cluster a sweep runs on: Ray's start and the nodes there are.
 
 - `connect_ray`: the one place amdahl initialises Ray (the sweep driver, `platform calibrate`,
   `platform plan --address`): a local Ray sized to this machine unless an address is given,
   never a stray one found on the machine;
 - the nodes to plan against: `local_nodes` (this machine, no Ray needed), `ray_nodes` (a
-  connected cluster, counting the nodes its autoscaler may add: `autoscaler_nodes`);
-- `make_plan`: a spec planned for those nodes, after the user's workload is imported and its
-  data path checked on a few rows; `plan_for` does the same for `platform plan`.
+  connected cluster, counting the nodes its autoscaler may add: `autoscaler_nodes`).
 
-make_plan lives here, not in plan.py (pure: no Ray, no torch) nor in run.py (the driver, which
-imports Ray Tune): checking the workload builds torch tensors, and the nodes come from Ray, so
-this is the one module between the spec and the driver that knows both the user's code and the
-cluster. Nothing here imports Ray Tune or Train, and ray itself only inside the functions that
-talk to a running Ray, so `platform plan` stays quick (tests/unit/test_cli.py checks it).
+The plan for those nodes is driver.planning's. Nothing here imports Ray Tune or Train, and ray
+itself only inside the functions that talk to a running Ray, so `platform plan` stays quick
+(tests/unit/test_cli.py checks it).
 """
 
 from __future__ import annotations
@@ -23,9 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from amdahl.files import touch_private
-from amdahl.plan.trials import Node, SweepPlan, check_storage, plan_sweep
-from amdahl.spec.schema import SweepSpec
-from amdahl.workload import check_workload, locate_spec_workload, make_workload
+from amdahl.plan.resources import Node
 
 # --------------------------------------------------------------------------- Ray
 
@@ -55,7 +49,7 @@ def connect_ray(
         os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")
         os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
         if log_path is not None:
-            _route_ray_logs(log_path)
+            route_ray_logs(log_path)
     if ray.is_initialized():
         if runtime_env and not ray.get_runtime_context().runtime_env.get("py_modules"):
             logging.getLogger(__name__).warning(
@@ -78,7 +72,8 @@ def connect_ray(
     return True
 
 
-def _route_ray_logs(log_path: Path) -> None:
+def route_ray_logs(log_path: Path) -> None:
+    """Ray's own loggers (ray, Tune, Train, Data) into `log_path` (owner-only), not the terminal."""
     handler = logging.FileHandler(touch_private(log_path))
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     for name in ("ray", "ray.tune", "ray.train", "ray.data"):
@@ -138,48 +133,3 @@ def autoscaler_nodes(config: Any) -> list[Node]:
         cpus, gpus = float(group.resources.get("CPU", 0)), float(group.resources.get("GPU", 0))
         nodes += [Node(cpus=cpus, gpus=gpus, name=f"{group.name}-{i}") for i in range(count)]
     return nodes
-
-
-# --------------------------------------------------------------------------- planning
-
-
-def make_plan(spec: SweepSpec, nodes: list[Node] | None = None) -> SweepPlan:
-    """Validate the workload and its parameters, then plan against `nodes` (default: this host);
-    a plan spanning several nodes without shared `storage` is refused (plan.check_storage).
-
-    The workload is imported from the user's folder where it lives there (workload_path, the
-    sweep file's directory, the working directory: workload.locate_workload), must implement
-    every abstract method, and its data path runs on a few rows of every parameter set
-    (workload.check_workload): all before anything is drawn or launched.
-    """
-    from amdahl.data.storage import check_source  # numpy and pyarrow: only when planning
-    from amdahl.search import halving as search
-
-    search.check(spec)
-    locate_spec_workload(spec)
-    workload = make_workload(spec.workload, spec.params)
-    for name, values in spec.grid.param_axes().items():
-        for v in values:
-            variant = make_workload(spec.workload, {**spec.params, name: v})
-            check_source(variant)
-            check_workload(variant, spec.train.seed, "ray_data" in spec.grid.input)
-    check_source(workload)
-    check_workload(workload, spec.train.seed, "ray_data" in spec.grid.input)
-    plan = plan_sweep(
-        spec,
-        nodes if nodes is not None else local_nodes(),
-        workload.defaults,
-        preprocesses=workload.preprocesses,
-        input_key=lambda params: make_workload(spec.workload, params).input_key(),
-    )
-    check_storage(plan)
-    return plan
-
-
-def plan_for(spec: SweepSpec, address: str | None = None) -> SweepPlan:
-    """`spec` planned for the Ray cluster at `address` (joined, not started: its nodes as
-    `ray_nodes` counts them), else for this machine (no Ray started at all)."""
-    if not address:
-        return make_plan(spec)
-    connect_ray(address, None)
-    return make_plan(spec, ray_nodes())

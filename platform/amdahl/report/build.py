@@ -1,4 +1,5 @@
-"""One sweep's report as data: every number the renderers print or plot, computed once.
+"""One sweep's report as data: every number the renderers print or plot, computed once here
+(the step-time model's fit included), so the sections and renderers only read it.
 
 Pure: imports neither ray nor torch.
 """
@@ -10,21 +11,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from amdahl.analysis.calibration import Calibration
-from amdahl.analysis.compute import Config, Curve, group_configs, scaling_curves
+from amdahl.analysis.configs import Config, group_configs
+from amdahl.analysis.scaling import Curve, scaling_curves
 from amdahl.report.diagnose import (
     BatchLimit,
     Diagnosis,
     Failure,
-    QualityCheck,
-    Recommendation,
     batch_limits,
-    check_quality,
     compile_findings,
     diagnose,
     failures,
-    recommend,
 )
 from amdahl.report.inputs import SweepInputs, load_inputs
+from amdahl.report.predict import PredictedView, fit_view, model_inputs
+from amdahl.report.recommend import QualityCheck, Recommendation, check_quality, recommend
 
 if TYPE_CHECKING:
     from amdahl.search.halving import SearchState
@@ -43,6 +43,8 @@ class Report:
     failures: list[Failure]
     batch_limits: list[BatchLimit]
     compile_notes: list[str]
+    #: The step-time model fitted to this sweep, and its leave-one-out check.
+    predicted: PredictedView
     calibration: Calibration | None = None
     price: float = 0.0
     notes: list[str] = field(default_factory=list)
@@ -80,6 +82,7 @@ def assemble(inputs: SweepInputs) -> Report:
         failures=failures(configs, inputs.refused),
         batch_limits=batch_limits(configs),
         compile_notes=compile_findings(configs),
+        predicted=fit_view(model_inputs(inputs, configs)),
         calibration=inputs.calibration,
         price=inputs.price_per_device_hour,
         notes=list(inputs.notes),

@@ -1,6 +1,8 @@
-"""What a report reads from a sweep directory: results.parquet (required), and when present
-calibration.json (from `platform calibrate`), spec.yaml (the price of a device-hour) and plan.json
-(trials refused before launch). Every optional file degrades to "not known" with a note.
+"""What a report and the step-time model read from a sweep directory: results.parquet
+(required), and when present calibration.json (from `platform calibrate`), spec.yaml (the price
+of a device-hour, the sync options, a halving search's settings) and plan.json (trial labels,
+trials refused before launch). Every optional file degrades to "not known" with a note; this is
+the one place that reads them.
 
 Pure: imports neither ray nor torch.
 """
@@ -16,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from amdahl.analysis.calibration import Calibration
+from amdahl.analysis.comm import options_from_mapping
+from amdahl.spec.schema import OptionsSpec
 from amdahl.sweepdir.layout import CALIBRATION_FILE, PLAN_FILE, SPEC_FILE
 from amdahl.sweepdir.table import read_results
 
@@ -29,6 +33,8 @@ class SweepInputs:
     name: str
     rows: list[dict[str, Any]]
     calibration: Calibration | None = None
+    #: spec.yaml's options, as the step-time model reads them (defaults where absent or odd).
+    options: OptionsSpec = field(default_factory=OptionsSpec)
     price_per_device_hour: float = 0.0
     refused: list[tuple[str, str]] = field(default_factory=list)  # (label, reason)
     notes: list[str] = field(default_factory=list)
@@ -47,12 +53,27 @@ def load_inputs(sweep_dir: str | Path) -> SweepInputs:
     if isinstance(calib, dict):
         inputs.calibration = Calibration.from_dict(calib).with_row_peaks(rows)
     spec = _read_yaml(d / SPEC_FILE, inputs.notes)
+    inputs.options = options_from_mapping(spec)
+    inputs.price_per_device_hour = _price(spec)
+    _read_plan(_read_json(d / PLAN_FILE, inputs.notes), inputs)
+    if any(r.get("rung") is not None for r in rows):
+        _searched(inputs, spec)
+    return inputs
+
+
+def _price(spec: Any) -> float:
+    """spec.yaml's report.cost_per_device_hour; 0 (unknown) when absent or not a positive
+    number."""
     report = spec.get("report") if isinstance(spec, dict) else None
     if isinstance(report, dict):
         price = report.get("cost_per_device_hour")
         if isinstance(price, (int, float)) and math.isfinite(price) and price > 0:
-            inputs.price_per_device_hour = float(price)
-    plan = _read_json(d / PLAN_FILE, inputs.notes)
+            return float(price)
+    return 0.0
+
+
+def _read_plan(plan: Any, inputs: SweepInputs) -> None:
+    """plan.json's trial labels and the trials it refused, onto `inputs`."""
     trials = plan.get("trials") if isinstance(plan, dict) else None
     if plan is not None and not isinstance(trials, list):
         inputs.notes.append(f"{PLAN_FILE} ignored: no list of trials in it")
@@ -60,13 +81,11 @@ def load_inputs(sweep_dir: str | Path) -> SweepInputs:
         if isinstance(t, dict) and t.get("trial_id"):
             inputs.labels[str(t["trial_id"])] = str(t.get("label") or t["trial_id"])
         if isinstance(t, dict) and t.get("refused"):
-            reason = t["refused"]  # a string as sweepdir.plan_summary writes it; else JSON
+            # A string as plan_summary (sweepdir/driver_files.py) writes it; else shown as JSON.
+            reason = t["refused"]
             if not isinstance(reason, str):
                 reason = json.dumps(reason, default=str)
             inputs.refused.append((str(t.get("label") or t.get("trial_id")), reason))
-    if any(r.get("rung") is not None for r in rows):
-        _searched(inputs, spec)
-    return inputs
 
 
 def _searched(inputs: SweepInputs, spec: Any) -> None:

@@ -1,73 +1,60 @@
-"""`platform predict` and the report's model inputs: a sweep directory read for the step-time
-model (analysis/stepmodel.py), which itself reads no files.
+"""The step-time model (analysis/stepmodel.py, which reads no files) over a sweep: its inputs from
+what report/inputs.py's `load_inputs` read, the model fitted for a report (`Report.predicted`),
+and `platform predict`'s predictions.
 
 Pure: imports neither ray nor torch.
 """
 
 from __future__ import annotations
 
-import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import yaml
-
-from amdahl.analysis.calibration import Calibration
-from amdahl.analysis.compute import Config, group_configs
-from amdahl.analysis.stepmodel import ModelInputs, SweepPrediction, SyncOptions, predict_inputs
+from amdahl.analysis.configs import Config, group_configs
+from amdahl.analysis.prediction import LooPoint, SweepPrediction, leave_one_out, predict_inputs
+from amdahl.analysis.stepmodel import ModelInputs, StepModel, fit
 from amdahl.errors import UserError
-from amdahl.report.inputs import load_inputs
-from amdahl.sweepdir.layout import CALIBRATION_FILE, RESULTS_FILE, SPEC_FILE
+from amdahl.report.inputs import SweepInputs, load_inputs
+from amdahl.sweepdir.layout import RESULTS_FILE
+
+
+@dataclass
+class PredictedView:
+    """The step-time model fitted to a report's sweep and its leave-one-out check (every
+    measured point, 1-device ones included): fitted once by the report's build, read by the
+    "Predicted vs measured" section and the HTML plot."""
+
+    model: StepModel
+    loo: list[LooPoint]
+
+
+def model_inputs(inputs: SweepInputs, configs: list[Config] | None = None) -> ModelInputs:
+    """The model's inputs from a sweep's: its configurations (`configs` when already grouped
+    from `inputs.rows`), calibration, sync options and price."""
+    return ModelInputs(
+        configs=group_configs(inputs.rows) if configs is None else configs,
+        calibration=inputs.calibration,
+        options=inputs.options,
+        price=inputs.price_per_device_hour,
+        name=inputs.name,
+        notes=list(inputs.notes),
+    )
+
+
+def fit_view(inputs: ModelInputs) -> PredictedView:
+    return PredictedView(fit(inputs), leave_one_out(inputs, min_devices=1))
 
 
 def load_model_inputs(sweep_dir: str | Path) -> ModelInputs:
-    """Read a sweep directory for the model: results rows, calibration.json (with its optional
-    inter-node and parameter-shape keys), spec.yaml's options and price."""
+    """Read a sweep directory for the model (load_inputs: results rows, calibration.json,
+    spec.yaml's options and price); a directory without results.parquet is the user's error."""
     d = Path(sweep_dir)
     if not d.is_dir() or not (d / RESULTS_FILE).exists():
         raise UserError(
             f"{sweep_dir}: not a sweep directory (expected a folder holding {RESULTS_FILE}, "
             "as written by `platform sweep`)"
         )
-    loaded = load_inputs(d)
-    return ModelInputs(
-        configs=group_configs(loaded.rows),
-        calibration=loaded.calibration,
-        options=SyncOptions.from_spec(_read(d / SPEC_FILE, yaml_file=True)),
-        calibration_raw=_dict(_read(d / CALIBRATION_FILE)),
-        price=loaded.price_per_device_hour,
-        name=loaded.name,
-        notes=list(loaded.notes),
-    )
-
-
-def report_inputs(
-    configs: list[Config],
-    calibration: Calibration | None,
-    price: float,
-    sweep_dir: Path | None,
-    name: str = "sweep",
-) -> ModelInputs:
-    """The model's inputs for an already-built report (options and calibration.json's extra
-    keys read from its directory when it has one)."""
-    options, raw = SyncOptions(), {}
-    if sweep_dir is not None:
-        options = SyncOptions.from_spec(_read(sweep_dir / SPEC_FILE, yaml_file=True))
-        raw = _dict(_read(sweep_dir / CALIBRATION_FILE))
-    return ModelInputs(configs, calibration, options, raw, price, name)
-
-
-def _read(path: Path, yaml_file: bool = False) -> Any:
-    """An optional file's content; None when absent or unreadable (load_inputs notes why)."""
-    try:
-        text = path.read_text()
-        return yaml.safe_load(text) if yaml_file else json.loads(text)
-    except (OSError, ValueError, yaml.YAMLError):
-        return None
-
-
-def _dict(v: Any) -> dict[str, Any]:
-    return v if isinstance(v, dict) else {}
+    return model_inputs(load_inputs(d))
 
 
 def predict_sweep(

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from html import escape
 
-from amdahl.analysis.compute import NO_SYNC, SETTINGS
+from amdahl.analysis.configs import NO_SYNC, SETTINGS
 from amdahl.report.build import Report
 from amdahl.report.diagnose import SEGMENTS
-from amdahl.report.document import TEXT_COLUMNS, Section, Table, predicted_view, sections
+from amdahl.report.document import TEXT_COLUMNS, Section, Table
+from amdahl.report.sections import sections
 from amdahl.report.svg import PALETTE, Series, line_plot, stacked_bars
 from amdahl.strategies import STRATEGIES
 
@@ -172,7 +173,7 @@ def _efficiency_plot(report: Report) -> tuple[str, str] | None:
 
 def _predicted_plot(report: Report) -> tuple[str, str] | None:
     """Each measured point against the step-time model's leave-one-out prediction."""
-    pts = [p for p in predicted_view(report).loo if p.predicted and p.measured]
+    pts = [p for p in report.predicted.loo if p.predicted and p.measured]
     if not pts:
         return None
     series = []
@@ -331,8 +332,3 @@ def _html_table(t: Table) -> str:
         rows.append(f"<tr>{cells}</tr>")
     caption = f"<caption>{escape(t.title)}</caption>" if t.title else ""
     return f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
-
-
-def _cell(value: str, css: str) -> str:
-    css = css.strip()
-    return f'<td class="{css}">{escape(value)}</td>' if css else f"<td>{escape(value)}</td>"

@@ -9,7 +9,8 @@ from rich.markup import escape
 from rich.table import Table as RichTable
 
 from amdahl.report.build import Report
-from amdahl.report.document import TEXT_COLUMNS, Section, Table, sections
+from amdahl.report.document import TEXT_COLUMNS, Section, Table
+from amdahl.report.sections import sections
 
 
 def print_sections(secs: list[Section], console: Console) -> None:
@@ -43,24 +44,24 @@ def print_report(report: Report, console: Console) -> None:
 def to_markdown(report: Report) -> str:
     out = []
     for i, sec in enumerate(sections(report)):
-        out.append(f"{'#' if i == 0 else '##'} {_md_escape(sec.title)}\n")
+        out.append(f"{'#' if i == 0 else '##'} {md_escape(sec.title)}\n")
         for p in sec.paras:
-            out.append(_md_block(p) + "\n")
+            out.append(md_block(p) + "\n")
         for t in sec.tables:
             out.append(markdown_table(t))
         for b in sec.bullets:
-            out.append(f"- {_md_block(b)}")
+            out.append(f"- {md_block(b)}")
         if sec.bullets:
             out.append("")
     return "\n".join(out).rstrip() + "\n"
 
 
 def markdown_table(t: Table) -> str:
-    lines = [f"**{_md_escape(t.title)}**\n"] if t.title else []
-    lines.append("| " + " | ".join(_md_escape(h) for h in t.headers) + " |")
+    lines = [f"**{md_escape(t.title)}**\n"] if t.title else []
+    lines.append("| " + " | ".join(md_escape(h) for h in t.headers) + " |")
     lines.append("|" + "|".join("---" for _ in t.headers) + "|")
     for row in t.rows:
-        lines.append("| " + " | ".join(_md_escape(v) for v in row) + " |")
+        lines.append("| " + " | ".join(md_escape(v) for v in row) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -76,13 +77,13 @@ _MD_INLINE = re.compile(r"[\\`*\[\]<|~#]|&(?=#?\w+;)|(?<![^\W_])_|_(?![^\W_])")
 _MD_BLOCK_START = re.compile(r"^(\d*)((?<!\d)[>+=-]|(?<=\d)[.)](?=\s|$))")
 
 
-def _md_escape(text: str) -> str:
+def md_escape(text: str) -> str:
     """`text` shown as is in Markdown: syntax characters backslash-escaped, lines joined."""
     one_line = " ".join(str(text).splitlines())
     return _MD_INLINE.sub(lambda m: "\\" + m.group(0), one_line)
 
 
-def _md_block(text: str) -> str:
+def md_block(text: str) -> str:
     """`text` as a paragraph or list item's own text: escaped, and not opening a block."""
-    escaped = _md_escape(text).lstrip()
+    escaped = md_escape(text).lstrip()
     return _MD_BLOCK_START.sub(r"\1\\\2", escaped)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import math
 import operator
-import re
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from amdahl.errors import UserError
-from amdahl.spec.schema import SearchSpec, SweepSpec, TrainSpec
+from amdahl.spec.schema import CONSTRAINT_PATTERN, SearchSpec, SweepSpec, TrainSpec
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le,
@@ -38,7 +37,6 @@ _OPS: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt,
     ">": operator.gt,
 }
-_CONSTRAINT = re.compile(r"^\s*([a-z_]+)\s*(<=|>=|<|>)\s*([-+0-9.eE]+)\s*$")
 #: Relative standard error assumed for a row without per-step times to estimate its own.
 DEFAULT_NOISE = 0.02
 #: Standard errors within which a configuration is "not measurably worse" than the cutoff.
@@ -111,7 +109,7 @@ class Constraint:
 
     @classmethod
     def parse(cls, text: str) -> Constraint:
-        m = _CONSTRAINT.match(text)
+        m = CONSTRAINT_PATTERN.match(text)
         if not m:  # spec.SearchSpec validated it
             raise ValueError(f"not a constraint: {text!r}")
         return cls(m.group(1), m.group(2), float(m.group(3)))
@@ -316,7 +314,7 @@ def indistinct(
 ) -> bool:
     """Whether `other` (value, trial id, median row) cannot be told apart from `best`. Where
     repeats give a spread: their medians differ by no more than the wider of the two ranges
-    (the report's rule for "no measurable difference", report.compute.differs). With one run
+    (the report's rule for "no measurable difference", analysis.stats.differs). With one run
     each: within NOISE_SIGMAS standard errors of the per-step times, which sees only the noise
     inside one run, not between runs, so the summary and report say how many runs there were."""
     (b_value, b_tid, b_row), (value, tid, row) = best, other
@@ -471,7 +469,7 @@ def replay(rows: list[dict[str, Any]], search: SearchSpec, train: TrainSpec) -> 
 def anchors(candidates: list[dict[str, Any]]) -> list[str]:
     """The first rung's configurations measured before the model predicts the rest: those at
     their family's smallest device count (what the model's compute line is fitted from)."""
-    from amdahl.analysis.stepmodel import family_key
+    from amdahl.analysis.points import family_key
 
     smallest: dict[tuple, int] = {}
     for c in candidates:
@@ -492,8 +490,9 @@ def predicted_skips(
     objective, with the prediction as the reason. Candidates it cannot predict (no compute
     line, no communication model) are never skipped."""
     from amdahl.analysis.calibration import Calibration
-    from amdahl.analysis.compute import group_configs
-    from amdahl.analysis.stepmodel import ModelInputs, SyncOptions, fit
+    from amdahl.analysis.comm import options_from_mapping
+    from amdahl.analysis.configs import group_configs
+    from amdahl.analysis.stepmodel import ModelInputs, fit
 
     if search.skip_below is None or search.objective == "time_to_target":
         return {}
@@ -508,8 +507,7 @@ def predicted_skips(
         ModelInputs(
             configs=configs,
             calibration=Calibration.from_dict(calibration) if calibration else None,
-            options=SyncOptions.from_spec({"options": options}),
-            calibration_raw=calibration or {},
+            options=options_from_mapping({"options": options}),
         )
     )
     by_id = {c["trial_id"]: c for c in candidates}

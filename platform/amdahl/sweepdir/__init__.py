@@ -1,1 +1,1 @@
-"""A sweep directory on disk: its file names, lock, resume checks and the results table."""
+"""A sweep directory on disk: file names, lock, resume checks, driver files, results table."""

@@ -1,7 +1,8 @@
-"""What the results mirror needs from a tracking store: the interface `track.Tracker` is written
-against, so the mechanism (tracking.json's record of what the store holds, outage retry, the
-writer thread) is apart from any one store's client. MLflow is its one implementation
-(`track_mlflow.MlflowBackend`); the unit tests drive the mechanism through an in-memory one.
+"""What the results mirror needs from a tracking store: the interface `track/tracker.py`'s
+`Tracker` is written against, so the mechanism (tracking.json's record of what the store holds,
+outage retry, the writer thread) is apart from any one store's client. MLflow is its one
+implementation (`track/mlflow_store.py`'s `MlflowBackend`); the unit tests drive the mechanism
+through an in-memory one.
 
 The store's model, MLflow's shape: experiments by name; in one, a parent run per sweep and a
 child run per results row (its key `trial_id:repeat`); a run holds params (set once), metrics
@@ -12,11 +13,14 @@ Pure: no MLflow here (docs/architecture.md, "Dependency rules").
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+from amdahl.analysis.stats import is_number
 
 
 class Metric(NamedTuple):
@@ -26,6 +30,16 @@ class Metric(NamedTuple):
     value: float
     timestamp: int
     step: int
+
+
+def now_ms() -> int:
+    """The time now as a `Metric.timestamp`."""
+    return int(time.time() * 1000)
+
+
+def is_metric_value(v: Any) -> bool:
+    """Whether `v` can be a `Metric.value`: a finite int or float (not a bool)."""
+    return is_number(v)
 
 
 @dataclass(frozen=True)

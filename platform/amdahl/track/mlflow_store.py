@@ -1,5 +1,5 @@
 """MLflow as the results mirror's tracking store: `MlflowBackend` implements `TrackingBackend`
-(track_backend.py) with `MlflowClient`, and what only MLflow needs lives here: which of its errors
+(track/backend.py) with `MlflowClient`, and what only MLflow needs lives here: which of its errors
 are an outage, the store's key for tracking.json, fail-fast HTTP settings, its batch limits, the
 experiment-kind tag, and creating a new SQLite store atomically.
 
@@ -24,7 +24,7 @@ log = logging.getLogger("amdahl.track.tracker")
 
 #: MLflow settings (read from the environment only) for the sweep's duration: fail fast, and no
 #: "View run at <tracking URI>" line per run (a request each; the URI may carry credentials).
-_FAIL_FAST_HTTP = {
+FAIL_FAST_HTTP = {
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
     "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
@@ -37,12 +37,15 @@ _OUTAGE_CODES = frozenset(
 _NO_SUCH_RUN = frozenset({"RESOURCE_DOES_NOT_EXIST", "NOT_FOUND", "ENDPOINT_NOT_FOUND"})
 #: The experiment tag MLflow 3 keeps an experiment's kind in, and the kind of amdahl's: model
 #: training, not GenAI. Set on experiments amdahl creates, and on those it uses that have none;
-#: a kind already set is never changed.
+#: a kind already set is never changed. It labels the experiment for what reads the tag; it does
+#: not choose the view MLflow's UI opens: MLflow 3.17's UI picks GenAI or model training only
+#: from the link's `?workflowType=machine_learning` or the browser's saved switch.
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
 #: MLflow's limits on one `log_batch` call: metrics, params and tags (each), entities in all.
 _BATCH_METRICS, _BATCH_PARAMS_TAGS, _BATCH_ENTITIES = 1000, 100, 1000
-#: The tag holding a child run's row key (`trial_id:repeat`), which `find_child` searches.
+#: The tag holding a child run's key (`child_run_key`: `trial_id:repeat`), which `find_child`
+#: searches.
 _ROW_TAG = "amdahl.row"
 
 
@@ -151,7 +154,7 @@ class MlflowBackend(TrackingBackend):
         per row during an outage; rows are safe locally, so fail fast. MLflow reads these from
         the environment only: they are set here, on the caller's thread before the tracker's
         own thread exists (never from that thread), and `end` restores the caller's."""
-        for name, value in _FAIL_FAST_HTTP.items():
+        for name, value in FAIL_FAST_HTTP.items():
             if name not in os.environ:
                 os.environ[name] = value
                 self._env_set.append(name)
@@ -198,16 +201,16 @@ class MlflowBackend(TrackingBackend):
             self._kind_checked = True
 
     def _claim_kind(self, experiment: Any) -> None:
-        """Tag `experiment` as model training unless it has a kind. The tag only chooses how
-        MLflow's UI presents the experiment, so a store that refuses it (a read-only experiment)
-        costs nothing else; an outage is raised as usual."""
+        """Tag `experiment` as model training unless it has a kind. The tag is a label (MLflow
+        3.17's UI does not take its view from it), so a store that refuses it (a read-only
+        experiment) costs nothing else; an outage is raised as usual."""
         if (experiment.tags or {}).get(EXPERIMENT_KIND_TAG):
             return
         try:
             self._connected().set_experiment_tag(
                 experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND
             )
-        except Exception as e:  # noqa: BLE001 - a UI nicety; an outage goes on up
+        except Exception as e:  # noqa: BLE001 - a label; an outage goes on up
             if is_outage(e):
                 raise
             log.debug("could not set %s on the experiment: %s", EXPERIMENT_KIND_TAG, e)
@@ -272,7 +275,7 @@ class MlflowBackend(TrackingBackend):
         from mlflow.entities import Param, RunTag
 
         client = self._connected()
-        batch = _batches(
+        batch = log_batches(
             [MlflowMetric(m.key, m.value, m.timestamp, m.step) for m in metrics],
             [Param(k, v) for k, v in (params or {}).items()],
             [RunTag(k, v) for k, v in (tags or {}).items()],
@@ -287,7 +290,7 @@ class MlflowBackend(TrackingBackend):
         self._connected().set_terminated(run_id, status)
 
 
-def _batches(metrics: list[Any], params: list[Any], tags: list[Any]) -> Iterator[tuple]:
+def log_batches(metrics: list[Any], params: list[Any], tags: list[Any]) -> Iterator[tuple]:
     """(metrics, params, tags) for successive `log_batch` calls within MLflow's limits; params
     and tags go first. At least one, if empty."""
     while True:

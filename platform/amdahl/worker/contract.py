@@ -1,9 +1,9 @@
 """The driver -> worker contract: everything a launch's workers need, as frozen dataclasses.
 
-The driver (run.py) builds one `LaunchConfig` per launch from the typed spec and the plan; it
-crosses process boundaries by pickle (Tune's param space, Ray Train's `train_loop_config`), and
-the worker side (harness, data, training, worlds) reads only its fields. Pure: no Ray, no torch
-(docs/architecture.md, "The launch contract").
+The driver (driver/sweep.py) builds one `LaunchConfig` per launch from the typed spec and the
+plan; it crosses process boundaries by pickle (Tune's param space, Ray Train's
+`train_loop_config`), and the worker side (harness, trial, input, training, worlds) reads only
+its fields. Pure: no Ray, no torch (docs/architecture.md, "The launch contract").
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from amdahl import strategies
+from amdahl import columns, strategies
 from amdahl.spec.schema import TargetSpec, TrainSpec
 
 
@@ -55,7 +55,7 @@ class TrialConfig:
             trial_id=trial_id,
             devices=devices,
             batch_size=batch,
-            per_device_batch=batch // devices if scaling == "strong" else batch,
+            per_device_batch=int(columns.per_device_batch(batch, devices, scaling)),
             precision=settings["precision"],
             compile=settings["compile"],
             sync=settings["sync"],
@@ -113,7 +113,7 @@ class LaunchConfig:
     #: (trial_id, repeat) pairs already in results.parquet: the workers skip them.
     skip: tuple[tuple[str, int], ...]
     collective_timeout_s: int
-    #: Where the stored training and validation rows are (data.dataset_path).
+    #: Where the stored training and validation rows are (data.storage.dataset_path).
     train_path: str
     val_path: str | None
     #: JSON of the workload's data_key: launches with equal keys read the same rows.
@@ -130,8 +130,9 @@ class LaunchConfig:
     #: A search rung before the last (search.ranks_only): trials measure their window and skip
     #: the validation pass and the exposed-communication calibration (val_*, comm_s stay null).
     ranking_only: bool = False
-    #: Object refs the driver's trainable fills in (data.put_rows / rank_shards): the
-    #: user's validation rows, torch_loader's rows, and per device count each rank's shard.
+    #: Object refs the driver's trainable fills in (data.storage.put_rows,
+    #: data.prepare.rank_shards): the user's validation rows, torch_loader's rows, and per
+    #: device count each rank's shard.
     val_rows: Any = None
     train_rows: Any = None
     train_shards: dict[int, list[Any]] | None = None

@@ -26,7 +26,7 @@ The strategies (`_STRATEGIES` maps the sweep's `sync` value to its class):
 - `param_server`: parameter shards held by Ray actors, synchronous push/pull each step.
 
 The gradient every rank applies is the equal-weight mean over ranks of each rank's mean-loss
-gradient: the per-sample mean only because every rank of a trial gets an equal shard (data.py).
+gradient: the per-sample mean only because every rank of a trial gets an equal shard (input.py).
 """
 
 from __future__ import annotations

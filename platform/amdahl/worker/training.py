@@ -1,7 +1,7 @@
 """The parts of a trial that are not its timed loop: precision, learning-rate schedule,
 optimizer, memory counters, per-trial resets of process-wide state, and failure classes.
 
-Worker side (imports torch). The loop in harness.py reads in one sitting because these live
+Worker side (imports torch). The loop in trial.py reads in one sitting because these live
 here; each is small and tested on its own (docs/architecture.md, "The worker side").
 """
 
@@ -255,7 +255,7 @@ class ProcessPoisoned(RuntimeError):
 
     Raised after the trial's failure is known, so that Ray Train ends the worker group: the
     driver records that trial as failed with this message, and the trials the launch had not
-    reached run in a new worker group (run.py, relaunch)."""
+    reached run in a new worker group (driver/sweep.py, relaunch)."""
 
 
 def first_line(e: BaseException) -> str:

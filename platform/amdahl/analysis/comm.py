@@ -1,0 +1,265 @@
+"""What a sync strategy communicates per optimizer step, and the calibrated links it runs over:
+the communication term of the step-time model (analysis/stepmodel.py).
+
+Ring collectives: an all-reduce moves 2(p-1)/p x n bytes per rank in 2(p-1) latency steps, a
+reduce-scatter or all-gather (p-1)/p x n in (p-1). A volume's time on a link is
+latency_steps x alpha + bytes / B, alpha and B from calibration.json: measured within a node by
+`platform calibrate`, across nodes only where the file has `inter_node_alpha_s` and
+`inter_node_bandwidth_Bps` (put there by hand). The strategy table (strategies.py) says which
+strategies communicate and the wire factor of the DDP-like ones; each other strategy has its
+own volume function below.
+
+Pure: imports neither ray nor torch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from amdahl import strategies
+from amdahl.analysis.calibration import Calibration
+from amdahl.analysis.stats import is_number
+from amdahl.spec.schema import OptionsSpec
+
+#: torch's PowerSGDState default: a matrix is compressed only when that divides its size by more.
+POWERSGD_MIN_COMPRESSION = 2
+
+
+def communicates(sync: str, devices: int) -> bool:
+    """Whether `sync` moves data on `devices` ranks (the strategy table's `communicates` and
+    `communicates_alone`); a name the table lacks is taken as one that communicates on p > 1."""
+    strategy = strategies.STRATEGIES.get(sync)
+    if strategy is None:
+        return devices > 1
+    return strategy.communicates and (devices > 1 or strategy.communicates_alone)
+
+
+def options_from_mapping(spec: Any) -> OptionsSpec:
+    """The options of a spec.yaml mapping (its `options` section) as the model reads them.
+
+    Tolerant, as a sweep directory's file may be odd or hand-edited: each option a strategy reads
+    (strategies.OPTION_DEFAULTS) is taken where it is a positive number, converted to its
+    default's type (2.7 -> 2 for a count), else left at its default, and the rest of the section
+    is ignored. Built without validation on purpose: validation would refuse the whole section
+    over one odd value, where the model only needs these numbers."""
+    raw = (spec.get("options") if isinstance(spec, dict) else None) or {}
+    values = {}
+    for name, default in strategies.OPTION_DEFAULTS.items():
+        v = raw.get(name) if isinstance(raw, dict) else None
+        if is_number(v) and v > 0:
+            values[name] = type(default)(v)
+    return OptionsSpec.model_construct(**values)
+
+
+# --------------------------------------------------------------------------- volumes
+
+
+@dataclass(frozen=True)
+class Link:
+    alpha_s: float
+    bandwidth_Bps: float
+    scope: str  # "intra-node" or "inter-node"
+
+
+@dataclass(frozen=True)
+class CommVolume:
+    """What one rank moves per optimizer step: `bytes` over the link's bandwidth, plus
+    `latency_steps` times the link's alpha."""
+
+    bytes: float
+    latency_steps: float
+    model: str
+    estimate: str = ""  # why a stand-in was used, when one was
+
+    def seconds(self, link: Link) -> float:
+        return self.latency_steps * link.alpha_s + self.bytes / link.bandwidth_Bps
+
+
+def ddp_buckets(grad_bytes: float, options: OptionsSpec) -> int:
+    """DDP's gradient buckets, each one all-reduce: ceil(gradient bytes / bucket_cap_mb)."""
+    return max(1, math.ceil(grad_bytes / (options.bucket_cap_mb * 2**20)))
+
+
+def powersgd_elements(shapes: list[list[int]], rank: int) -> tuple[float, float]:
+    """(elements PowerSGD all-reduces, elements of the gradient). A parameter of 2 or more
+    dimensions, viewed as rows = shape[0] by cols = the rest, travels as its rank-r factors
+    P (rows x r) and Q (cols x r) when (rows + cols) * r * 2 < rows * cols (torch's rule),
+    else whole, like every 1-D parameter."""
+    sent = total = 0.0
+    for shape in shapes:
+        n = float(math.prod(shape))
+        total += n
+        if len(shape) >= 2 and shape[0] > 0:
+            rows, cols = shape[0], n / shape[0]
+            factors = (rows + cols) * rank
+            if factors * POWERSGD_MIN_COMPRESSION < n:
+                sent += factors
+                continue
+        sent += n
+    return sent, total
+
+
+def comm_volume(
+    sync: str,
+    devices: int,
+    grad_bytes: float,
+    options: OptionsSpec | None = None,
+    shapes: list[list[int]] | None = None,
+) -> CommVolume | None:
+    """Bytes and latency terms per optimizer step of a sync strategy on `devices` ranks, for a
+    model with `grad_bytes` of fp32 gradients; None for a strategy the model does not know.
+
+    Strategies with a `wire_factor` in the table (ddp, accumulate, ddp_fp16, ddp_bf16) all-reduce
+    the gradient once per optimizer step (`_gradient_all_reduce`); every other one that
+    communicates has its own function in `_OWN_VOLUME`; `none` moves nothing.
+    """
+    options = OptionsSpec() if options is None else options
+    p = max(1, int(devices))
+    g = float(grad_bytes)
+    if sync not in strategies.NAMES:
+        return None
+    if not communicates(sync, p):
+        return CommVolume(0.0, 0.0, "no communication")
+    if sync in _OWN_VOLUME:
+        return _OWN_VOLUME[sync](p, g, options, shapes)
+    wire = strategies.STRATEGIES[sync].wire_factor
+    if wire is None:  # test_strategies checks that every strategy has a volume
+        raise AssertionError(f"no communication volume for sync {sync!r}")
+    return _gradient_all_reduce(p, g, wire, options)
+
+
+def _gradient_all_reduce(p: int, g: float, wire: float, options: OptionsSpec) -> CommVolume:
+    """DDP and its compression hooks: one ring all-reduce of the gradient per optimizer step
+    (accumulate: after the last of its micro-steps) at the table's `wire_factor` of its bytes
+    (the 2-byte hooks: half), per bucket (`ddp_buckets`), each bucket paying the latency."""
+    buckets = ddp_buckets(g, options)
+    as_sent = "" if wire == 1 else f" at {wire:g} of its bytes"
+    return CommVolume(
+        2 * (p - 1) / p * g * wire,
+        2 * (p - 1) * buckets,
+        f"ring all-reduce of the gradient{as_sent} ({buckets} bucket(s))",
+    )
+
+
+def _param_server(p: int, g: float, options: OptionsSpec, shapes: Any) -> CommVolume:
+    """Each worker pushes its gradient and pulls the parameters once per step; each of the
+    `ps_shards` shards serves all p workers, so the busiest link carries 2 n max(1, p / shards)
+    bytes, with one round trip (2 latency terms); the calibrated collective's alpha and B stand
+    in for Ray's object transfer (rough). It communicates with one device too."""
+    shards = max(1, options.ps_shards)
+    return CommVolume(
+        2 * g * max(1.0, p / shards),
+        2.0,
+        f"push + pull of the gradient through {shards} parameter-server shard(s)",
+    )
+
+
+def _powersgd(p: int, g: float, options: OptionsSpec, shapes: list[list[int]] | None) -> CommVolume:
+    """Per bucket, three all-reduces (the uncompressed tensors, the P and the Q factors) of
+    `powersgd_elements`; without shapes the gradient is taken as one square matrix (an
+    estimate, labelled)."""
+    r = max(1, options.powersgd_rank)
+    estimate = ""
+    if shapes:
+        sent, total = powersgd_elements(shapes, r)
+    else:
+        side = round(math.sqrt(g / 4))
+        sent, total = powersgd_elements([[side, side]], r)
+        estimate = (
+            "no parameter shapes in calibration.json: the gradient taken as one square "
+            "matrix (run `platform calibrate` again to record the shapes)"
+        )
+    wire = g * sent / total if total else 0.0
+    return CommVolume(
+        2 * (p - 1) / p * wire,
+        3 * 2 * (p - 1) * ddp_buckets(g, options),
+        f"ring all-reduce of rank-{r} factors ({sent / total:.1%} of the gradient)"
+        if total
+        else "ring all-reduce of rank-r factors",
+        estimate,
+    )
+
+
+def _zero1(p: int, g: float, options: OptionsSpec, shapes: Any) -> CommVolume:
+    """As worker/sync.py builds it: DDP's gradient all-reduce, then ZeroRedundancyOptimizer
+    broadcasts each rank's updated partition, (p-1)/p x n more bytes per rank, 3(p-1)/p in all
+    (a ZeRO-1 that reduce-scatters instead would move 2(p-1)/p)."""
+    return CommVolume(
+        2 * (p - 1) / p * g + (p - 1) / p * g,
+        2 * (p - 1) * ddp_buckets(g, options) + (p - 1),
+        "gradient all-reduce + partition broadcasts (3(p-1)/p of the gradient)",
+    )
+
+
+def _fsdp(p: int, g: float, options: OptionsSpec, shapes: Any) -> CommVolume:
+    """All-gather (forward) + all-gather (backward) + reduce-scatter, 3(p-1)/p x n, one latency
+    term per collective (FSDP units are not counted)."""
+    return CommVolume(
+        3 * ((p - 1) / p) * g,
+        3 * (p - 1),
+        "all-gather x2 + reduce-scatter (3(p-1)/p of the gradient)",
+    )
+
+
+def _local_sgd(p: int, g: float, options: OptionsSpec, shapes: Any) -> CommVolume:
+    """One all-reduce of the parameters (as many bytes as the gradient) every
+    `local_sgd_every` steps, amortised per step."""
+    every = max(1, options.local_sgd_every)
+    return CommVolume(
+        2 * (p - 1) / p * g / every,
+        2 * (p - 1) / every,
+        f"ring all-reduce of the parameters every {every} steps",
+    )
+
+
+#: The strategies that communicate otherwise than one all-reduce of the gradient.
+_OWN_VOLUME: dict[str, Callable[..., CommVolume]] = {
+    "param_server": _param_server,
+    "powersgd": _powersgd,
+    "zero1": _zero1,
+    "fsdp": _fsdp,
+    "local_sgd": _local_sgd,
+}
+
+
+# --------------------------------------------------------------------------- links
+
+
+@dataclass(frozen=True)
+class CommModel:
+    """The calibrated links: within a node (calibration.json's alpha_s, bandwidth_Bps) and,
+    when given, across nodes."""
+
+    intra: Link | None
+    inter: Link | None = None
+    backend: str = ""
+    calibrated_devices: int | None = None
+
+    def link(self, nodes: int) -> tuple[Link | None, str]:
+        """The link a collective over `nodes` nodes runs at, and a caveat when a stand-in."""
+        if nodes > 1 and self.inter is not None:
+            return self.inter, ""
+        if nodes > 1 and self.intra is not None:
+            return self.intra, (
+                "spans nodes, but calibration.json has no inter-node alpha/bandwidth "
+                "(inter_node_alpha_s, inter_node_bandwidth_Bps): the intra-node terms stand in "
+                "and likely understate the communication"
+            )
+        return self.intra, ""
+
+
+def comm_model(calibration: Calibration | None) -> CommModel:
+    """The links calibration.json describes (none without it)."""
+    if calibration is None:
+        return CommModel(None)
+    intra = inter = None
+    if calibration.has_comm_model:
+        intra = Link(calibration.alpha_s, calibration.bandwidth_Bps, "intra-node")
+    if calibration.has_inter_node_model:
+        inter = Link(
+            calibration.inter_node_alpha_s, calibration.inter_node_bandwidth_Bps, "inter-node"
+        )
+    return CommModel(intra, inter, calibration.backend, calibration.devices)

@@ -1,0 +1,189 @@
+"""The fitted step-time model put to use: its leave-one-out accuracy over the measured
+configurations, and its predictions of a sweep's families at device counts, batch sizes and node
+counts the sweep did not measure (`platform predict`, the report's projected curves).
+
+Pure: imports neither ray nor torch.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+from amdahl.analysis.configs import Config, scale_batch
+from amdahl.analysis.cost import cost_per_million, device_hours_per_million
+from amdahl.analysis.points import family_key, nodes_of
+from amdahl.analysis.stepmodel import Family, ModelInputs, Prediction, StepModel, fit
+
+# --------------------------------------------------------------------------- leave one out
+
+
+@dataclass(frozen=True)
+class LooPoint:
+    """A measured configuration against the model refitted without it."""
+
+    config: Config
+    measured: float  # samples/s
+    predicted: float | None
+    unknown: str = ""
+
+    @property
+    def error(self) -> float | None:
+        """(predicted - measured) / measured."""
+        if self.predicted is None or not self.measured:
+            return None
+        return (self.predicted - self.measured) / self.measured
+
+
+def leave_one_out(inputs: ModelInputs, min_devices: int = 2) -> list[LooPoint]:
+    """For each measured point on `min_devices` or more devices: refit without it, predict it."""
+    points = inputs.points()
+    out = []
+    for i, pt in enumerate(points):
+        if pt.devices < min_devices:
+            continue
+        model = fit(inputs, points[:i] + points[i + 1 :])
+        fam = model.families[pt.family]
+        pred = model.predict(fam, pt.devices, pt.batch, pt.nodes)
+        out.append(LooPoint(pt.config, pt.throughput, pred.throughput, pred.unknown))
+    return out
+
+
+def error_summary(loo: list[LooPoint], min_devices: int = 2) -> tuple[float, float, int] | None:
+    """(median, p90 of |relative error|, points) over LOO points on >= min_devices devices."""
+    errs = sorted(
+        abs(p.error) for p in loo if p.error is not None and p.config.devices >= min_devices
+    )
+    if not errs:
+        return None
+    return statistics.median(errs), _quantile(errs, 0.9), len(errs)
+
+
+def _quantile(sorted_xs: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks."""
+    pos = q * (len(sorted_xs) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_xs) - 1)
+    return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (pos - lo)
+
+
+# --------------------------------------------------------------------------- sweep predictions
+
+
+@dataclass(frozen=True)
+class PredictedRow:
+    """A family at one device count and batch (the grid's meaning: per device under weak
+    scaling, global under strong), against its 1-device throughput."""
+
+    devices: int
+    batch: int
+    prediction: Prediction
+    baseline: float | None = None  # 1-device samples/s at the same batch
+    baseline_measured: bool = False
+    price: float = 0.0
+
+    @property
+    def speedup(self) -> float | None:
+        x = self.prediction.throughput
+        return x / self.baseline if x and self.baseline else None
+
+    @property
+    def efficiency(self) -> float | None:
+        s = self.speedup
+        return s / self.devices if s is not None else None
+
+    @property
+    def cost(self) -> float | None:
+        """$ per million samples at the sweep's price, else device-hours per million."""
+        x = self.prediction.throughput
+        if not x:
+            return None
+        if self.price > 0:
+            return cost_per_million(self.devices, x, self.price)
+        return device_hours_per_million(self.devices, x)
+
+
+@dataclass
+class FamilyPrediction:
+    family: Family
+    rows: list[PredictedRow]
+
+
+@dataclass
+class SweepPrediction:
+    name: str
+    model: StepModel
+    families: list[FamilyPrediction]
+    loo: list[LooPoint]
+    price: float
+    nodes: int
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def errors(self) -> tuple[float, float, int] | None:
+        return error_summary(self.loo)
+
+
+def predict_inputs(
+    inputs: ModelInputs,
+    devices: list[int],
+    batch_sizes: list[int] | None = None,
+    nodes: int = 1,
+) -> SweepPrediction:
+    model = fit(inputs)
+    measured = {pt.config.key: pt for pt in inputs.points()}
+    by_family: dict[tuple, list[Config]] = {}
+    for c in inputs.configs:
+        by_family.setdefault(family_key(c.settings), []).append(c)
+    out = SweepPrediction(inputs.name, model, [], leave_one_out(inputs), inputs.price, nodes)
+    out.notes = list(inputs.notes)
+    if model.comm.intra is None:
+        out.notes.append(
+            "no calibration.json with alpha and bandwidth: no communication model, so only "
+            "sync none (no communication) can be predicted; run `platform calibrate DIR "
+            "--devices N` first"
+        )
+    for key, fam in model.families.items():
+        configs = by_family.get(key, [])
+        batches = batch_sizes or sorted(
+            {scale_batch(c.settings) for c in configs if c.ok and c.batch_size}
+        )
+        rows = []
+        for b in batches:
+            one = next(
+                (
+                    measured[c.key]
+                    for c in configs
+                    if c.devices == 1 and scale_batch(c.settings) == b and c.key in measured
+                ),
+                None,
+            )
+            base_pred = model.predict(fam, 1, float(b), 1)
+            baseline = one.throughput if one else base_pred.throughput
+            for p in devices:
+                per_device = b / p if fam.scaling == "strong" else float(b)
+                pred = model.predict(fam, p, per_device, nodes)
+                rows.append(PredictedRow(p, b, pred, baseline, one is not None, inputs.price))
+        out.families.append(FamilyPrediction(fam, rows))
+    return out
+
+
+def project_curve(
+    model: StepModel, last: Config, baseline: Config | None, devices: list[int]
+) -> list[PredictedRow]:
+    """A measured curve (the family and batch of `last`, its largest measured configuration)
+    predicted at more devices, against its measured 1-device `baseline` (else the model's)."""
+    fam = model.family_of(last)
+    if fam is None:
+        return []
+    b = scale_batch(last.settings)
+    base = baseline.throughput.median if baseline and baseline.throughput else None
+    if base is None:
+        base = model.predict(fam, 1, float(b), 1).throughput
+    out = []
+    for p in devices:
+        per_device = b / p if fam.scaling == "strong" else float(b)
+        pred = model.predict(fam, p, per_device, nodes_of(last))
+        out.append(PredictedRow(p, b, pred, base, baseline is not None))
+    return out

@@ -1,0 +1,96 @@
+"""A halving search run by the driver: its rungs, one after another, over ever fewer trials.
+
+The rules (which trials survive a rung, how many steps each rung runs, which configurations the
+step-time model skips) are search.halving's, pure; this module measures what they ask for,
+through launches.Measurement: the first rung over every configuration (after measuring a few
+anchors and, with `search.calibration: auto`, the all-reduce calibration the model's skips
+need), then each rung over the survivors of the one before. Where the search stands is read
+from results.parquet every time, so a resumed search goes on from the rung it was in.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from amdahl.driver.calibrate import run_calibration
+from amdahl.driver.launches import Measurement, launch_config, rung_spec
+from amdahl.search import halving as search
+from amdahl.search.halving import SearchState
+from amdahl.sweepdir.layout import SweepDir
+from amdahl.sweepdir.table import read_results
+from amdahl.worker.rows import row_identity
+
+
+def run_halving(run: Measurement) -> SearchState | None:
+    """search: halving (search.halving): the first rung over every configuration (the step-time
+    model's skips recorded as rows), then each rung over the survivors of the one before.
+    Where it stands comes from results.parquet every time, so a resumed search goes on from
+    the rung it was in. Returns where it ended (None when interrupted)."""
+    spec = run.spec
+    rows = read_results(run.sweep_dir).to_pylist()
+    candidates = {t.trial_id for t in run.plan.runnable}
+    if not search.replay(rows, spec.search, spec.train).rungs:
+        skipped = {r["trial_id"] for r in rows if r.get("status") == search.SKIPPED}
+        first = _rung0_identities(run, candidates - skipped)
+        anchors = set(search.anchors(list(first.values())))
+        if not skipped and spec.search.skip_below is not None and anchors != set(first):
+            run.measure(anchors, _measured_at(rows, 0), rung=0)
+            if run.interrupt.is_set():
+                return None
+            _calibrate_for_search(run)
+            rows = read_results(run.sweep_dir).to_pylist()
+            measured = [r for r in rows if r.get("rung") == 0 and r["trial_id"] in anchors]
+            rest = [first[t] for t in first if t not in anchors]
+            calibration = search.calibration(spec, SweepDir(run.sweep_dir).calibration)
+            reasons = search.predicted_skips(
+                measured, rest, spec.search, spec.options.model_dump(), calibration
+            )
+            for tid, reason in reasons.items():
+                run.record({**first[tid], "status": search.SKIPPED, "error": reason})
+            skipped = set(reasons)
+        rows = read_results(run.sweep_dir).to_pylist()
+        run.measure(candidates - skipped, _measured_at(rows, 0), rung=0)
+    while not run.interrupt.is_set():
+        rows = read_results(run.sweep_dir).to_pylist()
+        state = search.replay(rows, spec.search, spec.train)
+        if state.finished or not state.rungs:
+            return state  # where the search ended, for the closing summary
+        nxt = state.rungs[-1].index + 1
+        run.measure(set(state.rungs[-1].kept), _measured_at(rows, nxt), rung=nxt)
+    return None
+
+
+def _calibrate_for_search(run: Measurement) -> None:
+    """search.calibration: auto: the all-reduce alpha-beta the step-time model's skips need,
+    measured in this sweep's Ray on the grid's largest worker group (as `platform calibrate`
+    does), into the sweep directory, where the report reads it too. A resumed search reuses
+    it. Skipped when nothing in the grid communicates across devices."""
+    spec = run.spec
+    target = SweepDir(run.sweep_dir).calibration
+    devices = max(t.settings["devices"] for t in run.plan.runnable)
+    if spec.search.calibration != search.AUTO_CALIBRATION or target.exists() or devices < 2:
+        return
+    workers = max((t.resources for t in run.plan.runnable), key=lambda r: r.workers)
+    run.emit("calibrating", {"devices": devices})
+    run_calibration(
+        devices,
+        run.sweep_dir,
+        resources_per_worker={"CPU": workers.cpus_per_worker},
+        use_gpu=spec.resources.use_gpu,
+    )
+
+
+def _measured_at(rows: list[dict[str, Any]], rung: int) -> set[tuple[str, int]]:
+    """(trial_id, repeat) pairs with a row in `rung`: a resumed rung skips them."""
+    return {(r["trial_id"], r["repeat"]) for r in rows if r.get("rung") == rung}
+
+
+def _rung0_identities(run: Measurement, trial_ids: set[str]) -> dict[str, dict[str, Any]]:
+    """Row-shaped identity columns of the first rung's trials (what a skipped row records)."""
+    spec = rung_spec(run.spec, 0)
+    out = {}
+    for launch in run.plan.launches({t.trial_id for t in run.plan.trials} - trial_ids):
+        config = launch_config(spec, launch, run.sweep_dir, set(), "plan", rung=0)
+        for trial in config.trials:
+            out[trial.trial_id] = {**row_identity(config, trial, 0), "wall_s": 0.0}
+    return out

@@ -1,0 +1,53 @@
+"""What this build or the device cannot run: a trial's capability check (`capability_problem`).
+
+A value that needs CUDA on a CPU plan, a GPU share NCCL rejects, or two axis values that cannot
+run together is refused here, at plan time, with the reason, so no launch starts a trial that
+would fail (or hang) on the workers. The sync strategies' needs come from their table
+(strategies.py). Pure: no Ray, no torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from amdahl.spec.schema import SweepSpec
+from amdahl.strategies import STRATEGIES
+
+#: Values that need a CUDA device (and, for ddp_bf16, NCCL): refused on CPU with this reason. The
+#: sync strategies' come from their table (strategies.py).
+NEEDS_CUDA: dict[tuple[str, str], str] = {
+    ("precision", "tf32"): "tf32 is a CUDA tensor-core math mode; set resources.use_gpu: true",
+    **{("sync", n): s.needs_cuda for n, s in STRATEGIES.items() if s.needs_cuda},
+}
+
+#: Combinations of axis values that cannot run together, with the reason; the sync strategies'
+#: come from their table (seen on an H100: FSDP2's `fully_shard` registers forward pre-hooks,
+#: which TorchScript modules refuse).
+INCOMPATIBLE: dict[tuple[tuple[str, str], tuple[str, str]], str] = {
+    ((axis, value), ("sync", n)): reason
+    for n, s in STRATEGIES.items()
+    for axis, value, reason in s.incompatible
+}
+
+
+def capability_problem(spec: SweepSpec, settings: dict[str, Any]) -> str | None:
+    """Why a trial with these settings cannot run on what `spec` asks for (its device, its
+    GPU share), or None."""
+    gpus = spec.resources.gpus_per_device
+    if spec.resources.use_gpu and gpus > 1:
+        return (
+            f"resources.gpus_per_device={gpus:g}: each train worker drives one GPU, so the "
+            "others would sit idle; set it to 1 and raise grid.devices"
+        )
+    if spec.resources.use_gpu and gpus < 1 and settings["devices"] > 1:
+        return (
+            f"resources.gpus_per_device={gpus:g} with {settings['devices']} devices: Ray may put "
+            "two workers on one GPU, which NCCL rejects (duplicate GPU); use 1"
+        )
+    for (axis, value), reason in NEEDS_CUDA.items():
+        if not spec.resources.use_gpu and settings[axis] == value:
+            return f"{axis}={value}: {reason}"
+    for (a, b), reason in INCOMPATIBLE.items():
+        if settings[a[0]] == a[1] and settings[b[0]] == b[1]:
+            return f"{a[0]}={a[1]} with {b[0]}={b[1]}: {reason}"
+    return None

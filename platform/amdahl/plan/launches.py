@@ -1,0 +1,173 @@
+"""The plan of a sweep: `plan_sweep` makes its trials, `SweepPlan` groups the runnable ones into
+launches (one Ray Train worker group runs every trial of a launch, one after another), and
+`check_storage` refuses a plan as a whole.
+
+Trials that share a worker-group shape and their input share a launch (`Trial.launch_key`), so a
+sweep starts a worker group once per shape rather than once per trial. A plan as a whole is
+refused for one thing only: spanning several nodes while Ray's storage is the sweep directory on
+one node's disk (`check_storage`). Pure: no Ray, no torch; the driver passes the cluster's
+`Node`s in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from amdahl.errors import UserError
+from amdahl.plan.checks import capability_problem
+from amdahl.plan.resources import (
+    DRIVER_CPUS,
+    Node,
+    ResourcePlan,
+    auto_resources,
+    resource_problem,
+    trial_resources,
+)
+from amdahl.plan.trials import Trial, expand_grid, stable_hash, trial_id
+from amdahl.spec.schema import SweepSpec
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One Ray Train worker group running several trials one after another, fewest devices
+    first. It holds the workers of its largest trial; a trial on fewer devices runs on the
+    first ranks (worker/worlds.py)."""
+
+    launch_id: str
+    trials: tuple[Trial, ...]
+
+    @property
+    def resources(self) -> ResourcePlan:
+        return max((t.resources for t in self.trials), key=lambda r: r.workers)
+
+    @property
+    def device_counts(self) -> list[int]:
+        return sorted({t.settings["devices"] for t in self.trials})
+
+
+@dataclass
+class SweepPlan:
+    """Every trial of a sweep, runnable or refused, on the nodes it was planned for."""
+
+    spec: SweepSpec
+    trials: list[Trial]
+    nodes: list[Node] = field(default_factory=list)
+    #: the workload preprocesses its rows in the input pipeline (Ray Train's streaming split)
+    preprocesses: bool = False
+    #: what `resources: auto` chose and why (resources.auto_resources), None when nothing was auto
+    resource_note: str | None = None
+
+    @property
+    def runnable(self) -> list[Trial]:
+        return [t for t in self.trials if t.refused is None]
+
+    @property
+    def refused(self) -> list[Trial]:
+        return [t for t in self.trials if t.refused is not None]
+
+    def launches(
+        self,
+        skip: set[str] | frozenset[str] = frozenset(),
+        group: bool = True,
+        across_devices: bool = True,
+    ) -> list[Launch]:
+        """Runnable trials not in `skip`, grouped by worker-group shape (and across device
+        counts where `shares_across_devices`), launches and their trials fewest devices first.
+
+        `group=False` gives every trial a worker group of its own (the raw Tune+Train pattern),
+        `across_devices=False` one per device count; both are kept for comparisons in
+        benchmarks/sweep_overhead.py.
+        """
+        across = across_devices and self.shares_across_devices
+        groups: dict[str, list[Trial]] = {}
+        for t in self.runnable:
+            if t.trial_id not in skip:
+                key = t.launch_key(across, self.preprocesses) if group else t.trial_id
+                groups.setdefault(key, []).append(t)
+        devices = lambda t: t.settings["devices"]  # noqa: E731
+        launches = [Launch(key, tuple(sorted(ts, key=devices))) for key, ts in groups.items()]
+        return sorted(launches, key=lambda launch: devices(launch.trials[0]))
+
+    @property
+    def shares_across_devices(self) -> bool:
+        """Whether trials of different device counts may share one worker group (sized to the
+        largest). Starting a worker group costs seconds of new processes; sharing one is only
+        honest where a trial on the first d ranks runs as a d-worker group would: on a single
+        node (across nodes a subset's placement differs), one launch at a time (exclusive
+        isolation: the idle ranks' resources are taken from no one), and with per-rank shards
+        (not Ray Train's streaming split of a preprocessing workload, fixed to the group size).
+        """
+        return self.spec.isolation == "exclusive" and len(self.nodes) == 1 and not self.preprocesses
+
+
+def plan_sweep(
+    spec: SweepSpec,
+    nodes: list[Node],
+    workload_defaults: dict[str, Any],
+    preprocesses: bool = False,
+    input_key: Callable[[dict[str, Any]], Any] | None = None,
+) -> SweepPlan:
+    """Expand the grid, give every trial its resources and, where it cannot run, the reason.
+
+    `resources` fields left to auto are chosen first (`auto_resources`); the plan's `spec` holds
+    the numbers chosen, which is what runs and what trial ids hash. `input_key(params)` says
+    what decides a trial's input (Workload.input_key; default: all its parameters).
+    """
+    grid = expand_grid(spec, workload_defaults)
+    spec, note = auto_resources(spec, grid, nodes)
+    trials = [_make_trial(spec, settings, nodes) for settings in grid]
+    if input_key is not None:
+        trials = [
+            dataclasses.replace(t, input_key=stable_hash(input_key(t.settings["params"])))
+            for t in trials
+        ]
+    return SweepPlan(
+        spec=spec, trials=trials, nodes=nodes, preprocesses=preprocesses, resource_note=note
+    )
+
+
+def _make_trial(spec: SweepSpec, settings: dict[str, Any], nodes: list[Node]) -> Trial:
+    resources = trial_resources(spec, settings)
+    reason = capability_problem(spec, settings) or resource_problem(resources, nodes)
+    return Trial(
+        trial_id=trial_id(spec, settings), settings=settings, resources=resources, refused=reason
+    )
+
+
+def launch_hosts(plan: SweepPlan) -> list[Node]:
+    """The nodes that could run part of one of the plan's launches: its Tune trainable, which
+    holds DRIVER_CPUS and starts the launch's Ray Train controller on its own node, or one of
+    its train workers (any worker needs CPUs too). A node without CPUs (cluster.yaml's head,
+    which runs only the sweep driver) hosts neither."""
+    return [n for n in plan.nodes if n.cpus + 1e-9 >= DRIVER_CPUS] if plan.runnable else []
+
+
+def check_storage(plan: SweepPlan) -> None:
+    """Refuse a plan that spans several nodes while Ray's storage is the sweep directory.
+
+    The rule: more than one node could run part of a launch (`launch_hosts`). Ray Train makes
+    a launch's storage directory on its controller's node, and rank 0 writes its checkpoint of
+    finished trials (read back after a `train.max_failures` restart) from its own node; on a
+    node-local path each node sees only its own files. Whether one launch's workers fit on one
+    node does not matter: the controller may sit on another, and a restart may place rank 0
+    anywhere. The nodes are the cluster's as planned (alive, or all the autoscaler may start),
+    so a cluster that may grow to several such nodes is refused before it has grown.
+
+    `storage` set is the user's statement that it is shared (a URI, or a filesystem mounted on
+    every node); it is not probed here.
+    """
+    hosts = launch_hosts(plan)
+    if plan.spec.storage is not None or len(hosts) <= 1:
+        return
+    names = ", ".join(n.name for n in hosts[:4]) + (", ..." if len(hosts) > 4 else "")
+    raise UserError(
+        f"storage: not set, so Ray keeps this sweep's run state in the sweep directory on "
+        f"the driver's disk, but the plan spans {len(hosts)} nodes that can run its launches "
+        f"({names}): rank 0 writes its checkpoint of finished trials from whichever node it "
+        "runs on, and a restart reads it back from another, so every node must reach the "
+        "same storage; set `storage: s3://bucket/amdahl` (or gs://...), or the absolute path "
+        "of a filesystem every node mounts (NFS, EFS), e.g. --set storage=s3://bucket/amdahl"
+    )

@@ -1,0 +1,90 @@
+"""`platform predict`'s document: the step-time model's terms and leave-one-out caveat, then one
+section per configuration family with its predicted throughput, speedup, efficiency and cost at
+the device counts and batch sizes asked for (report/predict.py computes them).
+
+Pure: imports neither ray nor torch.
+"""
+
+from __future__ import annotations
+
+from amdahl.analysis.configs import NO_SYNC
+from amdahl.analysis.prediction import FamilyPrediction, SweepPrediction
+from amdahl.report.document import Section, Table, ms, pct, rate, times
+from amdahl.report.model_sections import (
+    MODEL_TEXT,
+    family_terms,
+    links_text,
+    loo_caveat,
+    model_caveats,
+)
+
+
+def prediction_sections(pred: SweepPrediction) -> list[Section]:
+    """`platform predict`: the model's terms and caveat, then one table per family."""
+    head = Section("predict", f"PREDICTION for {pred.name}: step-time model, not measured")
+    head.paras.append(MODEL_TEXT)
+    head.paras.append(links_text(pred.model.comm))
+    head.paras.append(loo_caveat(pred.loo))
+    head.paras.append(
+        f"Devices spread over {pred.nodes} node(s). Speedup and efficiency are against the "
+        "family's measured 1-device throughput at the same batch (the model's where none was "
+        "measured)."
+    )
+    if pred.price <= 0:
+        head.paras.append(
+            "Cost: no report.cost_per_device_hour in spec.yaml, so device-hours per million "
+            "samples instead of $."
+        )
+    head.bullets = list(pred.notes) + model_caveats(pred.model)
+    cost = "predicted $/M samples" if pred.price > 0 else "predicted device-h/M samples"
+    return [head] + [_family_section(i, fp, cost) for i, fp in enumerate(pred.families)]
+
+
+def _family_section(i: int, fp: FamilyPrediction, cost: str) -> Section:
+    """One family's predictions: throughput and cost per (devices, batch), then the predicted
+    step's parts, then the caveats its rows carry."""
+    fam = fp.family
+    sec = Section(f"predict-{i}", f"PREDICTION (not measured): {fam.label}")
+    sec.paras.append(family_terms(fam))
+    rows, parts = [], []
+    caveats: list[str] = []
+    for pr in fp.rows:
+        p = pr.prediction
+        for c in p.caveats:
+            if c not in caveats:
+                caveats.append(c)
+        price = pr.cost
+        rows.append(
+            [
+                str(pr.devices),
+                str(pr.batch),
+                rate(p.throughput),
+                times(pr.speedup) if pr.speedup else "n/a",
+                pct(pr.efficiency),
+                "n/a" if price is None else f"{price:,.3g}",
+                p.unknown or ("" if pr.baseline_measured else "1-device baseline predicted"),
+            ]
+        )
+        if p.step_s is not None:
+            parts.append(
+                [str(pr.devices), str(pr.batch)]
+                + [ms(v) for v in (p.step_s, p.compute_s, p.comm_s, p.data_wait_s)]
+            )
+    batch = "global batch" if fam.scaling == "strong" else "batch/device"
+    headers = ["devices", batch, "predicted samples/s", "predicted speedup"]
+    headers += ["predicted efficiency", cost, "note"]
+    if rows:
+        sec.tables.append(Table(headers, rows, title="predicted, not measured"))
+    else:
+        sec.paras.append("No batch size to predict: the family has no ok run.")
+    if parts:
+        headers = ["devices", batch, "step ms", "compute ms", "comm ms", "data wait ms"]
+        sec.tables.append(Table(headers, parts, title="predicted ms per optimizer step"))
+    if fam.sync == NO_SYNC:
+        caveats.insert(
+            0,
+            "sync none is the no-communication ceiling (every worker trains alone), "
+            "not a way to train",
+        )
+    sec.bullets = caveats
+    return sec

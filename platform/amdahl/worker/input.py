@@ -1,0 +1,385 @@
+"""Worker-side input: what a train worker reads, each trial's endless stream of host batches.
+
+Two inputs (the `input` axis), the same preprocessing (`Workload.preprocess`) in both:
+- ray_data: the driver put the stored rows into the object store (data/prepare.py). A workload
+  without preprocessing has static, equal per-rank shards, each fetched onto its rank's node
+  before the rank's first trial (`local_shard`); one with preprocessing streams through Ray
+  Train's split of the launch's one pass (`LaunchStream`), started before the first trial.
+  Each rank takes block-sized chunks through `iter_torch_batches`, `prefetch_batches` ahead,
+  and slices them into batches (pinned memory on GPU, copied to the device by feed.py);
+- torch_loader: each rank reads its own slice of the stored rows into a torch DataLoader with
+  `num_workers = data_workers`, pinned memory on GPU and persistent workers (`LoaderSource`).
+The validation split, preprocessed for evaluation, is read once per launch (`validation_rows`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from amdahl.data.storage import ROWS_PER_BLOCK, read_rows, table_columns
+from amdahl.worker.contract import LaunchConfig
+from amdahl.workload import Workload
+
+if TYPE_CHECKING:
+    import torch
+
+_VAL_CHUNK = 4096
+#: Most of its node's object store a rank's shard may hold pinned (`local_shard`); a larger
+#: shard is read as before, each block fetched when the loop reaches it.
+_MAX_PINNED_SHARE = 0.5
+
+_log = logging.getLogger(__name__)
+
+
+# --------------------------------------------------------------------------- validation split
+
+
+def validation_rows(workload: Workload, source: Any, seed: int) -> dict[str, np.ndarray]:
+    """The held-out split, preprocessed for evaluation (no augmentation): the user's
+    (`source`, from `put_rows`) or, when None, generated here from `seed`, deterministically."""
+    rows = (
+        read_rows(source)
+        if source is not None
+        else workload.generate("val", workload.rows("val"), seed)
+    )
+    if not workload.preprocesses:
+        return rows
+    n = len(next(iter(rows.values())))
+    chunks = [
+        workload.preprocess({k: v[i : i + _VAL_CHUNK] for k, v in rows.items()}, training=False)
+        for i in range(0, n, _VAL_CHUNK)
+    ]
+    return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+
+
+# --------------------------------------------------------------------------- ray_data shards
+
+
+def local_shard(shard: Any) -> Any:
+    """A rank's static shard (`rank_shards`, `repeat_to_cover`) as the DataIterator its timed loop
+    reads, with every block already in this node's object store. Called in the train worker
+    (`train_source`) when the rank first gets a world size's shard, before that trial starts.
+
+    Why: local training data becomes blocks in the driver's object store (`ray_dataset`) and
+    the equal split leaves them there, so a rank on another node would pull its shard over
+    the head node's link inside its first timed epoch; the d1 baseline that every speedup
+    divides by, which reads the whole training set, most of all.
+
+    How: one `ray.get` of the shard's distinct blocks (`shard_blocks`): the same objects, not
+    copies, pulled onto this node in parallel from wherever copies are. The values are kept
+    on the iterator (`local_blocks`) for the launch: a value read from the object store is
+    zero-copy, and an object in use is never evicted, so the local copies stay pinned and the
+    loop's own `ray.get` of the same references reads them here (the multi-node test checks
+    that Ray Data counts every block local, none remote). `local_fetch_s` is how long the
+    fetch took, None when nothing was fetched. Cost: this node's store holds the shard for
+    the launch; shards of several world sizes share their whole blocks.
+
+    Not chosen: copying the blocks with a task pinned to the rank's node
+    (NodeAffinitySchedulingStrategy) makes new objects (twice the memory, new datasets) and
+    needs each rank's node, which only Ray Train's placement decides, after the driver made
+    the shards; `ray.wait(fetch_local=True)` fetches too but pins nothing, so a busy store
+    could evict the copy before the loop reads it.
+
+    Not done: a shard over `_MAX_PINNED_SHARE` of this node's object store is read as before
+    (pinning it would make the store spill). Ray Train's streaming split of a preprocessing
+    workload (`get_dataset_shard`) cannot be fetched ahead like this: its blocks are made by
+    the map tasks while the ranks iterate, and the split hands them to ranks as it goes.
+    """
+    import ray
+
+    blocks = shard_blocks(shard)
+    iterator = shard.iterator()
+    iterator.local_blocks, iterator.local_fetch_s = None, None
+    size, store = sum(blocks.values()), _object_store_bytes(ray.get_runtime_context().get_node_id())
+    if size > _MAX_PINNED_SHARE * store:
+        _log.warning(
+            "a rank's shard (%.0f MB) is over %.0f%% of its node's object store (%.0f MB): its "
+            "blocks are fetched as the training loop reads them",
+            size / 1e6,
+            100 * _MAX_PINNED_SHARE,
+            store / 1e6,
+        )
+        return iterator
+    start = time.perf_counter()
+    iterator.local_blocks = ray.get(list(blocks))
+    iterator.local_fetch_s = time.perf_counter() - start
+    return iterator
+
+
+def shard_blocks(dataset: Any) -> dict[Any, int]:
+    """A materialised dataset's distinct blocks, in reading order: reference -> bytes (a
+    `repeat_to_cover` shard lists each block several times). Read from the dataset's plan, which
+    holds them; the DeveloperAPI `iter_internal_ref_bundles` gives the same bundles but starts
+    a streaming executor for them (0.2 s and a log line per worker, measured here)."""
+    dag = getattr(getattr(dataset, "_logical_plan", None), "dag", None)
+    bundles = dag.output_data() if hasattr(dag, "output_data") else None
+    if bundles is None:
+        bundles = dataset.iter_internal_ref_bundles()
+    blocks: dict[Any, int] = {}
+    for bundle in bundles:
+        for entry in bundle.blocks:
+            blocks.setdefault(entry.ref, entry.metadata.size_bytes or 0)
+    return blocks
+
+
+def _object_store_bytes(node_id: str) -> float:
+    """The object store's capacity on node `node_id` (unbounded when Ray does not say)."""
+    import ray
+
+    for node in ray.nodes():
+        if node["NodeID"] == node_id:
+            return node["Resources"].get("object_store_memory", math.inf)
+    return math.inf
+
+
+# --------------------------------------------------------------------------- torch_loader input
+
+
+@dataclass
+class LoaderSource:
+    """What one rank's torch DataLoader reads: its slice of the stored rows (`rows`: a parquet
+    path or URI, or an object-store table from `put_rows`)."""
+
+    rows: Any
+    workload: Workload
+    rank: int
+    world: int
+    workers: int
+    _table: pa.Table | None = field(default=None, repr=False)
+
+    def table(self) -> pa.Table:
+        """This rank's rows (read once per launch): its contiguous share of an object-store
+        table; of files, every world-th file when there are enough, else every world-th row."""
+        if self._table is None and isinstance(self.rows, pa.Table):
+            n = len(self.rows)  # rows in this process (tests, and GPU checks without Ray)
+            start, stop = self.rank * n // self.world, (self.rank + 1) * n // self.world
+            self._table = self.rows.slice(start, stop - start)
+        if self._table is None and not isinstance(self.rows, str):
+            import ray
+
+            table = ray.get(self.rows)
+            n = len(table)
+            start, stop = self.rank * n // self.world, (self.rank + 1) * n // self.world
+            self._table = table.slice(start, stop - start)
+        if self._table is None:
+            import pyarrow.dataset as pads
+
+            try:
+                ds = pads.dataset(self.rows, format="parquet")
+            except (FileNotFoundError, pa.ArrowInvalid) as e:
+                raise RuntimeError(
+                    f"input torch_loader could not read {self.rows} on this worker ({e})"
+                ) from None
+            files = sorted(ds.files)
+            if len(files) >= self.world:
+                mine = files[self.rank :: self.world]
+                table = pads.dataset(mine, format="parquet", filesystem=ds.filesystem).to_table()
+            else:
+                table = ds.to_table()
+                table = table.take(np.arange(self.rank, len(table), self.world))
+            self._table = table
+        return self._table
+
+
+class _PreprocessedBatches:
+    """Map-style dataset whose item i is batch i of the rank's rows, preprocessed (so the
+    DataLoader's workers do the same batch-level work as Ray Data's map tasks)."""
+
+    def __init__(self, table: pa.Table, batch_size: int, workload: Workload):
+        self.table, self.batch_size, self.workload = table, batch_size, workload
+
+    def __len__(self) -> int:
+        return len(self.table) // self.batch_size
+
+    def __getitem__(self, i: int) -> dict[str, np.ndarray]:
+        rows = table_columns(self.table.slice(i * self.batch_size, self.batch_size))
+        return self.workload.preprocess(rows, training=True)
+
+
+# --------------------------------------------------------------------------- each trial's batches
+
+
+def train_source(
+    launch: LaunchConfig, workload: Workload, rank: int, world: int, pin: bool = False
+) -> Any:
+    """This rank's training input for trials on `world` ranks: its own shard (`train_shards`,
+    per world size) fetched onto this node (`local_shard`), a LaunchStream over Ray Train's
+    streaming split of the preprocessed dataset, or a LoaderSource."""
+    if launch.input == "torch_loader":
+        return LoaderSource(launch.train_rows, workload, rank, world, launch.data_workers)
+    if launch.train_shards:
+        return local_shard(launch.train_shards[world][rank])
+    import ray.train
+
+    if world != launch.resources.workers:
+        raise RuntimeError(
+            f"Ray Train's dataset split serves {launch.resources.workers} workers, not a "
+            f"trial on {world}: the planner must not share this launch across device counts"
+        )
+    return launch_stream(ray.train.get_dataset_shard("train"), launch, pin)
+
+
+def host_batches(
+    source: Any, batch_size: int, prefetch: int, pin: bool
+) -> Iterator[dict[str, torch.Tensor]]:
+    """Endless stream of this rank's training batches in host memory: epochs one after another.
+
+    `source` is a Ray Data shard (input ray_data) or a LoaderSource (input torch_loader). With
+    `pin` (a CUDA device) the batches are in pinned memory, so that `feed.DeviceFeed` can copy
+    them to the device asynchronously, overlapped with the previous step.
+    """
+    if isinstance(source, LoaderSource):
+        return _loader_batches(source, batch_size, prefetch, pin)
+    if isinstance(source, LaunchStream):
+        return source.batches(batch_size)
+    return _ray_batches(source, batch_size, prefetch, pin)
+
+
+def _ray_batches(
+    shard: Any, batch_size: int, prefetch: int, pin: bool
+) -> Iterator[dict[str, torch.Tensor]]:
+    """Training batches sliced from block-sized chunks of the shard.
+
+    Each batch Ray Data forms costs a fixed ~1-3 ms here (a round trip to the split
+    coordinator, block slicing and concatenation, conversion), which a rank waits for on every
+    step when batches are small: the D2L MLP waited 2.7 ms of an 11 ms step. Fetching one
+    block-sized chunk and slicing it into batches (views, no copies) pays that once per chunk.
+    `prefetch` batches ahead become ceil(prefetch * batch / chunk) chunks ahead (0 stays 0).
+    Chunks stay on the host (pinned for a GPU); the feed copies one batch at a time, so a chunk
+    never costs device memory beyond a batch.
+    """
+    chunk = max(batch_size, ROWS_PER_BLOCK // batch_size * batch_size)
+    while True:
+        yielded = False
+        epoch = iter(
+            shard.iter_torch_batches(
+                batch_size=chunk,
+                prefetch_batches=math.ceil(prefetch * batch_size / chunk),
+                drop_last=False,
+                device="cpu",  # the default, "auto", would copy whole chunks to the GPU
+                pin_memory=pin,
+            )
+        )
+        try:
+            for rows in epoch:
+                n = len(next(iter(rows.values())))
+                for start in range(0, n - batch_size + 1, batch_size):
+                    yielded = True
+                    yield {k: v[start : start + batch_size] for k, v in rows.items()}
+        finally:
+            # A trial that stops mid-epoch stops its preprocessing now, not when the
+            # iterator is garbage-collected (its prefetch threads keep it alive).
+            close = getattr(epoch, "close", None)
+            if close is not None:
+                close()
+        if not yielded:
+            raise RuntimeError(_too_few_rows(batch_size))
+
+
+class LaunchStream:
+    """One rank's training input for a whole launch whose workload preprocesses (input
+    ray_data): one pass of the launch's Ray Data pipeline, started once before the first trial
+    (`warm`), from which each trial slices batches of its own size (`batches`).
+
+    Why: every new pass over Ray Train's streaming split starts the pipeline again (a barrier
+    across ranks, new preprocessing tasks, their first blocks): seconds that used to land in
+    each trial's first step. The pass covers every trial of the launch (`with_preprocessing`), and
+    the rows a trial leaves in a chunk go to the next one.
+    """
+
+    def __init__(self, shard: Any, chunk: int, prefetch_chunks: int, pin: bool):
+        self._shard, self._chunk, self._prefetch, self._pin = shard, chunk, prefetch_chunks, pin
+        self._chunks: Iterator[dict[str, torch.Tensor]] | None = None
+        self._rest: dict[str, torch.Tensor] | None = None  # rows not yet handed to a trial
+
+    def warm(self) -> float:
+        """Start the pipeline and wait for its first chunk; returns the seconds it took."""
+        start = time.perf_counter()
+        if self._rest is None:
+            self._rest = self._next_chunk()
+        return time.perf_counter() - start
+
+    def batches(self, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
+        """Endless `batch_size`-row batches (views of a chunk; a batch spanning two chunks is
+        joined, one copy)."""
+        import torch
+
+        while True:
+            rest = self._rest if self._rest is not None else self._next_chunk()
+            while _rows(rest) < batch_size:
+                more = self._next_chunk()
+                rest = {k: torch.cat([v, more[k]]) for k, v in rest.items()}
+            self._rest = {k: v[batch_size:] for k, v in rest.items()}
+            yield {k: v[:batch_size] for k, v in rest.items()}
+
+    def _next_chunk(self) -> dict[str, torch.Tensor]:
+        if self._chunks is None:
+            self._chunks = self._epochs()
+        return next(self._chunks)
+
+    def _epochs(self) -> Iterator[dict[str, torch.Tensor]]:
+        while True:  # a launch longer than its pass starts another (never expected)
+            yielded = False
+            for rows in self._shard.iter_torch_batches(
+                batch_size=self._chunk,
+                prefetch_batches=self._prefetch,
+                drop_last=False,
+                device="cpu",  # the feed copies one batch at a time to the device
+                pin_memory=self._pin,
+            ):
+                yielded = True
+                yield rows
+            if not yielded:
+                raise RuntimeError(_too_few_rows(self._chunk))
+
+
+def _rows(batch: dict[str, Any]) -> int:
+    return len(next(iter(batch.values())))
+
+
+def launch_stream(shard: Any, launch: LaunchConfig, pin: bool) -> LaunchStream:
+    """The launch's stream over Ray Train's split of its preprocessed dataset: chunks of whole
+    largest batches (about a block), prefetched as the largest `prefetch_batches` asks."""
+    largest = max(t.per_device_batch for t in launch.trials)
+    chunk = max(largest, ROWS_PER_BLOCK // largest * largest)
+    prefetch = max(t.prefetch_batches for t in launch.trials)
+    return LaunchStream(shard, chunk, math.ceil(prefetch * largest / chunk), pin)
+
+
+def _loader_batches(
+    source: LoaderSource, batch_size: int, prefetch: int, pin: bool
+) -> Iterator[dict[str, torch.Tensor]]:
+    """A DataLoader over this rank's rows; prefetch_batches is spread over its workers
+    (prefetch_factor = ceil(prefetch / workers), at least 1, as DataLoader requires)."""
+    from torch.utils.data import DataLoader
+
+    batches = _PreprocessedBatches(source.table(), batch_size, source.workload)
+    if len(batches) == 0:
+        raise RuntimeError(_too_few_rows(batch_size))
+    workers = source.workers
+    loader = DataLoader(
+        batches,
+        batch_size=None,
+        shuffle=False,
+        num_workers=workers,
+        pin_memory=pin,
+        persistent_workers=workers > 0,
+        prefetch_factor=max(1, math.ceil(prefetch / workers)) if workers else None,
+    )
+    while True:
+        yield from loader
+
+
+def _too_few_rows(batch_size: int) -> str:
+    return (
+        f"the data shard holds fewer than batch_size={batch_size} rows; "
+        "raise params.train_rows or lower the batch size"
+    )

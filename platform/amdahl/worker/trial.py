@@ -1,0 +1,421 @@
+"""One trial's timed loop, inside a Ray Train worker: build the model, train it for the
+launch's steps, measure, and return this rank's statistics (worker/harness.py runs the trials
+of a launch and reports their rows).
+
+Each trial is isolated (fresh seed, model, optimizer and compiled graph, its own warmup, memory
+peak reset, compile caches). Timing rules (asynchronous execution needs synchronised timers):
+- phase marks go into a step clock (stepclock.py): CUDA events on a GPU, read once after one
+  synchronize at the end of the trial; `perf_counter` on CPU, where work is synchronous;
+- the measured window opens after the warmup steps and closes with a device synchronize; the
+  first step is recorded apart (compilation lands there);
+- input reaches the device through `feed.DeviceFeed`, copied a batch ahead on a side stream;
+  data wait is the device's idle gap between steps (docs/architecture.md, "What a step's
+  columns mean").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import statistics
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from amdahl.columns import history_steps
+from amdahl.worker.contract import LaunchConfig, TrialConfig
+from amdahl.worker.feed import DeviceFeed
+from amdahl.worker.input import host_batches
+from amdahl.worker.peak import measure_peak_flops
+from amdahl.worker.stepclock import StepClock, StepMarks, attribute, clock_for
+from amdahl.worker.sync import SyncStrategy, make_strategy, model_state_bytes, unwrap
+from amdahl.worker.training import (
+    LRSchedule,
+    Precision,
+    compile_caches,
+    failure_kind,
+    first_line,
+    make_optimizer_factory,
+    memory_peak,
+    memory_reset,
+    reset_process_state,
+    target_reached,
+    tf32_flags,
+)
+from amdahl.workload import Workload
+
+#: Interleaved pairs of (synced, no_sync) forward+backward passes run after the measured window.
+CALIBRATION_PAIRS = 5
+
+
+# --------------------------------------------------------------------------- one trial
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a trial runs: this rank's device, its rank and the trial's world size."""
+
+    device: torch.device
+    rank: int
+    world: int
+
+
+@dataclass
+class _Trial:
+    """Everything one trial's loop and its side measurements use, built by `_start_trial`."""
+
+    workload: Workload
+    trial: TrialConfig
+    launch: LaunchConfig
+    where: Placement
+    precision: Precision
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    strategy: SyncStrategy
+    scaler: torch.amp.GradScaler | None
+    feed: DeviceFeed
+    clock: StepClock
+    wrap_s: float
+
+    @property
+    def device(self) -> torch.device:
+        return self.where.device
+
+    def forward(self, model: torch.nn.Module, batch: Any) -> tuple[Any, Any, torch.Tensor]:
+        """(output, labels, loss) of one batch in the trial's precision (cast, autocast)."""
+        x, y = self.workload.split_batch(batch)
+        with self.precision.autocast(self.device):
+            out = model(self.precision.cast_input(x))
+            return out, y, self.workload.loss(out, y)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Backward, through the fp16 loss scaler when the trial has one."""
+        (self.scaler.scale(loss) if self.scaler else loss).backward()
+
+
+def run_trial_guarded(
+    workload: Workload,
+    trial: TrialConfig,
+    launch: LaunchConfig,
+    source: Any,
+    val: dict[str, np.ndarray],
+    where: Placement,
+) -> tuple[dict[str, Any], str | None, str | None]:
+    """Run one trial; any exception becomes a recorded failure, never a crashed launch.
+
+    Returns (stats, error, kind): kind is None on success, else 'oom', 'failed' or 'poisoned'
+    (the process cannot run another trial; the caller ends the worker group)."""
+    try:
+        return run_trial(workload, trial, launch, source, val, where), None, None
+    except Exception as e:  # noqa: BLE001 - every failure is a result, with its reason
+        kind = failure_kind(e)
+        if kind == "oom":
+            return {}, f"oom: {first_line(e)}", kind
+        tb = traceback.format_exc(limit=-3)
+        return {}, f"failed: {type(e).__name__}: {first_line(e)}\n{tb}", kind
+
+
+def run_trial(
+    workload: Workload,
+    trial: TrialConfig,
+    launch: LaunchConfig,
+    source: Any,
+    val: dict[str, np.ndarray],
+    where: Placement,
+) -> dict[str, Any]:
+    """Train one configuration and return this rank's measurements.
+
+    Process-wide state is the trial's own for its duration: compiled graphs of earlier trials
+    are forgotten, TF32 is on only for tf32 and restored after, and an inductor trial compiles
+    into fresh caches unless `options.compile_cache: warm` asks for the shared ones."""
+    device = where.device
+    with tf32_flags(trial.precision == "tf32"), compile_caches(trial.compile_cache == "cold"):
+        reset_process_state()
+        mem_baseline = memory_reset(device)
+        setup_start = time.perf_counter()
+        t = _start_trial(workload, trial, launch, source, where)
+        clean = False
+        try:
+            stats = _train(t, val, setup_s=time.perf_counter() - setup_start)
+            clean = True
+        finally:
+            t.strategy.close(clean=clean)
+        stats.update(memory_peak(device, mem_baseline))
+        stats["model_state_bytes"] = sum(model_state_bytes(t.model, t.optimizer))
+        del t
+        stats["peak_flops"] = measure_peak_flops(device, trial.precision)
+        return stats
+
+
+def _start_trial(
+    workload: Workload, trial: TrialConfig, launch: LaunchConfig, source: Any, where: Placement
+) -> _Trial:
+    precision = Precision.of(trial.precision)
+    model, optimizer, strategy, wrap_s = build_trial_model(workload, trial, launch, where.device)
+    batches = host_batches(
+        source, trial.per_device_batch, trial.prefetch_batches, where.device.type == "cuda"
+    )
+    return _Trial(
+        workload=workload,
+        trial=trial,
+        launch=launch,
+        where=where,
+        precision=precision,
+        model=model,
+        optimizer=optimizer,
+        strategy=strategy,
+        scaler=precision.scaler(where.device),
+        feed=DeviceFeed(batches, where.device),
+        clock=clock_for(where.device.type),
+        wrap_s=wrap_s,
+    )
+
+
+def build_trial_model(
+    workload: Workload, trial: TrialConfig, launch: LaunchConfig, device: torch.device
+) -> tuple[torch.nn.Module, Any, SyncStrategy, float]:
+    """Fresh model (seeded), in the trial's precision, wrapped by its sync strategy and compiler.
+
+    Returns (model, optimizer, strategy, seconds spent scripting/compiling-wrapping).
+    TorchScript scripts the plain module (DDP cannot be scripted); inductor compiles the
+    strategy's wrapper so DDP's bucketing is visible to the compiler.
+    """
+    torch.manual_seed(launch.train.seed)
+    model = workload.build_model().to(device)
+    weights = Precision.of(trial.precision).weights_dtype
+    if weights is not None:
+        model = model.to(weights)
+    start = time.perf_counter()
+    if trial.compile == "torchscript":
+        model = torch.jit.script(model)
+    strategy = make_strategy(trial.sync, trial.options, device)
+    model, optimizer = strategy.prepare(model, make_optimizer_factory(launch.train))
+    if trial.inductor:
+        model = torch.compile(model, mode=trial.options["compile_mode"])
+    wrap_s = time.perf_counter() - start if trial.compile != "eager" else 0.0
+    return model, optimizer, strategy, wrap_s
+
+
+# --------------------------------------------------------------------------- the timed loop
+
+
+def _train(t: _Trial, val: dict[str, np.ndarray], setup_s: float) -> dict[str, Any]:
+    """The timed loop, then the trial's statistics (`_trial_stats`)."""
+    launch, strategy, clock, feed = t.launch, t.strategy, t.clock, t.feed
+    model, optimizer = t.model, t.optimizer
+    micro_steps = strategy.micro_steps
+    lr = LRSchedule.for_trial(launch.train, t.trial.per_device_batch * t.where.world * micro_steps)
+    warm, target = launch.train.warmup_steps, launch.target
+
+    run = _LoopRecord()
+    train_start = window_start = time.perf_counter()
+    for step in range(launch.steps_per_trial):
+        if step == warm:
+            clock.synchronize()
+            window_start = time.perf_counter()
+        t_data = time.perf_counter()
+        batches, copies = feed.take(micro_steps)
+        host_wait = time.perf_counter() - t_data
+        marks = [clock.mark()]
+        for i, batch in enumerate(batches):
+            with strategy.micro_context(model, i):
+                loss = t.forward(model, batch)[2] / micro_steps
+                marks.append(clock.mark())
+                t.backward(loss)
+                marks.append(clock.mark())
+        lr.update(optimizer, step)
+        strategy.step(optimizer, t.scaler)
+        optimizer.zero_grad(set_to_none=True)
+        strategy.after_step(model, step)
+        marks.append(clock.mark())
+        run.steps.append(StepMarks(host_wait, marks, copies, gap_is_input=not run.after_eval))
+        run.losses.append(loss.detach() * micro_steps)
+        run.after_eval = False
+        if target and step >= warm and (step + 1 - warm) % target.eval_every == 0:
+            clock.synchronize()
+            eval_start = time.perf_counter()
+            if target_reached(_evaluate(t, val), target):
+                run.reached = (step + 1, eval_start - train_start - run.eval_s)
+            run.eval_s += time.perf_counter() - eval_start
+            run.after_eval = True
+            if run.reached:
+                break
+    clock.synchronize()
+    run.window_s = time.perf_counter() - window_start - run.eval_s
+    run.lr_peak = lr.peak
+    return _trial_stats(t, run, val, setup_s)
+
+
+@dataclass
+class _LoopRecord:
+    """What the timed loop leaves for the statistics: per-step marks and losses (on the
+    device, read once after the loop), the window, and time-to-target bookkeeping."""
+
+    steps: list[StepMarks] = field(default_factory=list)
+    losses: list[torch.Tensor] = field(default_factory=list)
+    eval_s: float = 0.0
+    reached: tuple[int, float] | None = None
+    after_eval: bool = False
+    window_s: float = 0.0
+    lr_peak: float = 0.0
+
+
+def _trial_stats(
+    t: _Trial, run: _LoopRecord, val: dict[str, np.ndarray], setup_s: float
+) -> dict[str, Any]:
+    """This rank's measurements of one trial, from the loop's record (after the loop, so the
+    loop itself does no bookkeeping beyond its marks)."""
+    warm = t.launch.train.warmup_steps
+    full = not t.launch.ranking_only
+    comm_s = _exposed_communication(t) if full else None
+    phases = attribute(run.steps, t.clock)
+    measured = phases[warm:]
+    steady = statistics.median(p["total"] for p in measured)
+    first_step = phases[0]["total"] + phases[0]["data_wait"]
+    val_loss, val_acc = _evaluate(t, val) if full else (None, None)
+    mean = lambda key: statistics.fmean(p[key] for p in measured)  # noqa: E731
+    losses = run.losses
+    return {
+        "window_s": run.window_s,
+        "step_time_s": steady,
+        "step_time_max_s": max(p["total"] for p in measured),
+        "data_wait_s": mean("data_wait"),
+        "data_wait_host_s": mean("host_wait"),
+        "transfer_s": mean("transfer") if t.clock.on_device else None,
+        "forward_s": mean("forward"),
+        "backward_s": mean("backward"),
+        "optimizer_s": mean("optimizer"),
+        "warmup_s": sum(p["total"] + p["data_wait"] for p in phases[:warm]),
+        "first_step_s": first_step,
+        "compile_s": t.wrap_s + max(0.0, first_step - steady)
+        if t.trial.compile != "eager"
+        else 0.0,
+        "setup_s": setup_s,
+        "final_loss": float(torch.stack(losses[-min(5, len(losses)) :]).float().mean()),
+        "val_loss": val_loss,
+        "val_accuracy": val_acc,
+        "micro_steps": t.strategy.micro_steps,
+        "measured_steps": len(measured),
+        "lr": run.lr_peak,
+        "steps_to_target": run.reached[0] if run.reached else None,
+        "time_to_target_s": run.reached[1] if run.reached else None,
+        "comm_s": comm_s,
+        "history": _history(phases, losses),
+    }
+
+
+def _history(phases: list[dict[str, float]], losses: list[torch.Tensor]) -> dict[str, list]:
+    """Per-step curves (the `history` column), sampled here so that little leaves the worker;
+    the losses are read off the device once, now, not in the loop."""
+    kept = history_steps(len(phases))
+    kept_loss = torch.stack([losses[i] for i in kept]).float().tolist() if kept else []
+    short = lambda v: float(f"{v:.6g}") if math.isfinite(v) else None  # noqa: E731
+    return {
+        "step": [i + 1 for i in kept],
+        "loss": [short(v) for v in kept_loss],
+        "step_time_s": [short(phases[i]["total"]) for i in kept],
+        "data_wait_s": [short(phases[i]["data_wait"]) for i in kept],
+    }
+
+
+# --------------------------------------------------------------------------- rows a launch reads
+
+
+def rows_per_rank(launch: LaunchConfig) -> int:
+    """Training rows the largest trial of a launch reads on one rank (warmup, measured steps
+    with their micro-batches, exposed-communication calibration, and the feed's batch ahead):
+    how much data the launch's input streams in one pass, so that no epoch boundary falls
+    inside a trial."""
+    return max(_rows_per_trial(launch, trial) for trial in launch.trials)
+
+
+def rows_per_launch(launch: LaunchConfig) -> int:
+    """Training rows one rank reads over every trial and repeat of a launch: what one pass of
+    a launch-long input stream (worker.input.LaunchStream) must hold."""
+    return launch.train.repeats * sum(_rows_per_trial(launch, t) for t in launch.trials)
+
+
+def _rows_per_trial(launch: LaunchConfig, trial: TrialConfig) -> int:
+    passes = launch.steps_per_trial * trial.micro_steps + CALIBRATION_PAIRS + 1
+    return passes * trial.per_device_batch
+
+
+# ------------------------------------------------ measured outside the window: comm, validation
+
+
+def _exposed_communication(t: _Trial) -> float | None:
+    """Exposed gradient communication per step, estimated outside the measured window.
+
+    Method: CALIBRATION_PAIRS interleaved pairs of forward+backward passes, one with DDP's
+    gradient all-reduce and one under `no_sync()` (no all-reduce, no optimizer step, gradients
+    discarded), on the same batches; exposed communication = median(synced) - median(no_sync),
+    clipped at 0. It counts only the all-reduce time that backward could not hide, which is
+    what costs throughput. Limits: only for strategies built on DDP (others report None and
+    their communication shows up in optimizer time); not for compiled models (no_sync would
+    recompile); noisy when the difference is below timer resolution.
+    """
+    ddp = t.model if isinstance(t.model, torch.nn.parallel.DistributedDataParallel) else None
+    if ddp is None or t.trial.inductor:
+        return None
+    timings: dict[bool, list[tuple[Any, Any]]] = {True: [], False: []}
+    for _ in range(CALIBRATION_PAIRS):
+        batch = next(t.feed)
+        for synced in (True, False):
+            with contextlib.nullcontext() if synced else ddp.no_sync():
+                start = t.clock.mark()
+                t.backward(t.forward(ddp, batch)[2])
+                end = t.clock.mark()
+            ddp.zero_grad(set_to_none=True)
+            timings[synced].append((start, end))
+    t.clock.synchronize()
+    spans = {k: statistics.median(t.clock.span(a, b) for a, b in v) for k, v in timings.items()}
+    return max(0.0, spans[True] - spans[False])
+
+
+@torch.no_grad()
+def _evaluate(t: _Trial, val: dict[str, np.ndarray]) -> tuple[float, float | None]:
+    """Validation loss/accuracy over the held-out split; each rank takes every world-th row.
+
+    Every rank takes part (sharded models need all ranks for a forward), and the sums are
+    all-reduced, so the figure covers the whole split.
+    """
+    model, rank, world = unwrap(t.model), t.where.rank, t.where.world
+    batch_size = t.trial.per_device_batch
+    was_training = model.training
+    model.eval()
+    n = len(next(iter(val.values())))
+    idx = np.arange(rank, n, world)
+    loss_sum = torch.zeros((), dtype=torch.float64)
+    correct_sum = torch.zeros((), dtype=torch.float64)
+    has_accuracy = True
+    # Sharded models all-gather in every forward, so every rank runs the same number of them.
+    per_rank = math.ceil(n / world)
+    for b in range(math.ceil(per_rank / batch_size)):
+        sel = idx[b * batch_size : (b + 1) * batch_size]
+        counted = len(sel) > 0
+        if not counted:
+            sel = np.arange(min(1, n))  # a real row to join the collective, not counted
+        batch = {k: torch.from_numpy(v[sel]).to(t.device) for k, v in val.items()}
+        out, y, loss = t.forward(model, batch)
+        if not counted:
+            continue
+        loss_sum += float(loss) * len(sel)
+        correct = t.workload.correct(out, y)
+        has_accuracy = correct is not None
+        if has_accuracy:
+            correct_sum += float(correct)
+    totals = torch.stack(
+        [loss_sum, correct_sum, torch.tensor(float(len(idx)), dtype=torch.float64)]
+    )
+    if dist.is_initialized() and world > 1:
+        totals = totals.to(t.device)  # NCCL reduces device tensors only
+        dist.all_reduce(totals)  # sums, once per trial
+        totals = totals.cpu()
+    model.train(was_training)
+    count = max(float(totals[2]), 1.0)
+    return float(totals[0]) / count, (float(totals[1]) / count if has_accuracy else None)
