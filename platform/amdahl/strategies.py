@@ -3,12 +3,13 @@ their defaults), what it needs, where its communication lands in a step and how 
 is. Pure data, no torch: the spec schema, the planner, the worker-side harness, the report's
 diagnosis and its step-time model all read it, so a strategy is described once.
 
-Adding a strategy (docs/architecture.md, "How to add ...", "A sync strategy"): its
-`SyncStrategy` class in sync.py and its line in sync.py's registry, a row here, its bytes in
-analysis/comm.py's `comm_volume` (the model's formulas), an option it adds as a field of
-spec.OptionsSpec, a test, and a line in the README. tests/unit/test_strategies.py checks that
-sync.py implements exactly the strategies listed here, that the step-time model has a volume
-for each and that every option here is a field of spec.OptionsSpec with this default.
+Adding a strategy (docs/architecture.md, "How to add ...", "A sync strategy"): a row here, its
+`SyncStrategy` class in worker/sync.py registered with `@implements(name)`, a test and a line in
+the README; a strategy that is not a plain all-reduce of the gradient (no `wire_factor`) also
+needs its bytes in analysis/comm.py's `comm_volume`, and an option it adds a field of
+spec.OptionsSpec. tests/unit/test_strategies.py checks that worker/sync.py implements exactly
+the strategies listed here, that the step-time model has a volume for each and that every
+option here is a field of spec.OptionsSpec with this default.
 """
 
 from __future__ import annotations

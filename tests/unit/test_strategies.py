@@ -17,7 +17,7 @@ from amdahl.plan.resources import Node
 from amdahl.spec.load import validate_spec
 from amdahl.spec.schema import GridSpec, OptionsSpec
 from amdahl.strategies import NAMES, OPTION_DEFAULTS, STRATEGIES, micro_steps
-from amdahl.worker.sync import _STRATEGIES as IMPLEMENTED
+from amdahl.worker.sync import IMPLEMENTATIONS as IMPLEMENTED
 
 CPU = [Node(cpus=4.0)]
 GPU = [Node(cpus=16.0, gpus=2.0)]

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from amdahl.worker.sync import (
-    _STRATEGIES,
+    IMPLEMENTATIONS,
     AccumulateSync,
     _assign_shards,
     _ParamShard,
@@ -288,7 +288,7 @@ def test_make_strategy_rejects_unknown_and_invalid_options() -> None:
     with pytest.raises(ValueError, match="accumulate_steps: must be >= 1"):
         AccumulateSync({"accumulate_steps": 0}, torch.device("cpu"))
     assert AccumulateSync({"accumulate_steps": 3}, torch.device("cpu")).micro_steps == 3
-    assert set(_STRATEGIES) >= {*OPTIONS, "ddp_bf16", "param_server"}
+    assert set(IMPLEMENTATIONS) >= {*OPTIONS, "ddp_bf16", "param_server"}
 
 
 def test_assign_shards_balances_by_size_and_is_deterministic() -> None:

@@ -64,9 +64,7 @@ def plan(spec_path: str, overrides: tuple[str, ...], address: str | None, as_jso
     """Show the trials, their resources, and every trial that will not run (with the reason)."""
     import json
 
-    from amdahl.driver.planning import plan_for
-    from amdahl.spec.load import load_spec
-    from amdahl.sweepdir.driver_files import plan_summary
+    from amdahl import load_spec, plan_for, plan_summary
 
     sweep_plan = plan_for(load_spec(spec_path, overrides), address)
     if as_json:
@@ -127,11 +125,8 @@ def sweep(
     verbose: bool,
 ) -> None:
     """Run every trial of a sweep file and write runs/<name>-<time>/."""
+    from amdahl import SweepInterrupted, latest_sweep_dir, load_spec, run_sweep
     from amdahl.cli.progress import LiveProgress, print_outcome
-    from amdahl.driver.signals import SweepInterrupted
-    from amdahl.driver.sweep import run_sweep
-    from amdahl.spec.load import load_spec
-    from amdahl.sweepdir.layout import latest_sweep_dir
 
     spec = load_spec(spec_path, overrides)
     if retry_failed and resume is None:
@@ -184,7 +179,7 @@ def init(directory: str) -> None:
 def mlflow_push(sweep_dir: str) -> None:
     """Push to MLflow every result of SWEEP_DIR that MLflow does not have yet (rows it has are
     found by their tags, not duplicated). Refused while a sweep driver writes SWEEP_DIR."""
-    from amdahl.track.push import push_results
+    from amdahl import push_results
 
     with _quiet("amdahl.track.tracker"):
         outcome = push_results(sweep_dir)
@@ -230,7 +225,7 @@ def report(sweep_dirs: tuple[str, ...]) -> None:
     """
     from rich.console import Console
 
-    from amdahl.report import build_report, comparison, write_reports
+    from amdahl import build_report, comparison, write_reports
     from amdahl.report.render_text import print_report, print_sections
 
     console = Console()
@@ -284,7 +279,7 @@ def predict(sweep_dir: str, devices: list[int], batch_sizes: list[int] | None, n
     counts SWEEP_DIR did not measure, from its results.parquet and calibration.json (no Ray)."""
     from rich.console import Console
 
-    from amdahl.report.predict import predict_sweep
+    from amdahl import predict_sweep
     from amdahl.report.prediction_document import prediction_sections
     from amdahl.report.render_text import print_sections
 
@@ -316,7 +311,8 @@ def calibrate(
     address: str | None,
 ) -> None:
     """Measure all-reduce latency/bandwidth and peak FLOP/s into SWEEP_DIR/calibration.json."""
-    from amdahl.driver.calibrate import run_calibration, summary
+    from amdahl import run_calibration
+    from amdahl.driver.calibrate import summary
     from amdahl.sweepdir.layout import SweepDir
 
     result = run_calibration(
@@ -352,7 +348,7 @@ def data() -> None:
 )
 def fashion_mnist(src: str, out: str | None) -> None:
     """Fashion-MNIST (D2L's multi-GPU data set) from its IDX files to parquet."""
-    from amdahl.data.fashion_mnist import convert_fashion_mnist
+    from amdahl import convert_fashion_mnist
     from amdahl.data.storage import DEFAULT_CACHE
 
     written = convert_fashion_mnist(src, out or DEFAULT_CACHE / "fashion-mnist")

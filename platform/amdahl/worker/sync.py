@@ -13,7 +13,8 @@ timed loop reads the same whatever the strategy:
     ...
     strategy.close()                                  # e.g. kill the parameter-server actors
 
-The strategies (`_STRATEGIES` maps the sweep's `sync` value to its class):
+The strategies (`IMPLEMENTATIONS` maps the sweep's `sync` value to its class, each registered by
+`@implements(name)`):
 
 - `none`: the measured ceiling; every worker trains alone on its shard, no communication.
 - `ddp`: DistributedDataParallel, bucketed all-reduce overlapped with backward.
@@ -79,6 +80,22 @@ def model_state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> tup
     return params, state
 
 
+#: The sweep's `sync` value -> the class that implements it (filled by `@implements`).
+IMPLEMENTATIONS: dict[str, type[SyncStrategy]] = {}
+
+
+def implements(name: str) -> Callable[[type[SyncStrategy]], type[SyncStrategy]]:
+    """Register a class as the implementation of `sync: name` (its row in strategies.py
+    describes it to everything else)."""
+
+    def register(cls: type[SyncStrategy]) -> type[SyncStrategy]:
+        IMPLEMENTATIONS[name] = cls
+        return cls
+
+    return register
+
+
+@implements("none")
 class SyncStrategy:
     """Base: no communication at all (the `none` ceiling)."""
 
@@ -113,6 +130,7 @@ class SyncStrategy:
         failed trial: then no rank may wait for the others (some never come)."""
 
 
+@implements("ddp")
 class DDPSync(SyncStrategy):
     """torch DistributedDataParallel: bucketed all-reduce overlapped with backward."""
 
@@ -132,6 +150,7 @@ class DDPSync(SyncStrategy):
         """Subclasses replace DDP's all-reduce of each bucket with a communication hook."""
 
 
+@implements("ddp_fp16")
 class DDPFP16Sync(DDPSync):
     """DDP whose gradient buckets are all-reduced as fp16 (half the bytes, fp16 rounding)."""
 
@@ -143,6 +162,7 @@ class DDPFP16Sync(DDPSync):
         ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
 
 
+@implements("ddp_bf16")
 class DDPBF16Sync(DDPSync):
     """DDP whose gradient buckets are all-reduced as bf16 (CUDA + NCCL only)."""
 
@@ -163,6 +183,7 @@ class DDPBF16Sync(DDPSync):
         ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
 
 
+@implements("powersgd")
 class PowerSGDSync(DDPSync):
     """DDP with PowerSGD: each gradient matrix travels as two rank-r factors, error feedback on.
 
@@ -186,6 +207,7 @@ class PowerSGDSync(DDPSync):
         ddp.register_comm_hook(self.state, powerSGD_hook.powerSGD_hook)
 
 
+@implements("accumulate")
 class AccumulateSync(DDPSync):
     """DDP with gradient accumulation: all-reduce only on the last of `accumulate_steps` passes."""
 
@@ -201,6 +223,7 @@ class AccumulateSync(DDPSync):
         return contextlib.nullcontext()
 
 
+@implements("local_sgd")
 class LocalSGDSync(SyncStrategy):
     """Local SGD: replicas train alone and average their parameters every `local_sgd_every` steps.
 
@@ -227,6 +250,7 @@ class LocalSGDSync(SyncStrategy):
             _flat_apply(tensors, _mean_over_ranks)
 
 
+@implements("zero1")
 class ZeRO1Sync(DDPSync):
     """DDP + ZeroRedundancyOptimizer: each rank keeps and updates the optimizer state of its
     partition of the parameters, then broadcasts them (ZeRO stage 1: state / world size)."""
@@ -246,6 +270,7 @@ class ZeRO1Sync(DDPSync):
         return ddp, sharded
 
 
+@implements("fsdp")
 class FSDPSync(SyncStrategy):
     """FSDP2 `fully_shard` on each child module that has parameters, then on the root.
 
@@ -270,6 +295,7 @@ class FSDPSync(SyncStrategy):
         return model, make_optimizer(model.parameters())
 
 
+@implements("param_server")
 class ParamServerSync(SyncStrategy):
     """Synchronous parameter server (D2L 12.7): parameter shards held by `ps_shards` Ray actors.
 
@@ -467,27 +493,15 @@ def _assign_shards(sizes: dict[str, int], n_shards: int) -> list[list[str]]:
     return [keys for keys in shards if keys]
 
 
-_STRATEGIES: dict[str, type[SyncStrategy]] = {
-    "none": SyncStrategy,
-    "ddp": DDPSync,
-    "ddp_fp16": DDPFP16Sync,
-    "ddp_bf16": DDPBF16Sync,
-    "powersgd": PowerSGDSync,
-    "accumulate": AccumulateSync,
-    "local_sgd": LocalSGDSync,
-    "zero1": ZeRO1Sync,
-    "fsdp": FSDPSync,
-    "param_server": ParamServerSync,
-}
-
-
 def make_strategy(name: str, options: dict[str, Any], device: torch.device) -> SyncStrategy:
     """The strategy object for one trial (fresh per trial: no state leaks between trials)."""
-    if name not in _STRATEGIES:
-        raise ValueError(f"unknown sync strategy {name!r}; known: {', '.join(sorted(_STRATEGIES))}")
+    if name not in IMPLEMENTATIONS:
+        raise ValueError(
+            f"unknown sync strategy {name!r}; known: {', '.join(sorted(IMPLEMENTATIONS))}"
+        )
     if name != "none" and not dist.is_initialized():
         raise RuntimeError(f"sync={name} needs torch.distributed to be initialised")
-    return _STRATEGIES[name](options, device)
+    return IMPLEMENTATIONS[name](options, device)
 
 
 def unwrap(model: nn.Module) -> nn.Module:
