@@ -85,7 +85,7 @@ def test_missing_file(tmp_path):
 
 
 def test_shipped_sweeps_load():
-    for path in sorted(Path(__file__).resolve().parents[2].glob("sweeps/*.yaml")):
+    for path in sorted(Path(__file__).resolve().parents[3].glob("sweeps/*.yaml")):
         load_spec(path)
 
 

@@ -30,7 +30,7 @@ from amdahl.plan.trials import expand_grid
 from amdahl.spec.load import load_spec
 from amdahl.workload import make_workload
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CLUSTER = ROOT / "cluster.yaml"
 SWEEPS = sorted((ROOT / "sweeps").glob("*.yaml"))
 REPO_ON_NODES = "/home/ubuntu/amdahl"
