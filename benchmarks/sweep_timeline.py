@@ -1,6 +1,7 @@
 """Where one sweep's wall time goes, as an event timeline: Ray start and planning, each launch's
 start (worker group, input, peak probe), each trial (its own wall seconds split into setup,
-warmup, measured window and the rest), the gaps between trials, and the end (report, MLflow).
+warmup, measured window and the rest), the gaps between trials, and the end (report, MLflow);
+then how many worker groups were started and when the first measured step began.
 
     python benchmarks/sweep_timeline.py [SPEC] [--set key=value ...] [--no-tracking]
 
@@ -81,7 +82,10 @@ def main() -> None:
         f"  workers' set-up before their first trial  {starts['worker setup']:6.1f} s\n"
         f"  inside trials                             {trial_wall:6.1f} s "
         f"(measured windows {measured:.1f} s)\n"
-        f"  the rest (reports, launch ends, report)   {between:6.1f} s"
+        f"  the rest (reports, launch ends, report)   {between:6.1f} s\n"
+        f"worker groups started: {outcome.group_starts}; first measured step "
+        + (f"{outcome.first_measured_s:.1f} s" if outcome.first_measured_s else "n/a")
+        + " after run_sweep was called"
     )
 
 

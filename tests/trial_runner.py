@@ -71,7 +71,6 @@ def launch_config(trials: tuple[TrialConfig, ...] = (), **train: Any) -> LaunchC
         train=TrainSpec(**{**TRAIN, **train}),
         resources=WorkerResources(1, 1.0, 0.0, 1.0),
         device_counts=(1,),
-        skip=(),
         collective_timeout_s=600,
         train_path="",
         val_path=None,

@@ -1,9 +1,12 @@
-"""The shared vocabulary: the sweep's axes and the results table's columns (the public contract
-of results.parquet). Imports nothing of amdahl, so spec, plan, the worker and the report all
-build on it without a cycle.
+"""The shared vocabulary: the sweep's axes, one trial's settings (`TrialSettings`, one value per
+axis) and the results table's columns (the public contract of results.parquet). Imports nothing
+of amdahl, so spec, plan, the worker and the report all build on it without a cycle.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
 
 import pyarrow as pa
 
@@ -18,6 +21,39 @@ AXES = (
     "prefetch_batches",
     "sync",
 )
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialSettings:
+    """One point of a sweep's grid, typed from plan to worker: a value for every axis (the
+    fields named in AXES, in that order), the workload's parameters and the options the point's
+    axis values read. plan.trials.expand_grid builds it, plan.trials.Trial carries it,
+    worker.contract.TrialConfig.from_settings reads it.
+
+    The dicts are read-only by convention (plain dicts, so that they pickle and hash as JSON).
+    A new axis is an entry in AXES and a field here with its default (keyword-only fields, so
+    it may sit among the axes)."""
+
+    devices: int
+    batch_size: int
+    precision: str
+    compile: str
+    data_workers: int
+    input: str
+    prefetch_batches: int
+    sync: str
+    #: The values of the grid's `params.<name>` axes at this point (also in `params`).
+    axis_params: dict[str, Any]
+    #: The workload's parameters: its defaults, then the spec's, then `axis_params`.
+    params: dict[str, Any]
+    #: The `options` this point's axis values read (plan.trials.OPTIONS_USED_BY).
+    options: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as a plain dict, in declaration order: what plan.trials.trial_id hashes
+        and plan.json shows (so both stay as they were when the settings were a dict)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
 
 #: Written into the parquet metadata; a file without it is not ours.
 SCHEMA_TAG = b"amdahl.sweepdir.table.v1"

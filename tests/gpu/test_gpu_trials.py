@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 from trial_runner import PARAMS, SlowData, SlowForward, launch_config, run, settings, trial_config
 
+from amdahl import strategies
 from amdahl.worker.feed import DeviceFeed
 from amdahl.worker.harness import aggregate_ranks
 from amdahl.worker.peak import measure_peak_flops
@@ -18,18 +19,8 @@ from workloads.mlp import MLP
 
 PRECISIONS = ["fp32", "tf32", "bf16", "fp16", "bf16_weights"]
 COMPILES = ["eager", "inductor", "torchscript"]
-SYNCS = [
-    "ddp",
-    "ddp_fp16",
-    "ddp_bf16",
-    "powersgd",
-    "accumulate",
-    "zero1",
-    "fsdp",
-    "local_sgd",
-    "param_server",
-    "none",
-]
+#: Every strategy in the table (a new one joins the matrix by its row in strategies.py).
+SYNCS = list(strategies.NAMES)
 #: A model big enough that its matmuls are not all launch overhead (MFU well above 0).
 BIG = {**PARAMS, "inputs": 1024, "hidden": [2048, 2048], "train_rows": 8192}
 

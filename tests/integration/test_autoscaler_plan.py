@@ -45,7 +45,7 @@ def test_gpu_trials_plan_against_the_nodes_the_autoscaler_may_start(autoscaler_c
         }
     )
     plan = plan_sweep(spec, nodes, MLP.defaults)
-    refused = {t.settings["devices"]: t.refused for t in plan.trials}
+    refused = {t.settings.devices: t.refused for t in plan.trials}
     assert refused[4] is None and refused[8] is None
     assert "needs 16 GPUs" in refused[16] and "the cluster has 8" in refused[16]
 

@@ -34,6 +34,8 @@ resources: {cpus_per_device: 0.5, cpus_per_data_worker: 0.5}
 
 
 def _cli(*args: str, env: dict, cwd: Path) -> subprocess.Popen:
+    if args[0] == "sweep" and "--local" not in args:
+        args = (*args, "--local")  # its own Ray, not the test session's
     return subprocess.Popen(
         [sys.executable, "-m", "amdahl.cli.commands", *args],
         cwd=cwd,

@@ -48,7 +48,7 @@ def test_resnet_on_fashion_mnist_format_data_with_both_inputs(ray_cluster, tmp_p
     outcome = run_sweep(spec, runs_dir=tmp_path, tracking=False)
     # A DataLoader with 2 workers on each of 2 devices needs 1.6 data CPUs: refused, with why.
     [refused] = outcome.plan.refused
-    assert (refused.settings["input"], refused.settings["data_workers"]) == ("torch_loader", 2)
+    assert (refused.settings.input, refused.settings.data_workers) == ("torch_loader", 2)
     assert "the input pipeline must keep 1.6 CPU beside the train workers" in refused.refused
     rows = read_results(outcome.sweep_dir).to_pylist()
     got = {(r["input"], r["data_workers"]) for r in rows}

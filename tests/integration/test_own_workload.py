@@ -22,6 +22,8 @@ PLATFORM = Path(sys.executable).parent / "platform"
 def _platform(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["MLFLOW_TRACKING_URI"] = f"sqlite:///{cwd / 'mlflow.db'}"
+    if args[0] == "sweep":
+        args = [*args, "--local"]  # its own Ray, not the test session's
     return subprocess.run(
         [str(PLATFORM), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=900
     )

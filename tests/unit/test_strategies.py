@@ -61,7 +61,7 @@ def test_a_trial_carries_exactly_the_options_its_strategy_reads():
     assert set(options) == set(OPTION_DEFAULTS)
     plan = _plan(grid={"sync": list(NAMES)}, options=options)
     for t in plan.trials:
-        assert tuple(t.settings["options"]) == STRATEGIES[t.settings["sync"]].options
+        assert tuple(t.settings.options) == STRATEGIES[t.settings.sync].options
 
 
 def test_micro_steps():
@@ -100,7 +100,7 @@ def test_where_communication_lands_is_consistent():
 def test_cuda_only_strategies_are_refused_on_cpu_with_the_tables_reason():
     cuda_only = {n: s.needs_cuda for n, s in STRATEGIES.items() if s.needs_cuda}
     assert cuda_only, "the test needs a CUDA-only strategy (ddp_bf16)"
-    refused = {t.settings["sync"]: t.refused for t in _plan(grid={"sync": list(NAMES)}).trials}
+    refused = {t.settings.sync: t.refused for t in _plan(grid={"sync": list(NAMES)}).trials}
     for name in NAMES:
         if name in cuda_only:
             assert refused[name] == f"sync={name}: {cuda_only[name]}"
@@ -121,7 +121,7 @@ def test_incompatible_axis_values_are_refused_with_the_tables_reason():
         (values,) = get_args(GridSpec.model_fields[axis].annotation)
         others = [v for v in get_args(values) if v != value]
         fine = _plan(grid={"sync": [name], axis: others}).trials
-        assert all(t.refused is None for t in fine if t.settings[axis] in others), name
+        assert all(t.refused is None for t in fine if getattr(t.settings, axis) in others), name
 
 
 def test_the_table_loads_nothing_heavy():

@@ -113,7 +113,7 @@ def test_the_sweep_files_directory_wins_then_the_working_directory(
         _module(folder, "which")
     monkeypatch.chdir(cwd)
     spec = load_spec(_sweep(beside, "which:Good"))
-    assert make_plan(spec, TWO_CPUS).trials[0].settings["params"]["where"] == str(beside)
+    assert make_plan(spec, TWO_CPUS).trials[0].settings.params["where"] == str(beside)
     assert workload_search_path(None, beside) == [beside.resolve(), cwd.resolve()]
     # workload_path (relative to the sweep file) comes first of all.
     spec = load_spec(_sweep(beside, "which:Good", "workload_path: ../elsewhere\n"))
@@ -253,7 +253,7 @@ def test_init_writes_a_skeleton_that_plans_and_refuses_to_overwrite(
     # It plans as written, both device counts runnable on 2 CPUs (resources: auto).
     monkeypatch.chdir(tmp_path)
     plan = make_plan(load_spec(written / "sweep.yaml"), TWO_CPUS)
-    assert [t.settings["devices"] for t in plan.runnable] == [1, 2]
+    assert [t.settings.devices for t in plan.runnable] == [1, 2]
     check_workload(make_workload("myworkload:MyWorkload", {}))
     lint = subprocess.run(
         [shutil.which("ruff") or "ruff", "check", "--config", str(ROOT / "pyproject.toml"), "."],

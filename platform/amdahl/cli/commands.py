@@ -87,7 +87,15 @@ def plan(spec_path: str, overrides: tuple[str, ...], address: str | None, as_jso
     metavar="KEY.PATH=VALUE",
     help="Override a sweep-file field (repeatable).",
 )
-@click.option("--address", default=None, help="Ray cluster address, e.g. auto (default: local).")
+@click.option(
+    "--address",
+    default=None,
+    help="Ray cluster address [default: the Ray cluster running here (after `ray up` and "
+    "`ray attach`, or `ray start`), else a new local Ray].",
+)
+@click.option(
+    "--local", is_flag=True, help="Start a private local Ray even where a cluster is running."
+)
 @click.option(
     "--runs-dir",
     default="runs",
@@ -117,6 +125,7 @@ def sweep(
     spec_path: str,
     overrides: tuple[str, ...],
     address: str | None,
+    local: bool,
     runs_dir: str,
     resume: str | None,
     retry_failed: bool,
@@ -129,6 +138,8 @@ def sweep(
     from amdahl.cli.progress import LiveProgress, print_outcome
 
     spec = load_spec(spec_path, overrides)
+    if local and address:
+        raise UserError("--local starts a private Ray; it cannot be combined with --address")
     if retry_failed and resume is None:
         raise UserError("--retry-failed only makes sense with --resume")
     if new_if_changed and resume is None:
@@ -139,7 +150,7 @@ def sweep(
         with LiveProgress() as progress:
             outcome = run_sweep(
                 spec,
-                address=address,
+                address="local" if local else address,
                 runs_dir=runs_dir,
                 resume=resume,
                 retry_failed=retry_failed,
@@ -150,7 +161,8 @@ def sweep(
             )
     except SweepInterrupted as e:
         sets = [part for o in overrides for part in ("--set", o)]  # quoted: copy-paste safe
-        again = ["platform", "sweep", spec_path, *sets, "--resume", str(e.sweep_dir)]
+        ray_choice = ["--local"] if local else ["--address", address] if address else []
+        again = ["platform", "sweep", spec_path, *sets, "--resume", str(e.sweep_dir), *ray_choice]
         click.echo(
             f"\n{e.reason}: finished trials are saved in {e.sweep_dir}\n"
             f"resume with: {shlex.join(again)}",

@@ -71,7 +71,9 @@ class LiveProgress:
 
     def event(self, kind: str, payload: dict[str, Any]) -> None:
         self.activity = _activity(kind, payload)
-        if kind == "planned":
+        if kind == "ray":
+            console.print(payload["line"], soft_wrap=True, markup=False, highlight=False)
+        elif kind == "planned":
             plan: SweepPlan = payload["plan"]
             if plan.resource_note:
                 console.print(plan.resource_note, soft_wrap=True, markup=False, highlight=False)
@@ -162,6 +164,14 @@ def print_outcome(outcome: Any) -> None:
         f"({measured:.1f} s inside measured steps, "
         f"{(outcome.wall_s - measured) / max(len(rows), 1):.1f} s per trial outside them)."
     )
+    if outcome.group_starts:
+        first = outcome.first_measured_s
+        console.print(
+            f"{outcome.group_starts} worker group{'s' if outcome.group_starts > 1 else ''} "
+            "started"
+            + (f"; first measured step {first:.1f} s after the start" if first else "")
+            + "."
+        )
     files = SweepDir(outcome.sweep_dir)
     console.print(f"results: {files.results}", markup=False)
     if files.report_html.exists():

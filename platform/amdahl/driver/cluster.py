@@ -30,10 +30,11 @@ def connect_ray(
     verbose: bool = False,
     runtime_env: dict[str, Any] | None = None,
 ) -> bool:
-    """Connect to `address`, else start a local Ray sized to this machine, with Ray's chatter
-    kept out of the terminal unless `verbose` (it goes to `log_path` when one is given).
-    Returns whether this call initialised Ray (the caller may shut it down again); a Ray this
-    process initialised before is used as it is.
+    """Connect to `address`, else start a private local Ray sized to this machine (a caller
+    that wants the cluster running here passes `running_cluster()`), with Ray's chatter kept
+    out of the terminal unless `verbose` (it goes to `log_path` when one is given). Returns
+    whether this call initialised Ray (the caller may shut it down again); a Ray this process
+    initialised before is used as it is.
 
     `runtime_env` (WorkloadCode.runtime_env: the user's workload code as py_modules) becomes
     the job's, so every Ray worker of the sweep (train workers, Ray Data tasks, Tune trials) on
@@ -68,8 +69,44 @@ def connect_ray(
     if address:
         ray.init(address=address, **kwargs)
     else:
-        ray.init(address="local", num_cpus=os.cpu_count(), **kwargs)  # never join a stray one
+        ray.init(address="local", num_cpus=os.cpu_count(), **kwargs)
     return True
+
+
+def running_cluster() -> str | None:
+    """The address of the Ray cluster `ray.init()` would join from here (RAY_ADDRESS, else the
+    last cluster started on this node), when its GCS accepts a connection; None otherwise (no
+    cluster, or a stale record of one that is gone)."""
+    import socket
+
+    from ray._private.services import canonicalize_bootstrap_address
+
+    try:
+        address = canonicalize_bootstrap_address(None)
+    except (ValueError, ConnectionError):
+        return None
+    if not address:
+        return None
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=1.0):
+            return address
+    except (OSError, ValueError):
+        return None
+
+
+def cluster_summary() -> str:
+    """The Ray this process is connected to, in a few words: nodes, CPUs, GPUs, address."""
+    import ray
+
+    alive = [n for n in ray.nodes() if n.get("Alive")]
+    total = ray.cluster_resources()
+    gpus = f", {total['GPU']:g} GPUs" if total.get("GPU") else ""
+    address = ray.get_runtime_context().gcs_address
+    return (
+        f"{len(alive)} node{'s' if len(alive) != 1 else ''}, {total.get('CPU', 0):g} CPUs{gpus} "
+        f"(Ray at {address})"
+    )
 
 
 def route_ray_logs(log_path: Path) -> None:

@@ -10,10 +10,12 @@ from results.parquet every time, so a resumed search goes on from the rung it wa
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from amdahl.driver.calibrate import run_calibration
-from amdahl.driver.launches import Measurement, launch_config, rung_spec
+from amdahl.driver.launches import Measurement, rung_spec
+from amdahl.driver.trainable import launch_config
 from amdahl.search import halving as search
 from amdahl.search.halving import SearchState
 from amdahl.sweepdir.layout import SweepDir
@@ -67,11 +69,13 @@ def _calibrate_for_search(run: Measurement) -> None:
     it. Skipped when nothing in the grid communicates across devices."""
     spec = run.spec
     target = SweepDir(run.sweep_dir).calibration
-    devices = max(t.settings["devices"] for t in run.plan.runnable)
+    devices = max(t.settings.devices for t in run.plan.runnable)
     if spec.search.calibration != search.AUTO_CALIBRATION or target.exists() or devices < 2:
         return
     workers = max((t.resources for t in run.plan.runnable), key=lambda r: r.workers)
     run.emit("calibrating", {"devices": devices})
+    if run.pool is not None:
+        run.pool.release()  # the calibration's own worker group needs their CPUs
     run_calibration(
         devices,
         run.sweep_dir,
@@ -90,7 +94,7 @@ def _rung0_identities(run: Measurement, trial_ids: set[str]) -> dict[str, dict[s
     spec = rung_spec(run.spec, 0)
     out = {}
     for launch in run.plan.launches({t.trial_id for t in run.plan.trials} - trial_ids):
-        config = launch_config(spec, launch, run.sweep_dir, set(), "plan", rung=0)
+        config = replace(launch_config(spec, launch, run.sweep_dir, "plan"), rung=0)
         for trial in config.trials:
             out[trial.trial_id] = {**row_identity(config, trial, 0), "wall_s": 0.0}
     return out

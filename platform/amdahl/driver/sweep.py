@@ -6,7 +6,7 @@ its code (driver.cluster), the plan made for the nodes Ray has (driver.planning)
 trials measured under Ctrl-C/SIGTERM handling (driver.signals): all of a grid sweep at once
 (driver.launches), or a halving search's rungs one after another (driver.halving). However it
 ends, the report is written and the MLflow parent run closed. The driver is the only writer of
-results.parquet and MLflow (results_sink.ResultSink brings the rows here).
+results.parquet and MLflow (driver/pool.py brings the rows here, from the work queue).
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from amdahl.driver.cluster import connect_ray, ray_nodes
+from amdahl.driver.cluster import cluster_summary, connect_ray, ray_nodes, running_cluster
 from amdahl.driver.halving import run_halving
 from amdahl.driver.launches import Measurement
 from amdahl.driver.planning import make_plan
-from amdahl.driver.results_sink import EventHandler
 from amdahl.driver.signals import InterruptFlag, SweepInterrupted
+from amdahl.driver.tune_events import EventHandler
 from amdahl.errors import UserError
 from amdahl.plan.launches import SweepPlan
 from amdahl.search.halving import SearchState
@@ -48,6 +48,11 @@ class SweepOutcome:
     wall_s: float = 0.0
     #: search: halving: where the search ended, else None.
     search: SearchState | None = None
+    #: Ray Train worker groups started (a restart after a worker died counts).
+    group_starts: int = 0
+    #: Seconds from `run_sweep`'s call to the first measured step (the first row's window
+    #: opening: Ray's start, planning, data and the worker group's start before it).
+    first_measured_s: float | None = None
 
     @property
     def failed(self) -> list[dict[str, Any]]:
@@ -71,11 +76,14 @@ def run_sweep(
     """Plan, launch and record a whole sweep; returns what was run and where it was written.
 
     Uses the Ray already initialised in this process if any, else connects to `address`, else
-    starts a local Ray sized to this machine. With `resume` (a sweep directory), only trial
-    repeats without a final row there run (failed ones too with `retry_failed`); a resume whose
-    measurement settings differ from the directory's is refused (see `sweepdir.spec_changes`),
-    or with `new_if_changed` starts a new directory instead. The sweep directory is locked for
-    the whole run (see `sweepdir.lock_sweep_dir`): a second driver there is refused.
+    joins the Ray cluster running here (as `ray.init()` would find it: RAY_ADDRESS, or the
+    cluster `ray start` / `ray up` started on this node), else starts a local Ray sized to this
+    machine; `address="local"` always starts a private local one. With `resume` (a sweep
+    directory), only trial repeats without a final row there run (failed ones too with
+    `retry_failed`); a resume whose measurement settings differ from the directory's is refused
+    (see `sweepdir.resume.spec_changes`), or with `new_if_changed` starts a new directory.
+    The sweep directory is locked for the whole run (`sweepdir.lock.lock_sweep_dir`): a second
+    driver there is refused.
     `group_launches=False` starts one worker group per trial, `share_across_devices=False` one
     per device count (both for overhead comparisons).
     Raises SweepInterrupted after a first Ctrl-C or SIGTERM has stopped it cleanly.
@@ -124,10 +132,16 @@ def _run_locked(
     """`run_sweep` in a directory this driver holds (`created`: made by it, removed again if
     planning fails)."""
     emit = on_event or (lambda kind, payload: None)
-    started = time.perf_counter()
+    started, started_unix = time.perf_counter(), time.time()
     try:
         code = locate_spec_workload(spec)  # an import error costs no Ray start
-        connect_ray(address, SweepDir(sweep_dir).ray_log, verbose, code.runtime_env())
+        # A cluster running here (after `ray up` and `ray attach`, or `ray start`) is joined,
+        # as ray.init() would; address "local" starts a private one instead.
+        address = running_cluster() if address is None else address
+        address = None if address == "local" else address
+        fresh = connect_ray(address, SweepDir(sweep_dir).ray_log, verbose, code.runtime_env())
+        how = "joined" if address and fresh else "started" if fresh else "in this process:"
+        emit("ray", {"line": f"Ray: {how} {cluster_summary()}"})
         plan = make_plan(spec, ray_nodes(), code)  # the search section: checked above
         if not plan.runnable:
             raise UserError(_nothing_runs(plan))
@@ -166,7 +180,12 @@ def _run_locked(
             else:
                 run.measure({t.trial_id for t in plan.runnable}, finished)
     finally:
+        run.close()  # every launch ends
         outcome.wall_s = time.perf_counter() - started
+        if run.pool is not None:
+            outcome.group_starts = run.pool.group_starts()
+            opened = run.pool.first_window_unix
+            outcome.first_measured_s = opened - started_unix if opened else None
         _write_report(sweep_dir)
         tracker.finish(outcome, interrupted=interrupt.is_set())
     if interrupt.is_set():

@@ -8,8 +8,7 @@ would fail (or hang) on the workers. The sync strategies' needs come from their 
 
 from __future__ import annotations
 
-from typing import Any
-
+from amdahl.columns import TrialSettings
 from amdahl.spec.schema import SweepSpec
 from amdahl.strategies import STRATEGIES
 
@@ -30,7 +29,7 @@ INCOMPATIBLE: dict[tuple[tuple[str, str], tuple[str, str]], str] = {
 }
 
 
-def capability_problem(spec: SweepSpec, settings: dict[str, Any]) -> str | None:
+def capability_problem(spec: SweepSpec, settings: TrialSettings) -> str | None:
     """Why a trial with these settings cannot run on what `spec` asks for (its device, its
     GPU share), or None."""
     gpus = spec.resources.gpus_per_device
@@ -39,15 +38,15 @@ def capability_problem(spec: SweepSpec, settings: dict[str, Any]) -> str | None:
             f"resources.gpus_per_device={gpus:g}: each train worker drives one GPU, so the "
             "others would sit idle; set it to 1 and raise grid.devices"
         )
-    if spec.resources.use_gpu and gpus < 1 and settings["devices"] > 1:
+    if spec.resources.use_gpu and gpus < 1 and settings.devices > 1:
         return (
-            f"resources.gpus_per_device={gpus:g} with {settings['devices']} devices: Ray may put "
+            f"resources.gpus_per_device={gpus:g} with {settings.devices} devices: Ray may put "
             "two workers on one GPU, which NCCL rejects (duplicate GPU); use 1"
         )
     for (axis, value), reason in NEEDS_CUDA.items():
-        if not spec.resources.use_gpu and settings[axis] == value:
+        if not spec.resources.use_gpu and getattr(settings, axis) == value:
             return f"{axis}={value}: {reason}"
     for (a, b), reason in INCOMPATIBLE.items():
-        if settings[a[0]] == a[1] and settings[b[0]] == b[1]:
+        if getattr(settings, a[0]) == a[1] and getattr(settings, b[0]) == b[1]:
             return f"{a[0]}={a[1]} with {b[0]}={b[1]}: {reason}"
     return None

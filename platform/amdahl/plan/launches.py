@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from amdahl.columns import TrialSettings
 from amdahl.errors import UserError
 from amdahl.plan.checks import capability_problem
 from amdahl.plan.resources import (
@@ -45,7 +46,7 @@ class Launch:
 
     @property
     def device_counts(self) -> list[int]:
-        return sorted({t.settings["devices"] for t in self.trials})
+        return sorted({t.settings.devices for t in self.trials})
 
 
 @dataclass
@@ -87,7 +88,7 @@ class SweepPlan:
             if t.trial_id not in skip:
                 key = t.launch_key(across, self.preprocesses) if group else t.trial_id
                 groups.setdefault(key, []).append(t)
-        devices = lambda t: t.settings["devices"]  # noqa: E731
+        devices = lambda t: t.settings.devices  # noqa: E731
         launches = [Launch(key, tuple(sorted(ts, key=devices))) for key, ts in groups.items()]
         return sorted(launches, key=lambda launch: devices(launch.trials[0]))
 
@@ -121,7 +122,7 @@ def plan_sweep(
     trials = [_make_trial(spec, settings, nodes) for settings in grid]
     if input_key is not None:
         trials = [
-            dataclasses.replace(t, input_key=stable_hash(input_key(t.settings["params"])))
+            dataclasses.replace(t, input_key=stable_hash(input_key(t.settings.params)))
             for t in trials
         ]
     return SweepPlan(
@@ -129,7 +130,7 @@ def plan_sweep(
     )
 
 
-def _make_trial(spec: SweepSpec, settings: dict[str, Any], nodes: list[Node]) -> Trial:
+def _make_trial(spec: SweepSpec, settings: TrialSettings, nodes: list[Node]) -> Trial:
     resources = trial_resources(spec, settings)
     reason = capability_problem(spec, settings) or resource_problem(resources, nodes)
     return Trial(

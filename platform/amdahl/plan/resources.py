@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
+from amdahl.columns import TrialSettings
 from amdahl.plan.checks import capability_problem
 from amdahl.spec.schema import SweepSpec
 
@@ -61,24 +61,24 @@ class ResourcePlan:
         )
 
 
-def trial_resources(spec: SweepSpec, settings: dict[str, Any]) -> ResourcePlan:
+def trial_resources(spec: SweepSpec, settings: TrialSettings) -> ResourcePlan:
     """What a trial with these settings asks Ray for, under `spec`'s (resolved) resources."""
     r = spec.resources
     return ResourcePlan(
         driver_cpus=DRIVER_CPUS,
-        workers=settings["devices"],
+        workers=settings.devices,
         cpus_per_worker=r.cpus_per_device,
         gpus_per_worker=r.gpus_per_device if r.use_gpu else 0.0,
         data_cpus=_data_workers_in_total(settings) * r.cpus_per_data_worker,
     )
 
 
-def _data_workers_in_total(settings: dict[str, Any]) -> int:
+def _data_workers_in_total(settings: TrialSettings) -> int:
     """ray_data: one preprocessing operator of `data_workers` tasks for all devices;
     torch_loader: a DataLoader with `data_workers` processes on every device."""
-    if settings["input"] == "torch_loader":
-        return settings["devices"] * settings["data_workers"]
-    return settings["data_workers"]
+    if settings.input == "torch_loader":
+        return settings.devices * settings.data_workers
+    return settings.data_workers
 
 
 #: resources: auto, on CPU: a train worker gets at most 1 CPU (a CPU "device" is one core, one
@@ -95,7 +95,7 @@ AUTO_GPU_NODE_RESERVE = 1.0
 
 
 def auto_resources(
-    spec: SweepSpec, grid: list[dict[str, Any]], nodes: list[Node]
+    spec: SweepSpec, grid: list[TrialSettings], nodes: list[Node]
 ) -> tuple[SweepSpec, str | None]:
     """`spec` with `cpus_per_device` and `cpus_per_data_worker` chosen where left to auto, and
     a line saying what was chosen and why (None when both were set).
@@ -132,15 +132,15 @@ def auto_resources(
         if nodes:
             fits = []
             for s, k in zip(runnable, data, strict=True):
-                fixed = (0 if dev_auto else s["devices"] * c0) + (0 if dw_auto else k * dw)
-                scaled = (s["devices"] * c0 if dev_auto else 0) + (k * dw if dw_auto else 0)
+                fixed = (0 if dev_auto else s.devices * c0) + (0 if dw_auto else k * dw)
+                scaled = (s.devices * c0 if dev_auto else 0) + (k * dw if dw_auto else 0)
                 fits.append(min(1.0, (budget - fixed) / scaled))
             possible = [f for f in fits if f >= AUTO_MIN_SHARE]
             share = min(possible) if possible else 1.0
         cpd = _round_down(c0 * share) if dev_auto else c0
         dw = _round_down(dw * share) if dw_auto else dw
         needs = [
-            (DRIVER_CPUS + s["devices"] * cpd + k * dw, s["devices"], k)
+            (DRIVER_CPUS + s.devices * cpd + k * dw, s.devices, k)
             for s, k in zip(runnable, data, strict=True)
         ]
         fitting = [n for n in needs if n[0] <= budget + DRIVER_CPUS + 1e-9]

@@ -1,8 +1,9 @@
 """From a validated spec to its trials: the grid expanded, each point a `Trial` with a stable id.
 
-Expansion is a cartesian product of the axes minus the `exclude` entries (`expand_grid`). Each
-trial's id hashes its settings, not its position (`trial_id`), so a resume and MLflow recognise
-it; the fields hashed when the rule was written are frozen as identity schema 1 below, so a field
+Expansion is a cartesian product of the axes minus the `exclude` entries (`expand_grid`), each
+point one typed `columns.TrialSettings` that its trial carries to the worker. Each trial's id
+hashes its settings, not its position (`trial_id`), so a resume and MLflow recognise it; the
+fields hashed when the rule was written are frozen as identity schema 1 below, so a field
 added later leaves the ids of trials at its default as they were. Pure: no Ray, no torch.
 """
 
@@ -18,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from amdahl.columns import AXES
+from amdahl.columns import AXES, TrialSettings
 from amdahl.plan.resources import ResourcePlan
 from amdahl.spec.schema import GridSpec, SweepSpec
 from amdahl.strategies import STRATEGIES
@@ -32,7 +33,7 @@ class Trial:
     """One point of the grid."""
 
     trial_id: str
-    settings: dict[str, Any]  # the axes plus "params" (the workload's full parameters)
+    settings: TrialSettings
     resources: ResourcePlan
     refused: str | None = None  # why it will not run, or None
     #: Hash of what decides its input batches (Workload.input_key): trials with equal keys can
@@ -46,27 +47,27 @@ class Trial:
         prefetch is then the launch's."""
         s = self.settings
         r = self.resources
-        key = [r.cpus_per_worker, r.gpus_per_worker, s["data_workers"], s["input"]]
-        if streamed and s["input"] == "ray_data":
-            key.append(s["prefetch_batches"])  # one pipeline per launch (worker/input.py)
+        key = [r.cpus_per_worker, r.gpus_per_worker, s.data_workers, s.input]
+        if streamed and s.input == "ray_data":
+            key.append(s.prefetch_batches)  # one pipeline per launch (worker/input.py)
         if not across_devices:
-            key.insert(0, s["devices"])
-        return stable_hash([*key, self.input_key or s["params"]])
+            key.insert(0, s.devices)
+        return stable_hash([*key, self.input_key or s.params])
 
     def label(self) -> str:
         s = self.settings
-        extra = "".join(f" {k}={v}" for k, v in s["axis_params"].items())
-        if s["input"] != "ray_data":
-            extra = f" {s['input']}{extra}"
-        if s["prefetch_batches"] != DEFAULT_PREFETCH:
-            extra = f" p{s['prefetch_batches']}{extra}"
+        extra = "".join(f" {k}={v}" for k, v in s.axis_params.items())
+        if s.input != "ray_data":
+            extra = f" {s.input}{extra}"
+        if s.prefetch_batches != DEFAULT_PREFETCH:
+            extra = f" p{s.prefetch_batches}{extra}"
         return (
-            f"d{s['devices']} b{s['batch_size']} {s['precision']} {s['compile']} "
-            f"w{s['data_workers']} {s['sync']}{extra}"
+            f"d{s.devices} b{s.batch_size} {s.precision} {s.compile} "
+            f"w{s.data_workers} {s.sync}{extra}"
         )
 
 
-def expand_grid(spec: SweepSpec, workload_defaults: dict[str, Any]) -> list[dict[str, Any]]:
+def expand_grid(spec: SweepSpec, workload_defaults: dict[str, Any]) -> list[TrialSettings]:
     """Cartesian product of all axes, in file order, minus entries matching an `exclude`."""
     axes: dict[str, list[Any]] = {a: list(getattr(spec.grid, a)) for a in AXES}
     param_axes = spec.grid.param_axes()
@@ -78,11 +79,14 @@ def expand_grid(spec: SweepSpec, workload_defaults: dict[str, Any]) -> list[dict
         if any(all(point.get(k) == v for k, v in ex.items()) for ex in spec.exclude):
             continue
         axis_params = {k.removeprefix("params."): v for k, v in point.items() if "." in k}
-        settings = {a: point[a] for a in AXES}
-        settings["axis_params"] = axis_params
-        settings["params"] = {**workload_defaults, **spec.params, **axis_params}
-        settings["options"] = _relevant_options(spec, settings)
-        out.append(settings)
+        out.append(
+            TrialSettings(
+                **{a: point[a] for a in AXES},
+                axis_params=axis_params,
+                params={**workload_defaults, **spec.params, **axis_params},
+                options=_relevant_options(spec, (point["compile"], point["sync"])),
+            )
+        )
     return out
 
 
@@ -104,8 +108,8 @@ OPTIONS_USED_BY: dict[str, tuple[str, ...]] = {
 # differs from its default in the spec's schema. NEVER edit the schema-1 sets: a key added to
 # one changes the id of every trial.
 
-#: Schema 1: the keys of a trial's settings always hashed (the axes, the workload's
-#: parameters, its options). `axis_params` never is (its values are in `params`).
+#: Schema 1: the keys of a trial's settings (TrialSettings.as_dict) always hashed (the axes,
+#: the workload's parameters, its options). `axis_params` never is (its values are in `params`).
 ID_SCHEMA_1_SETTINGS = frozenset(
     {
         "devices",
@@ -181,12 +185,11 @@ def _section_identity(section: BaseModel, schema_1: frozenset[str]) -> dict[str,
     return _identity_fields(section.model_dump(), schema_1, partial(_default, type(section)))
 
 
-def _relevant_options(spec: SweepSpec, settings: dict[str, Any]) -> dict[str, Any]:
-    """The options this trial's axis values read: schema 1's, then later ones where set to
-    something other than their default (compile_cache: cold is left out, as before the rule)."""
-    read = [
-        (v, n) for v in (settings["compile"], settings["sync"]) for n in OPTIONS_USED_BY.get(v, ())
-    ]
+def _relevant_options(spec: SweepSpec, values: tuple[str, ...]) -> dict[str, Any]:
+    """The options a trial's axis `values` (its compile and sync) read: schema 1's, then later
+    ones where set to something other than their default (compile_cache: cold is left out, as
+    before the rule)."""
+    read = [(v, n) for v in values for n in OPTIONS_USED_BY.get(v, ())]
     default = partial(_default, type(spec.options))
     values = {n: getattr(spec.options, n) for _, n in read}
     # Schema 1's first, in the order they are read, so the settings stay as they were.
@@ -195,12 +198,13 @@ def _relevant_options(spec: SweepSpec, settings: dict[str, Any]) -> dict[str, An
     return {n: values[n] for n in (*first, *later)}
 
 
-def trial_id(spec: SweepSpec, settings: dict[str, Any]) -> str:
+def trial_id(spec: SweepSpec, settings: TrialSettings) -> str:
     """Stable id: everything that changes what is measured, nothing about order or repeats;
-    a field added to the schema enters it only when set to other than its default (above)."""
+    a field added to the schema enters it only when set to other than its default (above).
+    The settings are hashed as the dict they were before they were typed (`as_dict`)."""
     t = spec.train
     grid = type(spec.grid)
-    hashed = {k: v for k, v in settings.items() if k != "axis_params"}
+    hashed = {k: v for k, v in settings.as_dict().items() if k != "axis_params"}
     for k in hashed.keys() - ID_SCHEMA_1_SETTINGS:
         if _axis_default(grid, k) is _NO_DEFAULT:
             raise ValueError(

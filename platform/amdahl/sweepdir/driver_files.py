@@ -39,7 +39,7 @@ def plan_summary(plan: SweepPlan) -> dict[str, Any]:
         return {
             "trial_id": t.trial_id,
             "label": t.label(),
-            "settings": t.settings,
+            "settings": t.settings.as_dict(),
             "resources": t.resources.describe(),
             "refused": t.refused,
         }

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from amdahl import columns, strategies
 from amdahl.spec.schema import TargetSpec, TrainSpec
+
+if TYPE_CHECKING:
+    from amdahl.worker.work_queue import WorkItem
 
 
 @dataclass(frozen=True)
@@ -45,25 +48,25 @@ class TrialConfig:
     def from_settings(
         cls,
         trial_id: str,
-        settings: dict[str, Any],
+        settings: columns.TrialSettings,
         scaling: str,
         flops_per_sample: float | None = None,
     ) -> TrialConfig:
         """From a planned trial's settings (plan.Trial.settings)."""
-        devices, batch = settings["devices"], settings["batch_size"]
+        devices, batch = settings.devices, settings.batch_size
         return cls(
             trial_id=trial_id,
             devices=devices,
             batch_size=batch,
             per_device_batch=int(columns.per_device_batch(batch, devices, scaling)),
-            precision=settings["precision"],
-            compile=settings["compile"],
-            sync=settings["sync"],
-            data_workers=settings["data_workers"],
-            input=settings["input"],
-            prefetch_batches=settings["prefetch_batches"],
-            params=dict(settings["params"]),
-            options=dict(settings["options"]),
+            precision=settings.precision,
+            compile=settings.compile,
+            sync=settings.sync,
+            data_workers=settings.data_workers,
+            input=settings.input,
+            prefetch_batches=settings.prefetch_batches,
+            params=dict(settings.params),
+            options=dict(settings.options),
             flops_per_sample=flops_per_sample,
         )
 
@@ -110,8 +113,6 @@ class LaunchConfig:
     resources: WorkerResources
     #: Device counts of the launch's trials (one worker group can serve several).
     device_counts: tuple[int, ...]
-    #: (trial_id, repeat) pairs already in results.parquet: the workers skip them.
-    skip: tuple[tuple[str, int], ...]
     collective_timeout_s: int
     #: Where the stored training and validation rows are (data.storage.dataset_path).
     train_path: str
@@ -123,9 +124,10 @@ class LaunchConfig:
     placement: str
     storage_path: str
     run_name: str
-    #: True for a relaunch of trials a crashed launch had not reached.
-    relaunch: bool = False
-    #: search: halving: the rung this launch measures (`train.steps` is the rung's), else None.
+    #: The driver's work queue (a Ray actor handle, worker/work_queue.py) this launch leases
+    #: its items from; None where a launch is run by hand (tests run one trial directly).
+    queue: Any = None
+    #: search: halving: the rung this item measures (`train.steps` is the rung's), else None.
     rung: int | None = None
     #: A search rung before the last (search.ranks_only): trials measure their window and skip
     #: the validation pass and the exposed-communication calibration (val_*, comm_s stay null).
@@ -155,6 +157,18 @@ class LaunchConfig:
         """Optimizer steps a trial runs, warmup included (time-to-target: at most)."""
         t = self.train
         return t.target.max_steps if t.target else t.warmup_steps + t.steps
+
+    def for_item(self, item: WorkItem) -> LaunchConfig:
+        """The launch as one work item runs it: its rung, the rung's length, ranking only."""
+        train = self.train
+        if item.steps is not None and train.target is not None:
+            target = train.target.model_copy(update={"max_steps": item.steps})
+            train = train.model_copy(update={"target": target})
+        elif item.steps is not None:
+            train = train.model_copy(update={"steps": item.steps})
+        return dataclasses.replace(
+            self, train=train, rung=item.rung, ranking_only=item.ranking_only
+        )
 
     def schedule(self) -> list[tuple[TrialConfig, int]]:
         """The (trial, repeat) runs in the order the workers run them: repeat 0 of every trial,

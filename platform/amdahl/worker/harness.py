@@ -1,22 +1,21 @@
 """Worker side: a launch's entry point, run inside each Ray Train worker of its worker group.
 
-One launch = one worker group running its trials one after another (worker/trial.py runs one).
-Before the first trial each rank reads the validation split, measures its peak FLOP/s and starts
-a launch-long input stream; after each trial, rank 0 gathers the per-rank measurements and
-reports one results row per trial repeat through `ray.train.report`, with a checkpoint listing
-the finished trials so that a restarted worker group resumes after them. Workers never talk to
-MLflow.
+One launch = one worker group that lives as long as the driver has work of its shape: rank 0
+leases the next trial run from the driver's work queue (worker/work_queue.py), broadcasts it to
+the group, every rank runs it (worker/trial.py; ranks beyond the trial's device count wait), and
+rank 0 gathers the per-rank measurements into one results row and acknowledges the run with it.
+Before the first run each rank reads the validation split, measures its peak FLOP/s and starts
+a launch-long input stream. No Train checkpoint: the queue knows what is done, so a restarted
+worker group goes on with the run it lost. Workers never talk to MLflow.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import platform as _stdlib_platform
 import statistics
 import time
-from collections import deque
 from datetime import datetime, timezone
 from typing import Any
 
@@ -27,14 +26,16 @@ import torch.distributed as dist
 from amdahl.worker.contract import LaunchConfig, TrialConfig
 from amdahl.worker.input import train_source, validation_rows
 from amdahl.worker.peak import measure_peak_flops
-from amdahl.worker.rows import ROW_REPORT_KEY, failure_status, row_identity
+from amdahl.worker.rows import failure_status, row_identity
 from amdahl.worker.training import ProcessPoisoned, process_versions
 from amdahl.worker.trial import Placement, run_trial_guarded
+from amdahl.worker.work_queue import CLOSED, WAIT, WorkItem
 from amdahl.worker.worlds import TrialWorlds
 from amdahl.workload import Workload, make_workload
 
-_DONE_FILE = "done.json"
-_DRAIN_S = 1.0
+#: Longest rank 0 waits for an item before the group meets again (a heartbeat: the ranks wait in
+#: Ray Train's broadcast, which warns after 60 s of silence).
+_LEASE_WAIT_S = 1.0
 
 
 # --------------------------------------------------------------------------- entry point
@@ -42,7 +43,8 @@ _DRAIN_S = 1.0
 
 def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
     """`train_loop_per_worker` of the launch's TorchTrainer (`train_loop_config` is
-    `{"launch": LaunchConfig}`): run every trial, report each row."""
+    `{"launch": LaunchConfig}`): run every item the driver's queue hands this launch."""
+    import ray
     import ray.train
     import ray.train.torch
 
@@ -55,6 +57,8 @@ def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
     launch = loop_config["launch"]
     ctx = ray.train.get_context()
     rank = ctx.get_world_rank()
+    if rank == 0:  # hands back what a worker group that died here had leased
+        ray.get(launch.queue.enter.remote(launch.launch_id))
     worlds = TrialWorlds(rank, ctx.get_world_size(), launch.collective_timeout_s)
     device = ray.train.torch.get_device()
     torch.set_num_threads(launch.resources.torch_threads)
@@ -62,58 +66,89 @@ def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
     # trial (plan: Workload.input_key); model and loss come from each trial's own params.
     workload = make_workload(launch.workload, launch.trials[0].params)
     shards, val = _before_first_trial(launch, workload, rank, device)
-
-    # A restarted worker group (train.max_failures) resumes after the last reported trial.
-    done = set(launch.skip) | _reported_before()
     # Everything alive now lives for the whole launch: keep it out of the collections that
     # each trial's memory reset runs (a full collection of torch's and Ray's ~380k objects
     # took 0.15-0.2 s per trial; a trial's own garbage is still collected).
     import gc
 
     gc.freeze()
-    reported_at = deque([-math.inf, -math.inf], maxlen=2)  # this rank's last two reports
+    trials = {t.trial_id: t for t in launch.trials}
     # Where a launch's start went, in its first row: when this function began (against the
     # driver's clock, the Ray Train start) and its own set-up before the first trial.
     launch_start = {
         "launch_entered_unix_s": entered_unix,
         "launch_setup_s": time.perf_counter() - entered,
     }
-    for trial, repeat in launch.schedule():
-        if (trial.trial_id, repeat) in done:
+    while (item := _next_item(launch, rank)) != CLOSED:
+        if item == WAIT:
             continue
-        world = trial.devices
-        done.add((trial.trial_id, repeat))
-        if not worlds.enter(world):
-            _report(None, done)  # an idle rank: wait in the report barrier
-            reported_at.append(time.monotonic())
-            continue
-        if world not in shards:
-            shards[world] = train_source(launch, workload, rank, world, device.type == "cuda")
-        started = time.perf_counter()
-        stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        where = Placement(device, rank, world)
-        own = (
-            workload
-            if trial.params == workload.params
-            else make_workload(launch.workload, trial.params)
-        )
-        stats, error, kind = run_trial_guarded(own, trial, launch, shards[world], val, where)
+        trial, run = trials[item.trial_id], launch.for_item(item)
+        if not worlds.enter(trial.devices):
+            continue  # an idle rank: the next item's broadcast is its barrier
+        if trial.devices not in shards:
+            shards[trial.devices] = train_source(
+                launch, workload, rank, trial.devices, device.type == "cuda"
+            )
+        row = _run_item(run, item, trial, workload, shards[trial.devices], val, rank, device)
+        if rank == 0:
+            ray.get(launch.queue.ack.remote(item.key, {**row, **launch_start}))
+        launch_start = {}
+
+
+def _next_item(launch: LaunchConfig, rank: int) -> WorkItem | str:
+    """The group's next item, the same on every rank: rank 0 leases it from the driver's
+    queue (waiting at most _LEASE_WAIT_S) and broadcasts it; WAIT when there was none yet."""
+    import ray
+    from ray.train.collective import broadcast_from_rank_zero
+
+    item: WorkItem | str | None = None
+    if rank == 0:
+        deadline, pause = time.monotonic() + _LEASE_WAIT_S, 0.005
+        while (item := ray.get(launch.queue.lease.remote(launch.launch_id))) == WAIT:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(pause)
+            pause = min(0.1, pause * 2)
+    return broadcast_from_rank_zero(item)
+
+
+def _run_item(
+    launch: LaunchConfig,
+    item: WorkItem,
+    trial: TrialConfig,
+    workload: Workload,
+    source: Any,
+    val: dict[str, np.ndarray],
+    rank: int,
+    device: torch.device,
+) -> dict[str, Any]:
+    """Run one item on this rank (one of the trial's `trial.devices` ranks) and return its
+    results row (complete on rank 0). A failure that must end the worker group (a poisoned
+    process, a rank stranded in a collective) is given up in the queue with its reason first,
+    so the restarted group does not run it again."""
+    import ray
+
+    started = time.perf_counter()
+    stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    where = Placement(device, rank, trial.devices)
+    own = (
+        workload
+        if trial.params == workload.params
+        else make_workload(launch.workload, trial.params)
+    )
+    stats, error, kind = run_trial_guarded(own, trial, launch, source, val, where)
+    try:
         if kind == "poisoned":
             # No collective can run in this process any more: end the worker group; the
-            # driver records this trial with the reason and relaunches the rest.
+            # driver starts a new one for the rest.
             raise ProcessPoisoned(error.splitlines()[0])
-        _wait_for_every_rank(f"{trial.trial_id}/{repeat}", error, world)
-        gathered = _gather(stats, error, world)
-        row = results_row(launch, trial, repeat, gathered, started, stamp, device)
-        row.update(launch_start)
-        launch_start = {}
-        _report(row if rank == 0 else None, done)
-        reported_at.append(time.monotonic())
-    # Ray 2.60: if the launch's last rows are still queued for Tune when this function returns,
-    # Tune's function trainable can deadlock flushing two of them into its size-1 result queue
-    # (seen with trials tens of ms apart). Return only once the row before the last has had
-    # _DRAIN_S to reach Tune (rows are collected every 0.25 s): free after a trial that long.
-    time.sleep(max(0.0, _DRAIN_S - (time.monotonic() - reported_at[-2])))
+        _wait_for_every_rank(item.key, error, trial.devices)
+    except (ProcessPoisoned, RankStranded) as e:
+        reason = f"launch failed: {type(e).__name__}: {e}"
+        ray.get(launch.queue.fail.remote(item.key, reason))
+        raise
+    gathered = _gather(stats, error, trial.devices)
+    return results_row(launch, trial, item.repeat, gathered, started, stamp, device)
 
 
 def _before_first_trial(
@@ -136,35 +171,6 @@ def _before_first_trial(
         shards[world] = train_source(launch, workload, rank, world, device.type == "cuda")
         shards[world].warm()
     return shards, val
-
-
-def _report(row: dict[str, Any] | None, done: set[tuple[str, int]]) -> None:
-    """Rank 0 reports the row (one JSON field: Tune adds keys of its own, `trial_id` among
-    them) with a tiny checkpoint listing the finished trials; other ranks report nothing."""
-    import tempfile
-
-    import ray.train
-
-    if row is None:
-        ray.train.report({})
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        with open(os.path.join(tmp, _DONE_FILE), "w") as f:
-            json.dump(sorted(done), f)
-        ray.train.report(
-            {ROW_REPORT_KEY: json.dumps(row)}, checkpoint=ray.train.Checkpoint.from_directory(tmp)
-        )
-
-
-def _reported_before() -> set[tuple[str, int]]:
-    import ray.train
-
-    checkpoint = ray.train.get_checkpoint()
-    if checkpoint is None:
-        return set()
-    with checkpoint.as_directory() as d:
-        with open(os.path.join(d, _DONE_FILE)) as f:
-            return {(t, r) for t, r in json.load(f)}
 
 
 # --------------------------------------------------------------------------- results row

@@ -63,7 +63,9 @@ def test_the_plan_table_shows_labels_and_names_as_text(out):
 def test_the_outcome_prints_paths_with_brackets(out, tmp_path):
     sweep_dir = Path(tmp_path / "[" / "w]")  # the path holds "[/w]"
     sweep_dir.mkdir(parents=True)
-    outcome = SimpleNamespace(rows=[], wall_s=1.0, sweep_dir=sweep_dir, failed=[], search=None)
+    outcome = SimpleNamespace(
+        rows=[], wall_s=1.0, sweep_dir=sweep_dir, failed=[], search=None, group_starts=0
+    )
     progress.print_outcome(outcome)
     assert f"results: {sweep_dir}/results.parquet" in out.getvalue()
 
@@ -125,10 +127,19 @@ def test_the_outcome_sums_up_time_inside_and_outside_measured_steps(out, tmp_pat
     ]
     failed = rows[1:]
     progress.print_outcome(
-        SimpleNamespace(rows=rows, wall_s=10.0, sweep_dir=tmp_path, failed=failed, search=None)
+        SimpleNamespace(
+            rows=rows,
+            wall_s=10.0,
+            sweep_dir=tmp_path,
+            failed=failed,
+            search=None,
+            group_starts=1,
+            first_measured_s=6.25,
+        )
     )
     text = out.getvalue()
     assert "1 of 2 trial runs ok in 10.0 s (4.0 s inside measured steps, 3.0 s per trial" in text
+    assert "1 worker group started; first measured step 6.2 s after the start." in text
     assert f"report:  {tmp_path / 'report.html'} (and report.md)" in text
     assert "1 trial runs did not succeed" in text
 
@@ -177,7 +188,13 @@ def test_a_halving_search_ends_with_its_pick_and_the_finalists_it_cannot_separat
     state = replay(rows, spec.search, spec.train)
     progress.print_outcome(
         SimpleNamespace(
-            rows=rows, wall_s=9.0, sweep_dir=tmp_path, failed=[], search=state, plan=plan
+            rows=rows,
+            wall_s=9.0,
+            sweep_dir=tmp_path,
+            failed=[],
+            search=state,
+            plan=plan,
+            group_starts=0,
         )
     )
     labels = {t.trial_id: t.label() for t in plan.trials}
@@ -197,7 +214,13 @@ def test_a_halving_search_ends_with_its_pick_and_the_finalists_it_cannot_separat
     out.truncate(0)
     progress.print_outcome(
         SimpleNamespace(
-            rows=once, wall_s=9.0, sweep_dir=tmp_path, failed=[], search=state, plan=plan
+            rows=once,
+            wall_s=9.0,
+            sweep_dir=tmp_path,
+            failed=[],
+            search=state,
+            plan=plan,
+            group_starts=0,
         )
     )
     text = out.getvalue()

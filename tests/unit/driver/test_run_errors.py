@@ -1,8 +1,10 @@
-"""A launch that dies is recorded with the worker's own error line, not a generic message."""
+"""Faults lose nothing: a launch that dies is recorded with the worker's own error line, and
+the work queue (worker/work_queue.py) hands a lost item out again once, then gives it up."""
 
 from types import SimpleNamespace
 
-from amdahl.driver.results_sink import launch_error
+from amdahl.driver.tune_events import launch_error
+from amdahl.worker.work_queue import CLOSED, WAIT, WorkItem, WorkQueue, item_key
 
 
 def test_launch_error_reads_tunes_local_error_file(tmp_path):
@@ -24,66 +26,78 @@ def test_launch_error_without_any_error_points_to_the_log(tmp_path):
     assert "see ray.log in the sweep directory" in launch_error(trial)
 
 
-def _crashed_launch(tmp_path, relaunch: bool, reported: set, skip: list):
-    """A three-trial, two-repeat launch whose worker group died: the rows the driver records."""
-    import dataclasses
-
-    from trial_runner import launch_config, trial_config
-
-    from amdahl.driver.launches import Measurement
-    from amdahl.driver.results_sink import ResultSink
-    from amdahl.sweepdir.table import read_results
-
-    trials = tuple(trial_config(trial_id=t) for t in ("a", "b", "c"))
-    launch = dataclasses.replace(
-        launch_config(trials, repeats=2),
-        launch_id="L",
-        skip=tuple(tuple(pair) for pair in skip),
-        relaunch=relaunch,
-    )
-    error_file = tmp_path / "error.txt"
-    error_file.write_text("RuntimeError: worker died\n")
-    run = Measurement(
-        spec=None,
-        plan=None,
-        sweep_dir=tmp_path,
-        rows=[],
-        tracker=SimpleNamespace(log_trial_soon=lambda row: None),
-        emit=lambda kind, payload: None,
-        interrupt=None,
-        group=True,
-        across_devices=True,
-    )
-    sink = ResultSink({}, {"L": launch}, run.record, run.emit)
-    sink.reported["L"] = set(reported)
-    trial = SimpleNamespace(config={"launch_id": "L"}, error_file=str(error_file))
-    sink.on_trial_error(0, [], trial)
-    rows = run.rows
-    # Failed rows carry the same identity columns as measured ones (results.row_identity).
-    assert all(r["target"] is None and r["scaling"] == "weak" and r["steps"] == 8 for r in rows)
-    assert all(r["status"] == "failed" and "worker died" in r["error"] for r in rows)
-    assert read_results(tmp_path).num_rows == len(rows)  # written to results.parquet first
-    return [(r["trial_id"], r["repeat"]) for r in rows], sink.relaunch
+def _queue(*keys: str, launch: str = "L") -> tuple[WorkQueue, list[WorkItem]]:
+    queue = WorkQueue()
+    items = [WorkItem(k, launch, k.split("/")[0], int(k.split("/")[1])) for k in keys]
+    queue.put(items)
+    return queue, items
 
 
-def test_a_crash_costs_the_trial_it_hit_and_the_rest_run_again(tmp_path):
-    failed, relaunch = _crashed_launch(
-        tmp_path, relaunch=False, reported={("a", 0)}, skip=[["a", 1]]
-    )
-    assert failed == [("b", 0)]  # a/0 reported, a/1 finished before a resume: b/0 was running
-    assert relaunch == {"b", "c"}  # b/1 and c's repeats run in a new launch
+def _failed(events: list) -> list[tuple[str, str]]:
+    return [(e[1].key, e[2]) for e in events if e[0] == "failed"]
 
 
-def test_a_relaunch_dying_in_its_first_trial_fails_what_it_had_left(tmp_path):
-    failed, relaunch = _crashed_launch(tmp_path, relaunch=True, reported=set(), skip=[])
-    assert failed == [(t, r) for r in (0, 1) for t in "abc"] and relaunch == set()
+def test_items_go_out_in_order_and_an_acked_one_is_done():
+    queue, items = _queue("a/0/-", "b/0/-")
+    queue.enter("L")
+    assert queue.lease("L") == items[0]
+    queue.ack("a/0/-", {"trial_id": "a"})
+    assert queue.lease("L") == items[1]
+    assert queue.lease("L") == WAIT  # not closed: the driver may add more (a next rung)
+    queue.ack("b/0/-", {"trial_id": "b"})
+    queue.close(["L"])
+    assert queue.lease("L") == CLOSED
+    assert [e[1]["trial_id"] for e in queue.take() if e[0] == "row"] == ["a", "b"]
+    assert queue.load() == {}
 
 
-def test_repeats_run_interleaved_so_a_crash_in_the_second_round_costs_one_run(tmp_path):
-    """Repeat 1 of every trial runs after repeat 0 of every trial (LaunchConfig.schedule): a
-    death after a/1 was reported lands on b/1, and only c/1 is left to run again."""
-    failed, relaunch = _crashed_launch(
-        tmp_path, relaunch=False, reported={("a", 0), ("b", 0), ("c", 0), ("a", 1)}, skip=[]
-    )
-    assert failed == [("b", 1)]
-    assert relaunch == {"c"}
+def test_a_restarted_group_gets_the_item_it_lost_first_and_gives_it_up_the_second_time():
+    queue, items = _queue("a/0/-", "b/0/-")
+    queue.enter("L")
+    assert queue.lease("L") == items[0]  # the worker group dies running a/0
+    queue.enter("L")  # Ray Train's max_failures restart runs the training function again
+    assert queue.lease("L") == items[0]  # handed out again, before b/0
+    queue.enter("L")  # it killed the group a second time
+    assert queue.starts() == {"L": 3}
+    assert queue.lease("L") == items[1]
+    [(key, reason)] = _failed(queue.take())
+    assert key == "a/0/-" and "died 2 times" in reason
+
+
+def test_a_launch_that_died_for_good_fails_only_the_item_it_was_running():
+    queue, items = _queue("a/0/-", "b/0/-", "c/0/-")
+    queue.enter("L")
+    queue.lease("L")
+    assert queue.abandon("L", "launch failed: RuntimeError: worker died") == 1
+    assert _failed(queue.take()) == [("a/0/-", "launch failed: RuntimeError: worker died")]
+    assert queue.load() == {"L": (2, 0)}  # b and c wait for a new launch
+
+
+def test_a_hopeless_launch_fails_everything_it_had_left():
+    queue, _ = _queue("a/0/-", "b/0/-")
+    assert queue.abandon("L", "launch failed: no worker group", pending_too=True) == 2
+    assert [k for k, _ in _failed(queue.take())] == ["a/0/-", "b/0/-"]
+
+
+def test_an_item_given_up_by_a_rank_is_recorded_once_and_not_handed_out_again():
+    queue, items = _queue("a/0/-", "b/0/-")
+    queue.enter("L")
+    queue.lease("L")
+    queue.fail("a/0/-", "launch failed: ProcessPoisoned: failed: CUDA error")
+    queue.ack("a/0/-", {"trial_id": "a"})  # too late: nothing is recorded twice
+    queue.enter("L")  # the poisoned group is replaced
+    assert queue.lease("L") == items[1]
+    events = queue.take()
+    assert _failed(events) == [("a/0/-", "launch failed: ProcessPoisoned: failed: CUDA error")]
+    assert not [e for e in events if e[0] == "row"]
+
+
+def test_items_of_other_launches_wait_for_their_own():
+    queue, _ = _queue("a/0/-", launch="L")
+    assert queue.lease("M") == WAIT
+    queue.close(["M"])
+    assert queue.lease("M") == CLOSED and queue.load() == {"L": (1, 0)}
+
+
+def test_the_item_key_is_the_rows_key():
+    assert item_key("abc", 1, None) == "abc/1/-" and item_key("abc", 0, 2) == "abc/0/2"

@@ -18,9 +18,9 @@ def _plan(**sections):
 
 def test_axes_default_to_ray_data_with_four_batches_prefetched():
     trial = _plan().trials[0]
-    assert trial.settings["input"] == "ray_data"
-    assert trial.settings["prefetch_batches"] == 4
-    assert "prefetch_batches" not in trial.settings["options"]
+    assert trial.settings.input == "ray_data"
+    assert trial.settings.prefetch_batches == 4
+    assert "prefetch_batches" not in trial.settings.options
 
 
 def test_bad_axis_values_are_refused_with_the_allowed_ones():
@@ -40,7 +40,7 @@ def test_input_splits_launches_and_prefetch_does_not():
     assert len(plan.runnable) == 4 and len({t.trial_id for t in plan.trials}) == 4
     launches = plan.launches()
     assert len(launches) == 2
-    assert [{t.settings["input"] for t in launch.trials} for launch in launches] == [
+    assert [{t.settings.input for t in launch.trials} for launch in launches] == [
         {"ray_data"},
         {"torch_loader"},
     ]
@@ -54,7 +54,7 @@ def test_two_devices_on_two_cpus_keep_cpus_for_one_or_two_data_workers():
         grid={"devices": [2], "data_workers": [1, 2], "input": ["ray_data", "torch_loader"]},
         resources={"cpus_per_device": 0.5, "cpus_per_data_worker": 0.4},
     )
-    by = {(t.settings["input"], t.settings["data_workers"]): t for t in plan.trials}
+    by = {(t.settings.input, t.settings.data_workers): t for t in plan.trials}
     # Ray Data: one operator of data_workers tasks for both devices.
     assert by[("ray_data", 1)].refused is None
     assert by[("ray_data", 2)].refused is None
@@ -72,7 +72,7 @@ def test_half_a_cpu_per_data_worker_does_not_fit_two_of_them_beside_two_devices(
         grid={"devices": [2], "data_workers": [1, 2]},
         resources={"cpus_per_device": 0.5, "cpus_per_data_worker": 0.5},
     )
-    by = {t.settings["data_workers"]: t for t in plan.trials}
+    by = {t.settings.data_workers: t for t in plan.trials}
     assert by[1].refused is None
     assert "= 2.01 CPU, the cluster has 2 CPUs" in by[2].refused
     assert "set resources.cpus_per_device <= 0.49" in by[2].refused

@@ -1,8 +1,11 @@
 """Expansion, exclusion, stable ids, capability refusals and the resource arithmetic."""
 
+from dataclasses import dataclass
+
 import pytest
 from pydantic import Field
 
+from amdahl.columns import AXES, TrialSettings
 from amdahl.driver.planning import make_plan
 from amdahl.errors import UserError
 from amdahl.plan import trials as planner
@@ -18,6 +21,7 @@ from amdahl.spec.schema import (
     TrainSpec,
 )
 from amdahl.sweepdir.driver_files import ray_storage
+from amdahl.worker.contract import TrialConfig
 from workloads.mlp import MLP
 
 TWO_CPUS = [Node(cpus=2.0)]
@@ -39,13 +43,13 @@ def test_cartesian_product_minus_exclusions():
     )
     labels = [t.settings for t in plan.trials]
     assert len(labels) == 8 - 2
-    assert not any(s["devices"] == 1 and s["sync"] == "none" for s in labels)
+    assert not any(s.devices == 1 and s.sync == "none" for s in labels)
 
 
 def test_param_axes_reach_the_workload_params():
     plan = _plan(grid={"params.hidden": [[64], [128, 64]]})
-    assert [t.settings["params"]["hidden"] for t in plan.trials] == [[64], [128, 64]]
-    assert plan.trials[0].settings["params"]["inputs"] == 512  # defaults filled in
+    assert [t.settings.params["hidden"] for t in plan.trials] == [[64], [128, 64]]
+    assert plan.trials[0].settings.params["inputs"] == 512  # defaults filled in
 
 
 def test_ids_are_stable_and_independent_of_order():
@@ -60,8 +64,8 @@ def test_ids_are_stable_and_independent_of_order():
 def test_options_only_enter_the_id_of_trials_that_use_them():
     a = _plan(grid={"sync": ["ddp", "none"]})
     b = _plan(grid={"sync": ["ddp", "none"]}, options={"bucket_cap_mb": 1})
-    ids_a = {t.settings["sync"]: t.trial_id for t in a.trials}
-    ids_b = {t.settings["sync"]: t.trial_id for t in b.trials}
+    ids_a = {t.settings.sync: t.trial_id for t in a.trials}
+    ids_b = {t.settings.sync: t.trial_id for t in b.trials}
     assert ids_a["none"] == ids_b["none"]
     assert ids_a["ddp"] != ids_b["ddp"]
 
@@ -71,7 +75,7 @@ def test_hang_case_a_no_cpu_left_for_ray_data():
     plan = _plan(
         grid={"devices": [1, 2]}, resources={"cpus_per_device": 1, "cpus_per_data_worker": 0.5}
     )
-    by_devices = {t.settings["devices"]: t for t in plan.trials}
+    by_devices = {t.settings.devices: t for t in plan.trials}
     assert by_devices[1].refused is None
     reason = by_devices[2].refused
     assert reason is not None
@@ -119,7 +123,7 @@ def test_each_worker_must_fit_on_one_node():
 
 def test_cuda_only_values_refused_on_cpu_with_reason():
     plan = _plan(grid={"precision": ["fp32", "tf32"], "sync": ["ddp", "ddp_bf16"]})
-    reasons = {(t.settings["precision"], t.settings["sync"]): t.refused for t in plan.trials}
+    reasons = {(t.settings.precision, t.settings.sync): t.refused for t in plan.trials}
     assert reasons[("fp32", "ddp")] is None
     assert "tf32 is a CUDA tensor-core math mode" in reasons[("tf32", "ddp")]
     assert "bf16_compress_hook needs CUDA and NCCL" in reasons[("fp32", "ddp_bf16")]
@@ -143,7 +147,7 @@ def test_launches_group_trials_that_share_a_worker_group_shape():
     # One node, one launch at a time: every device count shares one worker group, sized to
     # its largest trial, trials fewest devices first.
     (shared,) = _plan(**sections).launches()
-    assert [t.settings["devices"] for t in shared.trials] == [1, 1, 1, 1, 2, 2, 2, 2]
+    assert [t.settings.devices for t in shared.trials] == [1, 1, 1, 1, 2, 2, 2, 2]
     assert shared.resources.workers == 2 and shared.device_counts == [1, 2]
     skip = {shared.trials[0].trial_id}
     assert [len(launch.trials) for launch in _plan(**sections).launches(skip)] == [7]
@@ -235,16 +239,41 @@ def _one_trial(**sections):
 
 
 def test_a_new_axis_keeps_ids_at_its_default():
-    class LaterGrid(GridSpec):  # as if `numa` were added to spec.GridSpec (and spec.AXES)
+    # as if `numa` were added to spec.GridSpec, columns.AXES and columns.TrialSettings
+    class LaterGrid(GridSpec):
         numa: list[str] = Field(["off"], min_length=1)
+
+    @dataclass(frozen=True, kw_only=True)
+    class LaterSettings(TrialSettings):
+        numa: str = "off"
 
     spec, trial = _one_trial(grid={"sync": ["ddp"]})
     later = spec.model_copy(update={"grid": LaterGrid(**spec.grid.model_dump())})
-    assert trial_id(later, {**trial.settings, "numa": "off"}) == trial.trial_id
-    assert trial_id(later, {**trial.settings, "numa": "on"}) != trial.trial_id
+    at = lambda numa: LaterSettings(**trial.settings.as_dict(), numa=numa)  # noqa: E731
+    assert trial_id(later, at("off")) == trial.trial_id
+    assert trial_id(later, at("on")) != trial.trial_id
     # A setting with no one-value default would change every id: refused, not hashed.
     with pytest.raises(ValueError, match="'numa' is not in trial-id schema 1"):
-        trial_id(spec, {**trial.settings, "numa": "off"})
+        trial_id(spec, at("off"))
+
+
+def test_settings_hash_and_show_as_the_dict_they_were():
+    """plan.json and the trial id see the settings as the dict that preceded TrialSettings:
+    the axes in AXES order, then axis_params, params, options."""
+    (trial,) = _plan(grid={"params.hidden": [[8]]}).trials
+    settings = trial.settings.as_dict()
+    assert list(settings) == [*AXES, "axis_params", "params", "options"]
+    assert settings["axis_params"] == {"hidden": [8]} and settings["params"]["hidden"] == [8]
+
+
+def test_the_worker_contract_reads_a_planned_trials_typed_settings():
+    plan = _plan(grid={"devices": [2], "batch_size": [128]}, train={"scaling": "strong"})
+    (trial,) = plan.trials
+    config = TrialConfig.from_settings(trial.trial_id, trial.settings, plan.spec.train.scaling)
+    s = trial.settings
+    assert (config.devices, config.batch_size, config.per_device_batch) == (2, 128, 64)
+    assert (config.sync, config.input, config.params) == (s.sync, s.input, s.params)
+    assert config.options == s.options and config.params is not s.params  # copies
 
 
 def test_new_resources_and_train_fields_keep_ids_at_their_default():
@@ -286,25 +315,25 @@ def test_a_new_option_keeps_settings_and_ids_at_its_default(monkeypatch):
         static_graph: bool = False
 
     spec = plan_sweep(_spec(grid={"sync": ["ddp", "zero1"]}), TWO_CPUS, {}).spec
-    before = {s["sync"]: (s, trial_id(spec, s)) for s in expand_grid(spec, {})}
+    before = {s.sync: (s, trial_id(spec, s)) for s in expand_grid(spec, {})}
     # compile_cache and zero1's bucket_cap_mb follow the same rule: absent at their default.
     zero1, zero1_id = before["zero1"]
-    assert zero1["options"] == {}
+    assert zero1.options == {}
     small = spec.model_copy(update={"options": OptionsSpec(bucket_cap_mb=1)})
-    (moved,) = (s for s in expand_grid(small, {}) if s["sync"] == "zero1")
-    assert moved["options"] == {"bucket_cap_mb": 1.0}
+    (moved,) = (s for s in expand_grid(small, {}) if s.sync == "zero1")
+    assert moved.options == {"bucket_cap_mb": 1.0}
     assert trial_id(small, moved) != zero1_id
     cold = _plan(grid={"compile": ["inductor"]}, options={"compile_cache": "cold"})
-    assert "compile_cache" not in cold.trials[0].settings["options"]
+    assert "compile_cache" not in cold.trials[0].settings.options
     monkeypatch.setitem(planner.OPTIONS_USED_BY, "ddp", ("bucket_cap_mb", "static_graph"))
     for value, expected in ((False, "same"), (True, "new")):
         later = spec.model_copy(update={"options": LaterOptions(static_graph=value)})
-        ddp = next(s for s in expand_grid(later, {}) if s["sync"] == "ddp")
+        ddp = next(s for s in expand_grid(later, {}) if s.sync == "ddp")
         if expected == "same":
             assert ddp == before["ddp"][0]
             assert trial_id(later, ddp) == before["ddp"][1]
         else:
-            assert ddp["options"] == {"bucket_cap_mb": 25.0, "static_graph": True}
+            assert ddp.options == {"bucket_cap_mb": 25.0, "static_graph": True}
             assert trial_id(later, ddp) != before["ddp"][1]
 
 
@@ -396,7 +425,7 @@ def test_explicit_values_win_and_their_refusals_stay():
 def test_auto_shrinks_no_further_than_a_quarter_cpu_per_device():
     """A trial that could only run on slivers of a CPU is refused; the others keep a share."""
     plan = _plan(grid={"devices": [1, 2, 4, 8]})
-    runnable = [t.settings["devices"] for t in plan.runnable]
+    runnable = [t.settings.devices for t in plan.runnable]
     assert runnable == [1, 2, 4]
     assert plan.spec.resources.cpus_per_device == 0.44
     assert "resources.cpus_per_device <=" in plan.refused[0].refused

@@ -1,0 +1,258 @@
+"""The sweep's worker groups, kept warm: one launch per worker-group shape, fed by the driver.
+
+Ray Train takes tens of seconds to start a worker group (a Tune trainable, a Train controller,
+its workers: each a new process importing Ray and torch). `LaunchPool` pays that once per shape
+per sweep where it can: it starts one Tune trial per shape (each fits one TorchTrainer running
+worker/harness.py), and hands those launches work through the sweep's `WorkQueue` actor for as
+long as the driver has work of their shape: every trial, repeat, search rung and relaunch.
+`measure(items)` puts items in the queue and returns once each has a row or a failure;
+between two calls the launches wait, idle, for the driver's next decision (the next rung).
+
+Ray stays the engine: Tune schedules the launches (in a thread of the driver, while the
+driver's main thread feeds the queue and records rows), each launch is one Train run, and a
+launch that cannot start because others hold the resources (`isolation: exclusive` runs one
+at a time) gets them when an idle launch is closed for it. A launch that dies past
+`train.max_failures` loses the item it was running (recorded as failed, with the error); the
+rest of its items go to a new launch, unless that one too dies before finishing anything.
+No Train checkpoint is written: the queue and results.parquet are the record
+(docs/architecture.md, "Launches").
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from ray import tune
+
+from amdahl.driver.trainable import launch_config, launch_trainable, materialise_datasets
+from amdahl.driver.tune_events import LaunchWatch
+from amdahl.plan.launches import Launch
+from amdahl.plan.resources import DRIVER_CPUS
+from amdahl.sweepdir.driver_files import ray_storage
+from amdahl.worker.contract import LaunchConfig
+from amdahl.worker.rows import failure_status, row_identity
+from amdahl.worker.work_queue import WorkItem, WorkQueue
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from amdahl.driver.signals import InterruptFlag
+    from amdahl.driver.tune_events import EventHandler
+    from amdahl.plan.launches import SweepPlan
+    from amdahl.spec.schema import SweepSpec
+
+#: How often the driver takes rows from the queue and looks at its launches (seconds).
+_TICK_S = 0.05
+
+
+class LaunchPool:
+    """The launches of one sweep (one per worker-group shape) and the queue that feeds them."""
+
+    def __init__(
+        self,
+        spec: SweepSpec,
+        plan: SweepPlan,
+        sweep_dir: Path,
+        record: Callable[[dict[str, Any]], None],
+        emit: EventHandler,
+        interrupt: InterruptFlag,
+        group: bool = True,
+        across_devices: bool = True,
+    ):
+        """`record` takes each final row (the driver's single writer), `emit` progress
+        events; `group` / `across_devices` as SweepPlan.launches."""
+        import ray
+
+        self.spec, self.sweep_dir = spec, sweep_dir
+        self.record, self.emit, self.interrupt = record, emit, interrupt
+        launches = plan.launches(set(), group, across_devices)
+        self.shapes: dict[str, Launch] = {launch.launch_id: launch for launch in launches}
+        self.shape_of = {t.trial_id: lid for lid, sh in self.shapes.items() for t in sh.trials}
+        # On the driver's node, holding no CPU: it only passes small messages.
+        here = ray.get_runtime_context().get_node_id()
+        self.queue = (
+            ray.remote(WorkQueue)
+            .options(
+                num_cpus=0,
+                scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
+                    here, soft=False
+                ),
+            )
+            .remote()
+        )
+        self.watch = LaunchWatch()
+        self.configs: dict[str, LaunchConfig] = {}
+        self.datasets: dict[str, Any] = {}
+        self._thread: threading.Thread | None = None
+        self._round = 0
+        self._starts: dict[str, int] = {}  # worker-group starts per launch
+        self._running: set[str] = set()  # launches Tune has started and not yet ended
+        self._in_round: set[str] = set()
+        self._unanswered: dict[str, WorkItem] = {}
+        self._rows_this_start: dict[str, int] = {}
+        self._deaths: dict[str, int] = {}  # launches that died in a row without a row
+        #: Unix time the first measured window of the sweep opened (its first ok row's).
+        self.first_window_unix: float | None = None
+
+    # ----------------------------------------------------------------------- the driver's API
+
+    def measure(self, items: list[WorkItem]) -> None:
+        """Put `items` in the queue and return once every one has a row or a failure (or the
+        sweep was interrupted)."""
+        import ray
+
+        if not items:
+            return
+        self._unanswered.update({item.key: item for item in items})
+        ray.get(self.queue.put.remote(items))
+        while self._unanswered and not self.interrupt.is_set():
+            self._tick()
+            time.sleep(_TICK_S)
+        self._take()
+
+    def release(self) -> None:
+        """End every launch now (their resources are needed for something else); a later
+        `measure` starts them again."""
+        import ray
+
+        ray.get(self.queue.close.remote(list(self.shapes)))
+        if self._thread is not None:
+            while self._thread.is_alive():
+                self._thread.join(timeout=_TICK_S)
+                self._take()
+        self._take()
+        self._running.clear()
+
+    def close(self) -> None:
+        """No more work: every launch returns once its queue is empty; wait for Tune."""
+        import ray
+
+        self.release()
+        ray.kill(self.queue)
+
+    def group_starts(self) -> int:
+        """Worker groups started (restarts after a worker died included)."""
+        return sum(self._starts.values())
+
+    # ----------------------------------------------------------------------- one tick
+
+    def _tick(self) -> None:
+        self._take()
+        for kind, lid, detail in self.watch.drain():
+            if kind == "started":
+                self._running.add(lid)
+                self.emit("launch_started", {"launch": self.shapes[lid]})
+            else:
+                self._running.discard(lid)
+                if kind == "failed":
+                    self._launch_died(lid, detail)
+        self._schedule()
+
+    def _take(self) -> None:
+        """Rows and failures the queue holds, recorded in order."""
+        import ray
+
+        for event in ray.get(self.queue.take.remote()):
+            if event[0] == "entered":
+                self._rows_this_start[event[1]] = 0
+                self._starts[event[1]] = event[2]
+            elif event[0] == "row":
+                row = event[1]
+                if self.first_window_unix is None and row.get("status") == "ok":
+                    # Its measured window opened after the trial's set-up and warmup; the row
+                    # left the worker at the end of its wall_s (and took ms to get here).
+                    opened = row["wall_s"] - row["setup_s"] - row["warmup_s"]
+                    self.first_window_unix = time.time() - opened
+                self._answered(row["trial_id"], row["repeat"], row.get("rung"), row["launch_id"])
+                self.record(row)
+            elif event[0] == "failed":
+                item, reason = event[1], event[2]
+                self._answered(item.trial_id, item.repeat, item.rung, item.launch_id)
+                self.record(self._failed_row(item, reason))
+
+    def _answered(self, trial_id: str, repeat: int, rung: int | None, lid: str) -> None:
+        from amdahl.worker.work_queue import item_key
+
+        self._unanswered.pop(item_key(trial_id, repeat, rung), None)
+        self._rows_this_start[lid] = self._rows_this_start.get(lid, 0) + 1
+        self._deaths[lid] = 0
+
+    def _failed_row(self, item: WorkItem, reason: str) -> dict[str, Any]:
+        config = self.configs[item.launch_id].for_item(item)
+        trial = next(t for t in config.trials if t.trial_id == item.trial_id)
+        identity = row_identity(config, trial, item.repeat)
+        return {**identity, "status": failure_status(reason), "error": reason, "wall_s": 0.0}
+
+    def _launch_died(self, lid: str, error: str) -> None:
+        """A launch failed past train.max_failures: the item it was running fails with the
+        error; its other items wait for a new launch, unless this one had itself finished
+        nothing since it started (then no item escapes the cause: all of them fail)."""
+        import ray
+
+        self._deaths[lid] = self._deaths.get(lid, 0) + 1
+        hopeless = self._deaths[lid] > 1 and not self._rows_this_start.get(lid)
+        ray.get(self.queue.abandon.remote(lid, error, hopeless))
+        self._take()
+
+    def _schedule(self) -> None:
+        """Start launches for the shapes that have work and none running; close an idle
+        launch whose resources another shape with work is waiting for."""
+        import ray
+
+        load = ray.get(self.queue.load.remote())
+        waiting = {lid for lid, (pending, _) in load.items() if pending}
+        if self._thread is None or not self._thread.is_alive():
+            if waiting:
+                self._start_round(sorted(waiting, key=list(self.shapes).index))
+            return
+        if waiting - self._running:
+            idle = [lid for lid in self._running if load.get(lid, (0, 0)) == (0, 0)]
+            if idle:
+                ray.get(self.queue.close.remote(idle))
+
+    def _start_round(self, launch_ids: list[str]) -> None:
+        """One Tuner over these launches, fitted in a thread of the driver."""
+        import ray
+
+        spec = self.spec
+        self._round += 1
+        session = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+        for lid in launch_ids:
+            self.configs[lid] = launch_config(
+                spec, self.shapes[lid], self.sweep_dir, f"{session}-{self._round}", self.queue
+            )
+        configs = {lid: self.configs[lid] for lid in launch_ids}
+        self.datasets.update(materialise_datasets(spec, list(configs.values()), self.datasets))
+        ray.get(self.queue.reopen.remote(launch_ids))
+        self._in_round = set(launch_ids)
+        tuner = tune.Tuner(
+            tune.with_resources(
+                tune.with_parameters(launch_trainable, configs=configs, datasets=self.datasets),
+                {"CPU": DRIVER_CPUS},
+            ),
+            # Tune's variant generator takes dataclass values apart: it grids over launch ids,
+            # and each trainable looks its LaunchConfig up.
+            param_space={"launch_id": tune.grid_search(launch_ids)},
+            tune_config=tune.TuneConfig(
+                max_concurrent_trials=1 if spec.isolation == "exclusive" else len(launch_ids),
+                trial_name_creator=_launch_name,
+                trial_dirname_creator=_launch_name,
+            ),
+            run_config=tune.RunConfig(
+                name=f"tune-{self._round}",
+                storage_path=ray_storage(spec, self.sweep_dir),
+                callbacks=[self.watch],
+                stop=self.interrupt,
+                verbose=0,
+            ),
+        )
+        self._thread = threading.Thread(target=tuner.fit, name="amdahl-tune", daemon=True)
+        self._thread.start()
+
+
+def _launch_name(trial: Any) -> str:
+    return f"launch-{trial.config['launch_id']}"

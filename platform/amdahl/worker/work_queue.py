@@ -1,0 +1,155 @@
+"""The driver's work queue: trial runs handed to long-lived worker groups, with lease and ack.
+
+One `WorkQueue` Ray actor per sweep, created by the driver on its own node
+(driver/pool.py). The driver puts `WorkItem`s (one trial repeat, of a search rung or of a grid)
+for the launch whose worker-group shape serves them; rank 0 of that launch leases the next one,
+broadcasts it to its group, and acknowledges it with the results row once every rank has run it.
+So a worker group lives for as long as the driver has work of its shape, across trials,
+repeats, rungs and relaunches, and pays Ray's start once (docs/architecture.md, "Launches").
+
+The queue, not a Train checkpoint, is the record of what is done: an item leased by a worker
+group that then dies is handed again to the restarted group (`enter`), and one that was leased
+twice without an answer is given up with the reason. Rows and give-ups wait in the queue until
+the driver takes them (`take`): the driver alone writes results.parquet and MLflow.
+
+Plain Python (no Ray import): the driver wraps it with `ray.remote`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+#: What `lease` answers when a launch has no item now but may get one (the driver is deciding
+#: the next rung, or the item is another shape's), and when it will never get one.
+WAIT = "wait"
+CLOSED = "closed"
+#: How many times an item is handed out before a worker group's death during it gives it up.
+MAX_DELIVERIES = 2
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """One trial repeat for one launch. Small on purpose: rank 0 broadcasts it to its group
+    through Ray Train's synchronisation actor; the worker finds the trial in its LaunchConfig."""
+
+    key: str
+    launch_id: str
+    trial_id: str
+    repeat: int
+    #: search: halving: the rung, whose length `steps` is (train.steps, or target.max_steps in
+    #: time-to-target mode); None in a grid sweep, which runs train.steps.
+    rung: int | None = None
+    steps: int | None = None
+    #: A rung before the last only ranks: no validation pass, no exposed-communication passes.
+    ranking_only: bool = False
+
+
+def item_key(trial_id: str, repeat: int, rung: int | None) -> str:
+    """A run's key: the results row's key (trial id, repeat, rung) as one string."""
+    return f"{trial_id}/{repeat}/{'-' if rung is None else rung}"
+
+
+class WorkQueue:
+    """Per launch: items waiting, items leased (with how often each was handed out), whether
+    the driver has closed it; and the events the driver has not taken yet."""
+
+    def __init__(self) -> None:
+        self._pending: dict[str, deque[WorkItem]] = {}
+        self._leased: dict[str, WorkItem] = {}
+        self._deliveries: dict[str, int] = {}
+        self._closed: set[str] = set()
+        self._starts: dict[str, int] = {}
+        self._events: list[tuple[Any, ...]] = []
+
+    # ----------------------------------------------------------------------- the driver
+
+    def put(self, items: list[WorkItem]) -> None:
+        for item in items:
+            self._pending.setdefault(item.launch_id, deque()).append(item)
+
+    def close(self, launch_ids: list[str]) -> None:
+        """No further item for these launches: their workers return once the queue is empty."""
+        self._closed.update(launch_ids)
+
+    def reopen(self, launch_ids: list[str]) -> None:
+        """A new worker group for these launches is about to start."""
+        self._closed.difference_update(launch_ids)
+
+    def take(self) -> list[tuple[Any, ...]]:
+        """Events since the last call, in order: ("entered", launch_id, start number, unix
+        time), ("row", row), ("failed", item, reason)."""
+        events, self._events = self._events, []
+        return events
+
+    def load(self) -> dict[str, tuple[int, int]]:
+        """Per launch with any item: (pending, leased)."""
+        out = {lid: (len(q), 0) for lid, q in self._pending.items() if q}
+        for item in self._leased.values():
+            pending, leased = out.get(item.launch_id, (0, 0))
+            out[item.launch_id] = (pending, leased + 1)
+        return out
+
+    def starts(self) -> dict[str, int]:
+        """Worker-group starts per launch (a restart by train.max_failures counts)."""
+        return dict(self._starts)
+
+    def abandon(self, launch_id: str, reason: str, pending_too: bool = False) -> int:
+        """The launch's worker group is gone for good: its leased items (and, with
+        `pending_too`, its waiting ones) fail with `reason`. Returns how many failed."""
+        gone = [item for item in self._leased.values() if item.launch_id == launch_id]
+        if pending_too:
+            gone += list(self._pending.pop(launch_id, ()))
+        for item in gone:
+            self._leased.pop(item.key, None)
+            self._events.append(("failed", item, reason))
+        return len(gone)
+
+    # ----------------------------------------------------------------------- the workers
+
+    def enter(self, launch_id: str) -> int:
+        """Rank 0 of a launch's worker group starts (again, after a worker died: Ray Train's
+        `max_failures` restart runs the training function anew). Items the group had leased
+        are handed out again, first; one that was already handed out MAX_DELIVERIES times is
+        given up: it killed its worker group each time. Returns the start's number."""
+        self._starts[launch_id] = n = self._starts.get(launch_id, 0) + 1
+        if n > 1:
+            again = [item for item in self._leased.values() if item.launch_id == launch_id]
+            for item in reversed(again):
+                del self._leased[item.key]
+                if self._deliveries.get(item.key, 0) >= MAX_DELIVERIES:
+                    reason = (
+                        f"failed: the worker group died {MAX_DELIVERIES} times running this "
+                        "trial (Ray Train restarted it each time; see ray.log in the sweep "
+                        "directory)"
+                    )
+                    self._events.append(("failed", item, reason))
+                else:
+                    self._pending.setdefault(launch_id, deque()).appendleft(item)
+        self._events.append(("entered", launch_id, n, time.time()))
+        return n
+
+    def lease(self, launch_id: str) -> WorkItem | str:
+        """The launch's next item, else WAIT, or CLOSED once the driver has closed it and
+        nothing is left."""
+        queue = self._pending.get(launch_id)
+        if queue:
+            item = queue.popleft()
+            self._leased[item.key] = item
+            self._deliveries[item.key] = self._deliveries.get(item.key, 0) + 1
+            return item
+        return CLOSED if launch_id in self._closed else WAIT
+
+    def ack(self, key: str, row: dict[str, Any]) -> None:
+        """Rank 0's results row for a leased item: the item is done."""
+        if self._leased.pop(key, None) is not None:
+            self._events.append(("row", row))
+
+    def fail(self, key: str, reason: str) -> None:
+        """A rank gives an item up before ending its worker group (a poisoned process, a rank
+        stranded in a collective): recorded with the reason, never handed out again."""
+        item = self._leased.pop(key, None)
+        if item is not None:
+            self._events.append(("failed", item, reason))
