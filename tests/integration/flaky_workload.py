@@ -1,6 +1,7 @@
 """A workload that fails on one rank only: the fault that strands the other ranks in DDP's
 all-reduce (imported by name in Ray workers, which share the test driver's sys.path)."""
 
+import os
 from pathlib import Path
 
 import torch.distributed as dist
@@ -44,3 +45,16 @@ class PoisonsOnce(MLP):
 
         model.register_forward_pre_hook(poison_once)
         return model
+
+
+class KillsItsWorker(MLP):
+    """With `kill` set, building the model ends the worker process at once (as a segfault or
+    the OOM killer would): Ray Train restarts the worker group, which gets the item again."""
+
+    defaults = {**MLP.defaults, "kill": False}
+    data_params = tuple(MLP.defaults)
+
+    def build_model(self) -> nn.Module:
+        if self.params["kill"]:
+            os._exit(1)
+        return super().build_model()

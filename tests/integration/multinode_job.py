@@ -21,7 +21,6 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from amdahl import read_results, run_sweep, validate_spec
 from amdahl.driver.cluster import ray_nodes
 from amdahl.driver.planning import make_plan
-from amdahl.errors import UserError
 from amdahl.workload import make_workload
 
 # tests/ (trial_runner's LaunchConfig factory), for this script run on its own.
@@ -171,14 +170,18 @@ def main(out_dir: Path) -> None:
     )
     report["refused"] = too_big.trials[0].refused
 
-    # Three nodes that can run a launch, Ray's state left in the sweep directory: refused.
-    try:
-        make_plan(
-            _spec("no-storage", [2], "pack").model_copy(update={"storage": None}), ray_nodes()
-        )
-        report["no_storage"] = None
-    except UserError as e:
-        report["no_storage"] = str(e)
+    # No shared storage: Ray's state stays on each node's disk, and a 2-node launch runs.
+    outcome = run_sweep(
+        _spec("no-storage", [2], "spread").model_copy(update={"storage": None}),
+        runs_dir=out_dir,
+        tracking=False,
+    )
+    (row,) = read_results(outcome.sweep_dir).to_pylist()
+    report["no_storage"] = {
+        "status": row["status"],
+        "error": row["error"],
+        "nodes": json.loads(row["nodes"]),
+    }
 
     # One rank fails while the other waits in the all-reduce (flaky_workload.py, importable
     # by the workers because this script's directory is on the driver's path, which Ray

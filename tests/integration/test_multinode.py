@@ -68,11 +68,12 @@ def test_ray_state_goes_to_the_shared_storage(multinode):
         assert not multinode[placement]["local_ray_dir"]
 
 
-def test_several_nodes_without_shared_storage_are_refused_at_plan_time(multinode):
-    refused = multinode["no_storage"]
-    assert refused is not None and refused.startswith("storage: not set")
-    assert "the plan spans 3 nodes that can run its launches" in refused
-    assert "storage: s3://bucket/amdahl" in refused
+def test_a_two_node_launch_runs_without_shared_storage(multinode):
+    """No Train checkpoint in the protocol: a sweep over nodes that share no storage plans and
+    runs a launch whose ranks sit on two nodes."""
+    run = multinode["no_storage"]
+    assert run["status"] == "ok", run["error"]
+    assert len(set(run["nodes"])) == 2
 
 
 def test_shape_no_node_can_hold_is_refused_before_launch(multinode):

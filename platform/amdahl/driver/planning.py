@@ -43,8 +43,8 @@ def check_workloads(spec: SweepSpec) -> None:
 def make_plan(
     spec: SweepSpec, nodes: list[Node] | None = None, code: WorkloadCode | None = None
 ) -> SweepPlan:
-    """Validate the workload and its parameters, then plan against `nodes` (default: this host);
-    a plan spanning several nodes without shared `storage` is refused (plan.check_storage).
+    """Validate the workload and its parameters, then plan against `nodes` (default: this
+    host).
 
     The workload is imported from the user's folder where it lives there (workload_path, the
     sweep file's directory, the working directory: workload.locate_workload), must implement

@@ -1,12 +1,11 @@
 """The plan of a sweep: `plan_sweep` makes its trials, `SweepPlan` groups the runnable ones into
-launches (one Ray Train worker group runs every trial of a launch, one after another), and
-`check_storage` refuses a plan as a whole.
+launches (one Ray Train worker group per shape serves every trial of it, one after another).
 
 Trials that share a worker-group shape and their input share a launch (`Trial.launch_key`), so a
-sweep starts a worker group once per shape rather than once per trial. A plan as a whole is
-refused for one thing only: spanning several nodes while Ray's storage is the sweep directory on
-one node's disk (`check_storage`). Pure: no Ray, no torch; the driver passes the cluster's
-`Node`s in.
+sweep starts a worker group once per shape rather than once per trial. No plan needs shared
+storage: a launch writes no Train checkpoint (the driver's work queue and results.parquet are
+the record), so Ray's run state may stay on each node's own disk. Pure: no Ray, no torch; the
+driver passes the cluster's `Node`s in.
 """
 
 from __future__ import annotations
@@ -17,10 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from amdahl.columns import TrialSettings
-from amdahl.errors import UserError
 from amdahl.plan.checks import capability_problem
 from amdahl.plan.resources import (
-    DRIVER_CPUS,
     Node,
     ResourcePlan,
     auto_resources,
@@ -135,40 +132,4 @@ def _make_trial(spec: SweepSpec, settings: TrialSettings, nodes: list[Node]) -> 
     reason = capability_problem(spec, settings) or resource_problem(resources, nodes)
     return Trial(
         trial_id=trial_id(spec, settings), settings=settings, resources=resources, refused=reason
-    )
-
-
-def launch_hosts(plan: SweepPlan) -> list[Node]:
-    """The nodes that could run part of one of the plan's launches: its Tune trainable, which
-    holds DRIVER_CPUS and starts the launch's Ray Train controller on its own node, or one of
-    its train workers (any worker needs CPUs too). A node without CPUs (cluster.yaml's head,
-    which runs only the sweep driver) hosts neither."""
-    return [n for n in plan.nodes if n.cpus + 1e-9 >= DRIVER_CPUS] if plan.runnable else []
-
-
-def check_storage(plan: SweepPlan) -> None:
-    """Refuse a plan that spans several nodes while Ray's storage is the sweep directory.
-
-    The rule: more than one node could run part of a launch (`launch_hosts`). Ray Train makes
-    a launch's storage directory on its controller's node, and rank 0 writes its checkpoint of
-    finished trials (read back after a `train.max_failures` restart) from its own node; on a
-    node-local path each node sees only its own files. Whether one launch's workers fit on one
-    node does not matter: the controller may sit on another, and a restart may place rank 0
-    anywhere. The nodes are the cluster's as planned (alive, or all the autoscaler may start),
-    so a cluster that may grow to several such nodes is refused before it has grown.
-
-    `storage` set is the user's statement that it is shared (a URI, or a filesystem mounted on
-    every node); it is not probed here.
-    """
-    hosts = launch_hosts(plan)
-    if plan.spec.storage is not None or len(hosts) <= 1:
-        return
-    names = ", ".join(n.name for n in hosts[:4]) + (", ..." if len(hosts) > 4 else "")
-    raise UserError(
-        f"storage: not set, so Ray keeps this sweep's run state in the sweep directory on "
-        f"the driver's disk, but the plan spans {len(hosts)} nodes that can run its launches "
-        f"({names}): rank 0 writes its checkpoint of finished trials from whichever node it "
-        "runs on, and a restart reads it back from another, so every node must reach the "
-        "same storage; set `storage: s3://bucket/amdahl` (or gs://...), or the absolute path "
-        "of a filesystem every node mounts (NFS, EFS), e.g. --set storage=s3://bucket/amdahl"
     )

@@ -59,8 +59,8 @@ def plan_summary(plan: SweepPlan) -> dict[str, Any]:
 def ray_storage(spec: SweepSpec, sweep_dir: Path, *sub: str) -> str:
     """Where Ray Tune and Train keep this sweep's state: `<storage>/<sweep dir name>/...` when
     the spec names shared storage (one folder per sweep, so sweeps never collide), else
-    `<sweep dir>/ray/...` on the driver's disk (single-node plans only: `check_storage` in
-    plan/launches.py)."""
+    `<sweep dir>/ray/...` on each node's own disk (enough: a launch writes no Train checkpoint
+    that another node would have to read back)."""
     if spec.storage is None:
         return str(Path(SweepDir(sweep_dir).ray_dir, *sub).resolve())
     return "/".join([spec.storage.rstrip("/"), Path(sweep_dir).name, *sub])

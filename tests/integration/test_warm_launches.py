@@ -1,0 +1,84 @@
+"""One worker group per shape serves a whole sweep (driver/pool.py): rungs, repeats and
+trials go to the launch that is already up, a worker that dies gets its item again once, and
+a trial measured in a long-lived group computes what it computes in a fresh one."""
+
+import json
+
+import pytest
+
+from amdahl import read_results, run_sweep, validate_spec
+
+pytestmark = pytest.mark.integration
+
+BASE = {
+    "workload": "mlp",
+    "params": {"hidden": [32], "train_rows": 2048, "val_rows": 256},
+    "train": {"steps": 12, "warmup_steps": 2, "seed": 7},
+    "resources": {"cpus_per_device": 0.5, "cpus_per_data_worker": 0.5},
+    "tracking": {"enabled": False},
+}
+
+
+def test_a_halving_search_of_three_rungs_starts_one_worker_group(ray_cluster, tmp_path):
+    spec = validate_spec(
+        {
+            **BASE,
+            "name": "onegroup",
+            "grid": {"devices": [1, 2], "batch_size": [16, 64], "sync": ["ddp", "none"]},
+            "search": {"method": "halving", "min_steps": 3, "eta": 2},
+        }
+    )
+    outcome = run_sweep(spec, runs_dir=tmp_path)
+    rows = read_results(outcome.sweep_dir).to_pylist()
+    assert sorted({r["rung"] for r in rows}) == [0, 1, 2]
+    assert all(r["status"] in ("ok", "skipped") for r in rows), [r["error"] for r in rows]
+    assert outcome.group_starts == 1  # Ray Train started one worker group for every rung
+    assert len({r["launch_id"] for r in rows}) == 1
+    # Only the first row of a worker group carries its start (launch_entered_unix_s).
+    assert sum(r["launch_entered_unix_s"] is not None for r in rows) == 1
+    assert outcome.first_measured_s is not None and 0 < outcome.first_measured_s < outcome.wall_s
+
+
+def test_an_item_that_kills_its_worker_twice_fails_and_the_rest_go_on(ray_cluster, tmp_path):
+    spec = validate_spec(
+        {
+            **BASE,
+            "name": "killer",
+            "workload": "flaky_workload:KillsItsWorker",
+            "train": {**BASE["train"], "max_failures": 4},
+            "grid": {"devices": [1], "batch_size": [16, 32], "params.kill": [False, True]},
+        }
+    )
+    outcome = run_sweep(spec, runs_dir=tmp_path)
+    rows = read_results(outcome.sweep_dir).to_pylist()
+    keys = [(r["trial_id"], r["repeat"], r["rung"]) for r in rows]
+    assert len(keys) == len(set(keys)) == 4  # one row per run, nothing twice
+    failed = sorted((json.loads(r["params"])["kill"], r["error"]) for r in rows if r["error"])
+    assert [kill for kill, _ in failed] == [True, True]
+    assert all("died 2 times" in error for _, error in failed)
+    assert all(r["status"] == "ok" for r in rows if not json.loads(r["params"])["kill"])
+    # Each killing item was handed out twice: a start, then a restart per death.
+    assert outcome.group_starts == 5
+
+
+def test_a_trial_in_a_long_lived_group_computes_what_it_computes_in_a_fresh_one(
+    ray_cluster, tmp_path
+):
+    """CPU, fixed seeds: the same configuration after three others in one worker group, and
+    alone in a new one, gives bit-identical losses."""
+    grid = {"devices": [1], "batch_size": [16, 32], "sync": ["ddp", "none"]}
+    shared = run_sweep(
+        validate_spec({**BASE, "name": "shared", "grid": grid}), runs_dir=tmp_path / "shared"
+    )
+    alone = run_sweep(
+        validate_spec({**BASE, "name": "shared", "grid": {**grid, "batch_size": [32]}}),
+        runs_dir=tmp_path / "alone",
+    )
+    assert shared.group_starts == 1 and alone.group_starts == 1
+    rows = read_results(shared.sweep_dir).to_pylist()
+    last = [r["trial_id"] for r in rows][-1]  # ran after the three others
+    fresh = {r["trial_id"]: r for r in read_results(alone.sweep_dir).to_pylist()}
+    assert last in fresh
+    before = next(r for r in rows if r["trial_id"] == last)
+    assert json.loads(before["history"])["loss"] == json.loads(fresh[last]["history"])["loss"]
+    assert before["final_loss"] == fresh[last]["final_loss"]
