@@ -16,9 +16,7 @@ ray and torch are imported inside the functions, so `import amdahl.driver.calibr
 from __future__ import annotations
 
 import json
-import statistics
 import tempfile
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -30,6 +28,7 @@ from amdahl.driver.cluster import connect_ray
 from amdahl.errors import UserError
 from amdahl.files import private_dir, write_private
 from amdahl.sweepdir.layout import CALIBRATION_FILE, STAMP_FORMAT, SweepDir
+from amdahl.worker.calibration import calibration_result, message_sizes
 
 #: Largest message on CPU (gloo): enough for its bandwidth, small enough for a quick CI run.
 CPU_MAX_BYTES = 16 * 2**20
@@ -39,23 +38,6 @@ CPU_MAX_BYTES = 16 * 2**20
 GPU_MAX_BYTES = 512 * 2**20
 #: The key rank 0 reports its measurements under (as JSON: one value, whatever Ray adds).
 RESULT_KEY = "amdahl_calibration"
-#: Each size is timed in _ROUNDS rounds of about _ROUND_S; the median round is kept, so a
-#: descheduled worker in one round does not set the figure.
-_ROUNDS = 5
-_ROUND_S = 0.05
-_MAX_ITERS = 100
-
-
-def message_sizes(max_bytes: int) -> list[int]:
-    """All-reduce message sizes, 4 B to `max_bytes`: powers of 4 below 1 MiB (latency: a few
-    points suffice), every power of 2 from 1 MiB (the bandwidth fit's range), and `max_bytes`
-    itself, rounded down to whole float32s."""
-    if max_bytes < 16:
-        raise UserError(f"--max-bytes {max_bytes}: needs at least 16 (two message sizes)")
-    sizes = [4**k for k in range(1, 10) if 4**k < min(2**20, max_bytes)]
-    sizes += [2**k for k in range(20, 64) if 2**k <= max_bytes]
-    top = max_bytes // 4 * 4
-    return sorted(set(sizes) | {top})
 
 
 # --------------------------------------------------------------------------- worker side
@@ -66,25 +48,12 @@ def calibration_worker(config: dict[str, Any]) -> None:
     import ray.train
     import ray.train.torch
     import torch
-    import torch.distributed as dist
 
     ctx = ray.train.get_context()
-    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    rank = ctx.get_world_rank()
     device = ray.train.torch.get_device()
     torch.set_num_threads(config["threads"])
-    result: dict[str, Any] = {
-        "devices": world,
-        "backend": dist.get_backend() if dist.is_initialized() else "none",
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "torch_threads": torch.get_num_threads(),
-        "all_reduce": measure_all_reduce(config["sizes"], device),
-    }
-    if dist.is_initialized():
-        dist.barrier()
-    if rank == 0:
-        result.update(measure_peaks(device))
-    if dist.is_initialized():
-        dist.barrier()
+    result = calibration_result(config["sizes"], device, rank)
     if rank != 0:
         ray.train.report({})
         return
@@ -96,73 +65,6 @@ def calibration_worker(config: dict[str, Any]) -> None:
             {RESULT_KEY: json.dumps(result)},
             checkpoint=ray.train.Checkpoint.from_directory(tmp),
         )
-
-
-def measure_all_reduce(sizes: list[int], device: Any) -> list[dict[str, float]]:
-    """Seconds per all_reduce (sum, float32) per message size: per round, the slowest rank's
-    mean over the round's calls; the median over rounds. Collective: every rank calls it."""
-    import torch
-    import torch.distributed as dist
-
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    world = dist.get_world_size()
-    out = []
-    for nbytes in sizes:
-        x = torch.zeros(max(1, nbytes // 4), dtype=torch.float32, device=device)
-        for _ in range(2):
-            dist.all_reduce(x)
-        sync()
-        dist.barrier()
-        t0 = time.perf_counter()
-        dist.all_reduce(x)
-        sync()
-        probe = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=device)
-        dist.all_reduce(probe, op=dist.ReduceOp.MAX)  # every rank runs the same count
-        iters = int(min(_MAX_ITERS, max(3, _ROUND_S / max(float(probe), 1e-6))))
-        rounds = []
-        for _ in range(_ROUNDS):
-            dist.barrier()
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                dist.all_reduce(x)
-            sync()
-            per_call = (time.perf_counter() - t0) / iters
-            slowest = torch.tensor([per_call], dtype=torch.float64, device=device)
-            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-            rounds.append(float(slowest))
-        seconds = statistics.median(rounds)
-        out.append(
-            {
-                "bytes": float(x.numel() * 4),
-                "seconds": seconds,
-                "busbw_Bps": bus_bandwidth(world, x.numel() * 4, seconds) if world > 1 else 0.0,
-                "iterations": iters * _ROUNDS,
-                "spread": (max(rounds) - min(rounds)) / seconds,
-            }
-        )
-    return out
-
-
-def measure_peaks(device: Any) -> dict[str, Any]:
-    """Matmul FLOP/s on this device alone per precision (fp32, tf32, bf16, and fp16 on CUDA),
-    the MFU denominators: the same probe as the harness's per-trial peak (amdahl.worker.peak)."""
-    import torch
-
-    from amdahl.worker.peak import matrix_size, measure_peak_flops
-
-    cuda = device.type == "cuda"
-    kinds = ("fp32", "tf32", "bf16", "fp16") if cuda else ("fp32", "tf32", "bf16")
-    peaks = {kind: measure_peak_flops(device, kind) for kind in kinds}
-    n = matrix_size(device)
-    what = f"{device.type} GPU" if cuda else f"cpu {torch.get_num_threads()} thread(s)"
-    if not cuda:
-        what += "; tf32 is fp32 there"
-    memory = torch.cuda.get_device_properties(device).total_memory if cuda else None
-    return {
-        "peak_flops": peaks,
-        "peak_source": f"measured: {n}x{n} matmul on one worker alone ({what})",
-        "device_memory_bytes": memory,
-    }
 
 
 # --------------------------------------------------------------------------- driver side
@@ -229,11 +131,27 @@ def run_calibration(
             ray.shutdown()
     if RESULT_KEY not in metrics:
         raise RuntimeError("calibration workers reported no measurements")
-    result = json.loads(metrics[RESULT_KEY])
+    return finish_calibration(sweep_dir, json.loads(metrics[RESULT_KEY]), resources, models)
+
+
+def finish_calibration(
+    sweep_dir: Path,
+    result: dict[str, Any],
+    resources: dict[str, float],
+    models: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A measurement (worker.calibration.calibration_result, from `platform calibrate`'s own
+    worker group or a sweep's live launch) fitted and written to calibration.json at once,
+    then again with the gradient bytes of the sweep's models (so a model that fails to build
+    loses no measurement). Returns what was written."""
+    world = result["devices"]
+    for m in result["all_reduce"]:
+        m["busbw_Bps"] = bus_bandwidth(world, m["bytes"], m["seconds"]) if world > 1 else 0.0
     result.update(_fit(result))
     result["created_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     result["resources_per_worker"] = resources
     path = write_calibration(sweep_dir, result)
+    models = _sweep_models(sweep_dir) if models is None else models
     if models:
         try:
             result.update(_grad_bytes_of(models))

@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from amdahl.driver.calibrate import run_calibration
 from amdahl.driver.launches import Measurement, rung_spec
 from amdahl.driver.trainable import launch_config
 from amdahl.search import halving as search
@@ -64,24 +63,10 @@ def run_halving(run: Measurement) -> SearchState | None:
 
 def _calibrate_for_search(run: Measurement) -> None:
     """search.calibration: auto: the all-reduce alpha-beta the step-time model's skips need,
-    measured in this sweep's Ray on the grid's largest worker group (as `platform calibrate`
-    does), into the sweep directory, where the report reads it too. A resumed search reuses
-    it. Skipped when nothing in the grid communicates across devices."""
-    spec = run.spec
-    target = SweepDir(run.sweep_dir).calibration
-    devices = max(t.settings.devices for t in run.plan.runnable)
-    if spec.search.calibration != search.AUTO_CALIBRATION or target.exists() or devices < 2:
-        return
-    workers = max((t.resources for t in run.plan.runnable), key=lambda r: r.workers)
-    run.emit("calibrating", {"devices": devices})
-    if run.pool is not None:
-        run.pool.release()  # the calibration's own worker group needs their CPUs
-    run_calibration(
-        devices,
-        run.sweep_dir,
-        resources_per_worker={"CPU": workers.cpus_per_worker},
-        use_gpu=spec.resources.use_gpu,
-    )
+    measured in the sweep's live launch (Measurement.calibrate) into the sweep directory,
+    where the report reads it too. A resumed search reuses it."""
+    if run.spec.search.calibration == search.AUTO_CALIBRATION:
+        run.calibrate()
 
 
 def _measured_at(rows: list[dict[str, Any]], rung: int) -> set[tuple[str, int]]:

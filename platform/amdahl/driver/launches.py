@@ -16,12 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from amdahl import strategies
+from amdahl.columns import TrialSettings
 from amdahl.driver.pool import LaunchPool
 from amdahl.driver.signals import InterruptFlag
 from amdahl.driver.tune_events import EventHandler
 from amdahl.plan.launches import SweepPlan
 from amdahl.search.halving import ranks_only, rung_repeats, rung_steps
 from amdahl.spec.schema import SweepSpec
+from amdahl.sweepdir.layout import SweepDir
 from amdahl.sweepdir.table import append_rows
 from amdahl.worker.work_queue import WorkItem, item_key
 
@@ -76,6 +79,18 @@ class Measurement:
                 "rung",
                 {"rung": rung, "rungs": len(all_steps), "steps": steps, "configurations": todo},
             )
+        # Repeat 0 of every trial, then repeat 1, ... (LaunchConfig.schedule's order), each
+        # launch's trials fewest devices first.
+        items = [
+            WorkItem(item_key(t.trial_id, r, rung), lid, t.trial_id, r, rung, steps, ranking_only)
+            for r in repeats
+            for lid, shape in self._pool().shapes.items()
+            for t in shape.trials
+            if t.trial_id in todo and (t.trial_id, r) not in finished
+        ]
+        self._pool().measure(items)
+
+    def _pool(self) -> LaunchPool:
         if self.pool is None:
             self.pool = LaunchPool(
                 self.spec,
@@ -87,21 +102,29 @@ class Measurement:
                 self.group,
                 self.across_devices,
             )
-        # Repeat 0 of every trial, then repeat 1, ... (LaunchConfig.schedule's order), each
-        # launch's trials fewest devices first.
-        items = [
-            WorkItem(item_key(t.trial_id, r, rung), lid, t.trial_id, r, rung, steps, ranking_only)
-            for r in repeats
-            for lid, shape in self.pool.shapes.items()
-            for t in shape.trials
-            if t.trial_id in todo and (t.trial_id, r) not in finished
-        ]
-        self.pool.measure(items)
+        return self.pool
 
     def close(self) -> None:
         """The sweep has no more work: its launches end."""
         if self.pool is not None:
             self.pool.close()
+
+    def calibrate(self) -> None:
+        """calibration.json for the report and the step-time model (`platform predict`): the
+        all-reduce alpha-beta and the peaks, measured as a work item in the sweep's live launch
+        with the most workers (seconds, no worker group of its own), fitted and written into
+        the sweep directory. Kept where the directory has one already (a resume, or
+        `platform calibrate`); skipped where no trial communicates across devices."""
+        from amdahl.driver.calibrate import CPU_MAX_BYTES, GPU_MAX_BYTES, finish_calibration
+
+        target = SweepDir(self.sweep_dir).calibration
+        if target.exists() or not any(_communicates(t.settings) for t in self.plan.runnable):
+            return
+        self.emit("calibrating", {"devices": max(t.settings.devices for t in self.plan.runnable)})
+        pool = self._pool()
+        result = pool.calibrate(2, GPU_MAX_BYTES if self.spec.resources.use_gpu else CPU_MAX_BYTES)
+        if result is not None:
+            finish_calibration(self.sweep_dir, result, result.pop("resources_per_worker"))
 
 
 def rung_spec(spec: SweepSpec, rung: int) -> SweepSpec:
@@ -115,3 +138,8 @@ def rung_spec(spec: SweepSpec, rung: int) -> SweepSpec:
     else:
         train = train.model_copy(update={"steps": steps})
     return spec.model_copy(update={"train": train})
+
+
+def _communicates(settings: TrialSettings) -> bool:
+    """Whether a trial moves data between devices (the strategy table's `communicates`)."""
+    return settings.devices > 1 and strategies.STRATEGIES[settings.sync].communicates

@@ -97,6 +97,8 @@ class LaunchPool:
         self._deaths: dict[str, int] = {}  # launches that died in a row without a row
         #: Unix time the first measured window of the sweep opened (its first ok row's).
         self.first_window_unix: float | None = None
+        #: Measurements of `calibrate` items, in order ({"error": ...} for one that failed).
+        self.calibrations: list[dict[str, Any]] = []
 
     # ----------------------------------------------------------------------- the driver's API
 
@@ -113,6 +115,21 @@ class LaunchPool:
             self._tick()
             time.sleep(_TICK_S)
         self._take()
+
+    def calibrate(self, devices: int, max_bytes: int) -> dict[str, Any] | None:
+        """Measure the all-reduce on the live launch with the most workers (at least
+        `devices`), as `platform calibrate` would on a group of its own, and return the
+        measurement (worker.calibration.calibration_result); None where no launch has that
+        many workers, or the measurement failed."""
+        widest = max(self.shapes.values(), key=lambda launch: launch.resources.workers)
+        if widest.resources.workers < devices:
+            return None
+        done = len(self.calibrations)
+        key = f"calibrate/{done}"
+        item = WorkItem(key, widest.launch_id, "", 0, kind="calibrate", max_bytes=max_bytes)
+        self.measure([item])
+        result = self.calibrations[done] if len(self.calibrations) > done else None
+        return None if result is None or "error" in result else result
 
     def release(self) -> None:
         """End every launch now (their resources are needed for something else); a later
@@ -153,33 +170,32 @@ class LaunchPool:
         self._schedule()
 
     def _take(self) -> None:
-        """Rows and failures the queue holds, recorded in order."""
+        """What the queue holds, in order: rows and failures recorded, calibrations kept."""
         import ray
 
-        for event in ray.get(self.queue.take.remote()):
-            if event[0] == "entered":
-                self._rows_this_start[event[1]] = 0
-                self._starts[event[1]] = event[2]
-            elif event[0] == "row":
-                row = event[1]
-                if self.first_window_unix is None and row.get("status") == "ok":
-                    # Its measured window opened after the trial's set-up and warmup; the row
-                    # left the worker at the end of its wall_s (and took ms to get here).
-                    opened = row["wall_s"] - row["setup_s"] - row["warmup_s"]
-                    self.first_window_unix = time.time() - opened
-                self._answered(row["trial_id"], row["repeat"], row.get("rung"), row["launch_id"])
-                self.record(row)
-            elif event[0] == "failed":
-                item, reason = event[1], event[2]
-                self._answered(item.trial_id, item.repeat, item.rung, item.launch_id)
-                self.record(self._failed_row(item, reason))
+        for kind, *event in ray.get(self.queue.take.remote()):
+            if kind == "entered":
+                launch_id, start, _ = event
+                self._rows_this_start[launch_id], self._starts[launch_id] = 0, start
+                continue
+            item, answer = event
+            self._unanswered.pop(item.key, None)
+            self._rows_this_start[item.launch_id] = self._rows_this_start.get(item.launch_id, 0) + 1
+            self._deaths[item.launch_id] = 0
+            if item.kind == "calibrate":
+                self.calibrations.append(answer if kind == "row" else {"error": answer})
+            elif kind == "row":
+                self._note_first_window(answer)
+                self.record(answer)
+            else:
+                self.record(self._failed_row(item, answer))
 
-    def _answered(self, trial_id: str, repeat: int, rung: int | None, lid: str) -> None:
-        from amdahl.worker.work_queue import item_key
-
-        self._unanswered.pop(item_key(trial_id, repeat, rung), None)
-        self._rows_this_start[lid] = self._rows_this_start.get(lid, 0) + 1
-        self._deaths[lid] = 0
+    def _note_first_window(self, row: dict[str, Any]) -> None:
+        """When the sweep's first measured window opened: after the trial's set-up and warmup;
+        the row left the worker at the end of its wall_s (and took ms to get here)."""
+        if self.first_window_unix is None and row.get("status") == "ok":
+            opened = row["wall_s"] - row["setup_s"] - row["warmup_s"]
+            self.first_window_unix = time.time() - opened
 
     def _failed_row(self, item: WorkItem, reason: str) -> dict[str, Any]:
         config = self.configs[item.launch_id].for_item(item)

@@ -179,6 +179,8 @@ def _run_locked(
                 outcome.search = run_halving(run)
             else:
                 run.measure({t.trial_id for t in plan.runnable}, finished)
+            if not interrupt.is_set():
+                run.calibrate()  # in the group that is up: `platform predict` works as is
     finally:
         run.close()  # every launch ends
         outcome.wall_s = time.perf_counter() - started

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from amdahl.worker.calibration import calibration_result, message_sizes
 from amdahl.worker.contract import LaunchConfig, TrialConfig
 from amdahl.worker.input import train_source, validation_rows
 from amdahl.worker.peak import measure_peak_flops
@@ -82,6 +83,9 @@ def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
     while (item := _next_item(launch, rank)) != CLOSED:
         if item == WAIT:
             continue
+        if item.kind == "calibrate":
+            _calibrate(launch, item, worlds, rank, device)
+            continue
         trial, run = trials[item.trial_id], launch.for_item(item)
         if not worlds.enter(trial.devices):
             continue  # an idle rank: the next item's broadcast is its barrier
@@ -93,6 +97,25 @@ def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
         if rank == 0:
             ray.get(launch.queue.ack.remote(item.key, {**row, **launch_start}))
         launch_start = {}
+
+
+def _calibrate(
+    launch: LaunchConfig, item: WorkItem, worlds: TrialWorlds, rank: int, device: torch.device
+) -> None:
+    """A calibration item: every rank of the group measures the all-reduce (one worker the
+    peaks); rank 0 answers with the measurement, or gives the item up with the reason."""
+    import ray
+
+    worlds.enter(launch.resources.workers)
+    try:
+        result = calibration_result(message_sizes(item.max_bytes), device, rank)
+    except Exception as e:  # noqa: BLE001 - the sweep goes on without a calibration
+        if rank == 0:
+            ray.get(launch.queue.fail.remote(item.key, f"calibration failed: {e}"))
+        return
+    if rank == 0:
+        result["resources_per_worker"] = {"CPU": launch.resources.cpus_per_worker}
+        ray.get(launch.queue.ack.remote(item.key, result))
 
 
 def _next_item(launch: LaunchConfig, rank: int) -> WorkItem | str:

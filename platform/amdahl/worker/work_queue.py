@@ -45,6 +45,10 @@ class WorkItem:
     steps: int | None = None
     #: A rung before the last only ranks: no validation pass, no exposed-communication passes.
     ranking_only: bool = False
+    #: "trial", or "calibrate": the whole group measures the all-reduce (message sizes up to
+    #: `max_bytes`) and one worker's peaks (worker/calibration.py); its answer is that.
+    kind: str = "trial"
+    max_bytes: int | None = None
 
 
 def item_key(trial_id: str, repeat: int, rung: int | None) -> str:
@@ -80,7 +84,7 @@ class WorkQueue:
 
     def take(self) -> list[tuple[Any, ...]]:
         """Events since the last call, in order: ("entered", launch_id, start number, unix
-        time), ("row", row), ("failed", item, reason)."""
+        time), ("row", item, row), ("failed", item, reason)."""
         events, self._events = self._events, []
         return events
 
@@ -143,9 +147,11 @@ class WorkQueue:
         return CLOSED if launch_id in self._closed else WAIT
 
     def ack(self, key: str, row: dict[str, Any]) -> None:
-        """Rank 0's results row for a leased item: the item is done."""
-        if self._leased.pop(key, None) is not None:
-            self._events.append(("row", row))
+        """Rank 0's answer for a leased item (its results row; a calibration's measurement):
+        the item is done."""
+        item = self._leased.pop(key, None)
+        if item is not None:
+            self._events.append(("row", item, row))
 
     def fail(self, key: str, reason: str) -> None:
         """A rank gives an item up before ending its worker group (a poisoned process, a rank

@@ -15,12 +15,12 @@ from amdahl.driver.calibrate import (
     GPU_MAX_BYTES,
     RESULT_KEY,
     grad_bytes,
-    message_sizes,
     run_calibration,
     summary,
 )
 from amdahl.errors import UserError
 from amdahl.report import build_report, report_from_rows
+from amdahl.worker.calibration import message_sizes
 
 
 def test_one_device_is_refused_before_anything_starts(tmp_path):

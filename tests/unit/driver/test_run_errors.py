@@ -47,7 +47,7 @@ def test_items_go_out_in_order_and_an_acked_one_is_done():
     queue.ack("b/0/-", {"trial_id": "b"})
     queue.close(["L"])
     assert queue.lease("L") == CLOSED
-    assert [e[1]["trial_id"] for e in queue.take() if e[0] == "row"] == ["a", "b"]
+    assert [e[2]["trial_id"] for e in queue.take() if e[0] == "row"] == ["a", "b"]
     assert queue.load() == {}
 
 

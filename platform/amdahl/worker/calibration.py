@@ -1,0 +1,116 @@
+"""What a calibration measures, on the workers: all-reduce seconds per message size over the
+worker group's process group, and one worker's matmul peak per precision (the report's and the
+step-time model's alpha-beta and MFU denominators). Run by `platform calibrate`'s own worker
+group (driver/calibrate.py) and, as a work item, by a sweep's live launch (worker/harness.py).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+from amdahl.errors import UserError
+from amdahl.worker.peak import matrix_size, measure_peak_flops
+
+#: Timed rounds per message size, each about _ROUND_S long, at most _MAX_ITERS calls.
+_ROUNDS = 5
+_ROUND_S = 0.05
+_MAX_ITERS = 100
+
+
+def message_sizes(max_bytes: int) -> list[int]:
+    """All-reduce message sizes, 4 B to `max_bytes`: powers of 4 below 1 MiB (latency: a few
+    points suffice), every power of 2 from 1 MiB (the bandwidth fit's range), and `max_bytes`
+    itself, rounded down to whole float32s."""
+    if max_bytes < 16:
+        raise UserError(f"--max-bytes {max_bytes}: needs at least 16 (two message sizes)")
+    sizes = [4**k for k in range(1, 10) if 4**k < min(2**20, max_bytes)]
+    sizes += [2**k for k in range(20, 64) if 2**k <= max_bytes]
+    top = max_bytes // 4 * 4
+    return sorted(set(sizes) | {top})
+
+
+def calibration_result(sizes: list[int], device: Any, rank: int) -> dict[str, Any]:
+    """Every rank of the current process group measures the all-reduce; rank 0 then measures
+    the peaks alone. Collective. Rank 0's dict is the measurement (others' lack the peaks)."""
+    import torch
+    import torch.distributed as dist
+
+    result: dict[str, Any] = {
+        "devices": dist.get_world_size() if dist.is_initialized() else 1,
+        "backend": dist.get_backend() if dist.is_initialized() else "none",
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch_threads": torch.get_num_threads(),
+        "all_reduce": measure_all_reduce(sizes, device),
+    }
+    if dist.is_initialized():
+        dist.barrier()
+    if rank == 0:
+        result.update(measure_peaks(device))
+    if dist.is_initialized():
+        dist.barrier()
+    return result
+
+
+def measure_all_reduce(sizes: list[int], device: Any) -> list[dict[str, float]]:
+    """Seconds per all_reduce (sum, float32) per message size: per round, the slowest rank's
+    mean over the round's calls; the median over rounds. Collective: every rank calls it."""
+    import torch
+    import torch.distributed as dist
+
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    out = []
+    for nbytes in sizes:
+        x = torch.zeros(max(1, nbytes // 4), dtype=torch.float32, device=device)
+        for _ in range(2):
+            dist.all_reduce(x)
+        sync()
+        dist.barrier()
+        t0 = time.perf_counter()
+        dist.all_reduce(x)
+        sync()
+        probe = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=device)
+        dist.all_reduce(probe, op=dist.ReduceOp.MAX)  # every rank runs the same count
+        iters = int(min(_MAX_ITERS, max(3, _ROUND_S / max(float(probe), 1e-6))))
+        rounds = []
+        for _ in range(_ROUNDS):
+            dist.barrier()
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                dist.all_reduce(x)
+            sync()
+            per_call = (time.perf_counter() - t0) / iters
+            slowest = torch.tensor([per_call], dtype=torch.float64, device=device)
+            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+            rounds.append(float(slowest))
+        seconds = statistics.median(rounds)
+        out.append(
+            {
+                "bytes": float(x.numel() * 4),
+                "seconds": seconds,
+                "iterations": iters * _ROUNDS,
+                "spread": (max(rounds) - min(rounds)) / seconds,
+            }
+        )
+    return out
+
+
+def measure_peaks(device: Any) -> dict[str, Any]:
+    """Matmul FLOP/s on this device alone per precision (fp32, tf32, bf16, and fp16 on CUDA),
+    the MFU denominators: the same probe as the harness's per-trial peak (amdahl.worker.peak)."""
+    import torch
+
+    cuda = device.type == "cuda"
+    kinds = ("fp32", "tf32", "bf16", "fp16") if cuda else ("fp32", "tf32", "bf16")
+    peaks = {kind: measure_peak_flops(device, kind) for kind in kinds}
+    n = matrix_size(device)
+    what = f"{device.type} GPU" if cuda else f"cpu {torch.get_num_threads()} thread(s)"
+    if not cuda:
+        what += "; tf32 is fp32 there"
+    memory = torch.cuda.get_device_properties(device).total_memory if cuda else None
+    return {
+        "peak_flops": peaks,
+        "peak_source": f"measured: {n}x{n} matmul on one worker alone ({what})",
+        "device_memory_bytes": memory,
+    }
