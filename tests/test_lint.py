@@ -73,3 +73,10 @@ def test_every_integration_test_file_is_marked_integration(path: Path) -> None:
 )
 def test_the_integration_mark_check_tells_marked_from_unmarked(source: str, marked: bool) -> None:
     assert module_marks_integration(source) is marked
+
+
+def test_test_modules_have_unique_basenames() -> None:
+    """pytest imports test modules by basename (no __init__.py in the test folders): two files
+    of one name in different folders stop the whole run at collection."""
+    names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
+    assert sorted(n for n in set(names) if names.count(n) > 1) == []
