@@ -12,6 +12,7 @@ spec and the planned launch.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -123,8 +124,12 @@ class Measurement:
         self.emit("calibrating", {"devices": max(t.settings.devices for t in self.plan.runnable)})
         pool = self._pool()
         result = pool.calibrate(2, GPU_MAX_BYTES if self.spec.resources.use_gpu else CPU_MAX_BYTES)
-        if result is not None:
+        if result is None:
+            return
+        try:
             finish_calibration(self.sweep_dir, result, result.pop("resources_per_worker"))
+        except Exception as e:  # noqa: BLE001 - the sweep's rows are safe; this is an extra
+            logging.getLogger(__name__).warning("calibration.json is incomplete: %s", e)
 
 
 def rung_spec(spec: SweepSpec, rung: int) -> SweepSpec:

@@ -114,6 +114,8 @@ class LaunchPool:
         while self._unanswered and not self.interrupt.is_set():
             self._tick()
             time.sleep(_TICK_S)
+        if self.interrupt.is_set():  # Ctrl-C, SIGTERM: nothing new starts
+            ray.get(self.queue.cancel.remote(list(self.shapes)))
         self._take()
 
     def calibrate(self, devices: int, max_bytes: int) -> dict[str, Any] | None:

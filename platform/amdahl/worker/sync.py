@@ -299,7 +299,7 @@ class FSDPSync(SyncStrategy):
 class ParamServerSync(SyncStrategy):
     """Synchronous parameter server (D2L 12.7): parameter shards held by `ps_shards` Ray actors.
 
-    Keys are parameter names, spread over the shards by size (`_assign_shards`). Each step every
+    Keys are parameter names, spread over the shards by size (`assign_shards`). Each step every
     worker pushes its gradients to every shard in one call and gets the new parameters back
     (one `ray.get` per step): a shard waits for the pushes of all workers, averages them, applies
     the user's optimizer (its class and settings, rebuilt on the server) and answers everyone.
@@ -332,7 +332,7 @@ class ParamServerSync(SyncStrategy):
         optimizer_class, kwargs = _optimizer_recipe(
             make_optimizer(self._params.values()), self.name
         )
-        self._keys = _assign_shards({k: p.numel() for k, p in self._params.items()}, self.n_shards)
+        self._keys = assign_shards({k: p.numel() for k, p in self._params.items()}, self.n_shards)
         rank, world = dist.get_rank(), dist.get_world_size()
         prefix = [f"amdahl-ps-{uuid.uuid4().hex}" if rank == 0 else None]
         dist.broadcast_object_list(prefix, src=0)
@@ -478,7 +478,7 @@ class _PushPullOptimizer(torch.optim.Optimizer):
         self._push_pull_fn(self.param_groups[0].get("lr"))
 
 
-def _assign_shards(sizes: dict[str, int], n_shards: int) -> list[list[str]]:
+def assign_shards(sizes: dict[str, int], n_shards: int) -> list[list[str]]:
     """Spread keys (parameter names -> element counts) over at most `n_shards` shards by size.
 
     Largest first, each onto the least-loaded shard (ties: lowest shard index), so every rank

@@ -78,6 +78,14 @@ class WorkQueue:
         """No further item for these launches: their workers return once the queue is empty."""
         self._closed.update(launch_ids)
 
+    def cancel(self, launch_ids: list[str]) -> int:
+        """Stop now (Ctrl-C): the launches' waiting items are dropped, unrecorded (a resume
+        runs them), and their queues closed; an item already leased still answers. Returns
+        how many were dropped."""
+        dropped = sum(len(self._pending.pop(lid, ())) for lid in launch_ids)
+        self._closed.update(launch_ids)
+        return dropped
+
     def reopen(self, launch_ids: list[str]) -> None:
         """A new worker group for these launches is about to start."""
         self._closed.difference_update(launch_ids)

@@ -101,3 +101,12 @@ def test_items_of_other_launches_wait_for_their_own():
 
 def test_the_item_key_is_the_rows_key():
     assert item_key("abc", 1, None) == "abc/1/-" and item_key("abc", 0, 2) == "abc/0/2"
+
+
+def test_a_cancelled_queue_drops_what_waits_and_lets_the_leased_item_answer():
+    queue, items = _queue("a/0/-", "b/0/-", "c/0/-")
+    queue.lease("L")
+    assert queue.cancel(["L"]) == 2  # b and c: a resume runs them
+    assert queue.lease("L") == CLOSED
+    queue.ack("a/0/-", {"trial_id": "a"})
+    assert [e[2]["trial_id"] for e in queue.take() if e[0] == "row"] == ["a"]

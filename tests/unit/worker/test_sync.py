@@ -23,8 +23,8 @@ from torch import nn
 from amdahl.worker.sync import (
     IMPLEMENTATIONS,
     AccumulateSync,
-    _assign_shards,
     _ParamShard,
+    assign_shards,
     make_strategy,
     model_state_bytes,
     unwrap,
@@ -293,11 +293,11 @@ def test_make_strategy_rejects_unknown_and_invalid_options() -> None:
 
 def test_assign_shards_balances_by_size_and_is_deterministic() -> None:
     sizes = {"w1": 100, "w2": 90, "b1": 10, "b2": 5, "w3": 50}
-    shards = _assign_shards(sizes, 2)
+    shards = assign_shards(sizes, 2)
     assert sorted(k for keys in shards for k in keys) == sorted(sizes)
     assert shards == [["w1", "b1", "b2"], ["w2", "w3"]]  # largest first onto the lighter shard
-    assert _assign_shards(dict(reversed(sizes.items())), 2) == shards
-    assert len(_assign_shards({"w": 4}, 3)) == 1  # no empty shards
+    assert assign_shards(dict(reversed(sizes.items())), 2) == shards
+    assert len(assign_shards({"w": 4}, 3)) == 1  # no empty shards
 
 
 def test_param_shard_averages_pushes_of_all_workers_then_updates() -> None:
