@@ -64,7 +64,7 @@ def test_spread_workers_use_different_nodes(multinode):
 
 def test_ray_state_goes_to_the_shared_storage(multinode):
     for placement in ("pack", "spread"):
-        assert {"train", "tune"} <= set(multinode[placement]["storage"]), multinode[placement]
+        assert {"train", "tune-1"} <= set(multinode[placement]["storage"]), multinode[placement]
         assert not multinode[placement]["local_ray_dir"]
 
 

@@ -71,7 +71,6 @@ class LaunchPool:
         self.record, self.emit, self.interrupt = record, emit, interrupt
         launches = plan.launches(set(), group, across_devices)
         self.shapes: dict[str, Launch] = {launch.launch_id: launch for launch in launches}
-        self.shape_of = {t.trial_id: lid for lid, sh in self.shapes.items() for t in sh.trials}
         # On the driver's node, holding no CPU: it only passes small messages.
         here = ray.get_runtime_context().get_node_id()
         self.queue = (
@@ -89,9 +88,9 @@ class LaunchPool:
         self.datasets: dict[str, Any] = {}
         self._thread: threading.Thread | None = None
         self._round = 0
+        self._tune_error: str | None = None
         self._starts: dict[str, int] = {}  # worker-group starts per launch
         self._running: set[str] = set()  # launches Tune has started and not yet ended
-        self._in_round: set[str] = set()
         self._unanswered: dict[str, WorkItem] = {}
         self._rows_this_start: dict[str, int] = {}
         self._deaths: dict[str, int] = {}  # launches that died in a row without a row
@@ -133,9 +132,9 @@ class LaunchPool:
         result = self.calibrations[done] if len(self.calibrations) > done else None
         return None if result is None or "error" in result else result
 
-    def release(self) -> None:
-        """End every launch now (their resources are needed for something else); a later
-        `measure` starts them again."""
+    def close(self) -> None:
+        """No more work: every launch returns once its queue is empty; wait for Tune, take
+        what is left, end the queue."""
         import ray
 
         ray.get(self.queue.close.remote(list(self.shapes)))
@@ -144,13 +143,6 @@ class LaunchPool:
                 self._thread.join(timeout=_TICK_S)
                 self._take()
         self._take()
-        self._running.clear()
-
-    def close(self) -> None:
-        """No more work: every launch returns once its queue is empty; wait for Tune."""
-        import ray
-
-        self.release()
         ray.kill(self.queue)
 
     def group_starts(self) -> int:
@@ -224,7 +216,11 @@ class LaunchPool:
         load = ray.get(self.queue.load.remote())
         waiting = {lid for lid, (pending, _) in load.items() if pending}
         if self._thread is None or not self._thread.is_alive():
-            if waiting:
+            if self._tune_error:  # Tune itself failed: no new round would fare better
+                for lid in waiting:
+                    ray.get(self.queue.abandon.remote(lid, self._tune_error, True))
+                self._take()
+            elif waiting:
                 self._start_round(sorted(waiting, key=list(self.shapes).index))
             return
         if waiting - self._running:
@@ -246,7 +242,6 @@ class LaunchPool:
         configs = {lid: self.configs[lid] for lid in launch_ids}
         self.datasets.update(materialise_datasets(spec, list(configs.values()), self.datasets))
         ray.get(self.queue.reopen.remote(launch_ids))
-        self._in_round = set(launch_ids)
         tuner = tune.Tuner(
             tune.with_resources(
                 tune.with_parameters(launch_trainable, configs=configs, datasets=self.datasets),
@@ -268,8 +263,18 @@ class LaunchPool:
                 verbose=0,
             ),
         )
-        self._thread = threading.Thread(target=tuner.fit, name="amdahl-tune", daemon=True)
+        self._thread = threading.Thread(
+            target=self._fit, args=(tuner,), name="amdahl-tune", daemon=True
+        )
         self._thread.start()
+
+    def _fit(self, tuner: tune.Tuner) -> None:
+        """The Tune thread: a launch's failure is a trial error (LaunchWatch); Tune's own is
+        kept, and fails the items it leaves."""
+        try:
+            tuner.fit()
+        except Exception as e:  # noqa: BLE001 - reported as the items' reason
+            self._tune_error = f"launch failed: Ray Tune stopped: {type(e).__name__}: {e}"
 
 
 def _launch_name(trial: Any) -> str:
