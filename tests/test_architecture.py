@@ -219,3 +219,20 @@ def test_a_worker_importing_workload_loads_no_planner_or_report():
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+#: A module with one job reads in one sitting; a function longer than this does several things.
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 600, 80
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_modules_and_functions_stay_short(module):
+    source = MODULES[module].read_text()
+    assert len(source.splitlines()) <= MAX_MODULE_LINES, f"{module}: split it along its seams"
+    long = [
+        f"{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+    assert not long, f"{module}: {long}"

@@ -1,6 +1,6 @@
-"""The identity of a results row and how a worker reports one: the columns that say which
-measurement a row is, built the same for the rows a worker measures and the failed rows the
-driver records for it.
+"""The identity of a results row: the columns that say which measurement a row is, built the
+same for the rows a worker measures and the failed or skipped rows the driver records for it;
+and a failure's status.
 """
 
 from __future__ import annotations
@@ -13,10 +13,6 @@ from typing import Any
 from amdahl.columns import SETTING_COLUMNS
 from amdahl.spec.schema import TargetSpec
 from amdahl.worker.contract import LaunchConfig, TrialConfig
-
-#: The single key under which a worker reports a row as JSON (Tune adds keys of its own,
-#: `trial_id` among them, to every reported result).
-ROW_REPORT_KEY = "amdahl_row"
 
 
 def row_identity(
