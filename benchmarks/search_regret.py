@@ -3,8 +3,8 @@
 Runs, in one process on one local Ray, the same space twice:
   grid      every configuration for train.steps (search.method grid)
   halving   search.method halving: rungs of min_steps x eta^r steps over the survivors, the
-            step-time model (given a calibration.json measured first by `platform calibrate`)
-            skipping configurations predicted far behind
+            step-time model (search.calibration: auto, measured in the search's own worker
+            group) skipping configurations predicted far behind
 and prints the regret ratio, best throughput found by halving / the grid's best (both read from
 the grid's own measurements of those configurations, so that the ratio compares choices, not
 two noisy measurements), the halving winner's own figure beside it, and the share of the grid's
@@ -35,10 +35,7 @@ import itertools
 import os
 import statistics
 import tempfile
-import time
 from pathlib import Path
-
-import yaml
 
 SPACE = {
     "name": "regret",
@@ -76,17 +73,10 @@ def main() -> None:
     import ray
 
     from amdahl import read_results, run_sweep, validate_spec
-    from amdahl.driver.calibrate import run_calibration
 
     work = Path(tempfile.mkdtemp(prefix="amdahl-regret-"))
     SPACE["train"]["steps"] = args.steps
     ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
-    calib_dir = work / "calibration"
-    calib_dir.mkdir()
-    (calib_dir / "spec.yaml").write_text(yaml.safe_dump(SPACE))
-    started = time.perf_counter()
-    run_calibration(2, calib_dir)  # alpha-beta of gloo here: the model's communication terms
-    calibrate_s = time.perf_counter() - started
     variants = [int(v) for v in args.final_repeats.split(",")]
     halving = {
         **SPACE,
@@ -94,7 +84,9 @@ def main() -> None:
             "method": "halving",
             "min_steps": args.min_steps,
             "eta": args.eta,
-            "calibration": str(calib_dir / "calibration.json"),
+            # measured inside the search's own worker group, after rung 0's anchors: its
+            # seconds are part of the halving sweep's wall time
+            "calibration": "auto",
         },
     }
     ratios: dict[int, list[float]] = {v: [] for v in variants}
@@ -121,9 +113,9 @@ def main() -> None:
             picks[v] = grid[pick_id]
             spent = sum(x["wall_s"] or 0.0 for x in rows if x["status"] != "skipped")
             shares[v].append(spent / grid_s)
-            # What the user waits for: the whole sweep, launch starts included, plus the
-            # calibration its step-time model used (measured once, before, for every round).
-            walls[v].append((out.wall_s + calibrate_s) / grid_out.wall_s)
+            # What the user waits for: the whole sweep, launch starts and the calibration
+            # included.
+            walls[v].append(out.wall_s / grid_out.wall_s)
             ratios[v].append(grid[pick_id]["throughput"] / grid[best_id]["throughput"])
             rungs = sorted({x["rung"] for x in rows if x["rung"] is not None})
             per_rung = [
@@ -137,8 +129,7 @@ def main() -> None:
                 f"({out.search.rungs[-1].values[pick_id]:,.0f} in its last rung), "
                 f"{len(out.search.rungs[-1].tied)} finalist(s) tied with it; {out.wall_s:.0f} s "
                 f"of wall time with {out.group_starts} worker-group start(s) (grid: "
-                f"{grid_out.group_starts}), {walls[v][-1]:.3f} of the grid's with the "
-                f"calibration's {calibrate_s:.0f} s",
+                f"{grid_out.group_starts}), {walls[v][-1]:.3f} of the grid's",
                 flush=True,
             )
         remeasured = confirm([grid[best_id], *picks.values()], work / "confirm", args.repeats)
@@ -150,7 +141,7 @@ def main() -> None:
             flush=True,
         )
     ray.shutdown()
-    print(f"\nmedians over {args.rounds} round(s); the calibration took {calibrate_s:.1f} s")
+    print(f"\nmedians over {args.rounds} round(s)")
     for v in variants:
         print(
             f"final_repeats {v}: best found / grid best {statistics.median(ratios[v]):.3f} from "
