@@ -26,6 +26,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+import ray
 from ray import tune
 
 from amdahl.driver.trainable import launch_config, launch_trainable, materialise_datasets
@@ -45,8 +46,10 @@ if TYPE_CHECKING:
     from amdahl.plan.launches import SweepPlan
     from amdahl.spec.schema import SweepSpec
 
-#: How often the driver takes rows from the queue and looks at its launches (seconds).
-_TICK_S = 0.05
+#: How often the driver takes rows from the queue and looks at its launches (seconds): often
+#: enough that a rung's end is seen at once, seldom enough that the driver and the queue's
+#: actor take no measurable CPU from the workers (on a 2-core machine they share the cores).
+_TICK_S = 0.2
 
 
 class LaunchPool:
@@ -65,8 +68,6 @@ class LaunchPool:
     ):
         """`record` takes each final row (the driver's single writer), `emit` progress
         events; `group` / `across_devices` as SweepPlan.launches."""
-        import ray
-
         self.spec, self.sweep_dir = spec, sweep_dir
         self.record, self.emit, self.interrupt = record, emit, interrupt
         launches = plan.launches(set(), group, across_devices)
@@ -104,8 +105,6 @@ class LaunchPool:
     def measure(self, items: list[WorkItem]) -> None:
         """Put `items` in the queue and return once every one has a row or a failure (or the
         sweep was interrupted)."""
-        import ray
-
         if not items:
             return
         self._unanswered.update({item.key: item for item in items})
@@ -135,8 +134,6 @@ class LaunchPool:
     def close(self) -> None:
         """No more work: every launch returns once its queue is empty; wait for Tune, take
         what is left, end the queue."""
-        import ray
-
         ray.get(self.queue.close.remote(list(self.shapes)))
         if self._thread is not None:
             while self._thread.is_alive():
@@ -152,7 +149,8 @@ class LaunchPool:
     # ----------------------------------------------------------------------- one tick
 
     def _tick(self) -> None:
-        self._take()
+        events, load = ray.get(self.queue.poll.remote())  # one round trip a tick
+        self._record(events)
         for kind, lid, detail in self.watch.drain():
             if kind == "started":
                 self._running.add(lid)
@@ -161,13 +159,15 @@ class LaunchPool:
                 self._running.discard(lid)
                 if kind == "failed":
                     self._launch_died(lid, detail)
-        self._schedule()
+                    return  # what it leaves shows in the next tick's load
+        self._schedule(load)
 
     def _take(self) -> None:
-        """What the queue holds, in order: rows and failures recorded, calibrations kept."""
-        import ray
+        self._record(ray.get(self.queue.take.remote()))
 
-        for kind, *event in ray.get(self.queue.take.remote()):
+    def _record(self, events: list[tuple[Any, ...]]) -> None:
+        """The queue's events, in order: rows and failures recorded, calibrations kept."""
+        for kind, *event in events:
             if kind == "entered":
                 launch_id, start, _ = event
                 self._rows_this_start[launch_id], self._starts[launch_id] = 0, start
@@ -201,19 +201,14 @@ class LaunchPool:
         """A launch failed past train.max_failures: the item it was running fails with the
         error; its other items wait for a new launch, unless this one had itself finished
         nothing since it started (then no item escapes the cause: all of them fail)."""
-        import ray
-
         self._deaths[lid] = self._deaths.get(lid, 0) + 1
         hopeless = self._deaths[lid] > 1 and not self._rows_this_start.get(lid)
         ray.get(self.queue.abandon.remote(lid, error, hopeless))
         self._take()
 
-    def _schedule(self) -> None:
+    def _schedule(self, load: dict[str, tuple[int, int]]) -> None:
         """Start launches for the shapes that have work and none running; close an idle
         launch whose resources another shape with work is waiting for."""
-        import ray
-
-        load = ray.get(self.queue.load.remote())
         waiting = {lid for lid, (pending, _) in load.items() if pending}
         if self._thread is None or not self._thread.is_alive():
             if self._tune_error:  # Tune itself failed: no new round would fare better
@@ -230,8 +225,6 @@ class LaunchPool:
 
     def _start_round(self, launch_ids: list[str]) -> None:
         """One Tuner over these launches, fitted in a thread of the driver."""
-        import ray
-
         spec = self.spec
         self._round += 1
         session = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")

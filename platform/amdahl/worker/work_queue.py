@@ -96,6 +96,10 @@ class WorkQueue:
         events, self._events = self._events, []
         return events
 
+    def poll(self) -> tuple[list[tuple[Any, ...]], dict[str, tuple[int, int]]]:
+        """`take` and `load` in one call: what the driver reads each tick."""
+        return self.take(), self.load()
+
     def load(self) -> dict[str, tuple[int, int]]:
         """Per launch with any item: (pending, leased)."""
         out = {lid: (len(q), 0) for lid, q in self._pending.items() if q}
