@@ -32,8 +32,23 @@ SETTINGS = (
 NO_SYNC = "none"
 
 
+class SyncAndScaling:
+    """The sync strategy and scaling mode of whatever holds a configuration's `settings` (a
+    configuration, a curve across device counts)."""
+
+    settings: dict[str, Any]
+
+    @property
+    def sync(self) -> str:
+        return self.settings["sync"] or ""
+
+    @property
+    def scaling(self) -> str:
+        return self.settings["scaling"] or "weak"
+
+
 @dataclass
-class Config:
+class Config(SyncAndScaling):
     """One point of the grid (all settings including devices) and its repeats."""
 
     settings: dict[str, Any]
@@ -59,14 +74,6 @@ class Config:
     @property
     def batch_size(self) -> int | None:
         return self.settings["batch_size"]
-
-    @property
-    def sync(self) -> str:
-        return self.settings["sync"] or ""
-
-    @property
-    def scaling(self) -> str:
-        return self.settings["scaling"] or "weak"
 
     @property
     def device_type(self) -> str:

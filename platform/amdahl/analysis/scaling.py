@@ -19,7 +19,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from amdahl.analysis.configs import NO_SYNC, SETTINGS, Config
+from amdahl.analysis.configs import NO_SYNC, SETTINGS, Config, SyncAndScaling
 from amdahl.analysis.stats import Stat, is_number, minimize_scalar, ratio
 
 #: Device-count multiples of the largest measured count that the Amdahl fit projects to.
@@ -128,7 +128,7 @@ class CurvePoint:
 
 
 @dataclass
-class Curve:
+class Curve(SyncAndScaling):
     """One configuration across device counts, with its two ideals and its Amdahl fit."""
 
     key: tuple
@@ -141,14 +141,6 @@ class Curve:
     @property
     def settings(self) -> dict[str, Any]:
         return dict(zip(SETTINGS, self.key, strict=True))
-
-    @property
-    def sync(self) -> str:
-        return self.settings["sync"] or ""
-
-    @property
-    def scaling(self) -> str:
-        return self.settings["scaling"] or "weak"
 
     @property
     def label(self) -> str:

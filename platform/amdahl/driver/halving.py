@@ -38,7 +38,8 @@ def run_halving(run: Measurement) -> SearchState | None:
             run.measure(anchors, _measured_at(rows, 0), rung=0)
             if run.interrupt.is_set():
                 return None
-            _calibrate_for_search(run)
+            if spec.search.calibration == search.AUTO_CALIBRATION:
+                run.calibrate()  # in the live group; a resumed search reuses it
             rows = read_results(run.sweep_dir).to_pylist()
             measured = [r for r in rows if r.get("rung") == 0 and r["trial_id"] in anchors]
             rest = [first[t] for t in first if t not in anchors]
@@ -59,14 +60,6 @@ def run_halving(run: Measurement) -> SearchState | None:
         nxt = state.rungs[-1].index + 1
         run.measure(set(state.rungs[-1].kept), _measured_at(rows, nxt), rung=nxt)
     return None
-
-
-def _calibrate_for_search(run: Measurement) -> None:
-    """search.calibration: auto: the all-reduce alpha-beta the step-time model's skips need,
-    measured in the sweep's live launch (Measurement.calibrate) into the sweep directory,
-    where the report reads it too. A resumed search reuses it."""
-    if run.spec.search.calibration == search.AUTO_CALIBRATION:
-        run.calibrate()
 
 
 def _measured_at(rows: list[dict[str, Any]], rung: int) -> set[tuple[str, int]]:
