@@ -153,7 +153,9 @@ def test_killed_worker_is_retried_or_recorded(ray_cluster, tmp_path, max_failure
             "name": "workerkill",
             "workload": "mlp",
             "params": {"hidden": [32], "train_rows": 2048, "val_rows": 256},
-            "train": {"steps": 400, "warmup_steps": 2, "max_failures": max_failures},
+            # Long enough that the kill, 0.5 s after a worker is found, lands inside a trial:
+            # a warm launch starts the next trial at once, and a 400-step one was over first.
+            "train": {"steps": 3000, "warmup_steps": 2, "max_failures": max_failures},
             "grid": {"devices": [1, 2], "batch_size": [32, 64], "sync": ["ddp"]},
             "resources": {"cpus_per_device": 0.5, "cpus_per_data_worker": 0.5},
         }
