@@ -35,7 +35,11 @@ def read_results(sweep_dir: str | Path) -> pa.Table:
     if not path.exists():
         return SCHEMA.empty_table()
     try:
-        table = pq.read_table(path)
+        # Through one open handle: given a path, pyarrow takes the size from one stat and reads
+        # from a second open, so a file replaced in between (the driver appends while `platform
+        # report` or a test reads) is read at the wrong offsets.
+        with open(path, "rb") as f:
+            table = pq.read_table(f)
     except (pa.ArrowException, OSError) as e:
         raise UserError(
             f"{path}: not a readable parquet file ({e}); restore it or start a new sweep directory"

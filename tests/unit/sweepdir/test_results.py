@@ -55,3 +55,32 @@ def test_foreign_and_corrupted_files_are_user_errors(tmp_path):
         read_results(tmp_path)
     with pytest.raises(UserError, match="not a sweep directory"):
         read_results(tmp_path / "nope")
+
+
+def test_reader_never_sees_a_table_the_writer_is_replacing(tmp_path):
+    """`platform report` (or a test) reads while the driver appends. Given a path, pyarrow took
+    the size from one stat and read a second open, so a file replaced in between read as
+    damaged (CI saw "Couldn't deserialize thrift"); 200 appends made that happen every time."""
+    import threading
+
+    append_rows(tmp_path, [_row("seed")])
+    errors: list[Exception] = []
+    done = threading.Event()
+
+    def read_until_done():
+        while not done.is_set():
+            try:
+                read_results(tmp_path)
+            except UserError as e:
+                errors.append(e)
+
+    reader = threading.Thread(target=read_until_done)
+    reader.start()
+    try:
+        for i in range(200):
+            append_rows(tmp_path, [_row(f"t{i}", error="x" * (i % 50))])
+    finally:
+        done.set()
+        reader.join()
+    assert errors == []
+    assert read_results(tmp_path).num_rows == 201
