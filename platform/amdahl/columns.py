@@ -193,6 +193,16 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
         "dtype (a measurement, not a datasheet peak); median over ranks",
     ),
     "mfu": (pa.float64(), "achieved_flops / (peak_flops x devices)"),
+    "cpu_utilisation": (
+        pa.float64(),
+        "percent of its allowed cores a rank's process kept busy over the measured window "
+        "(CPU seconds / wall seconds / cores); median over ranks",
+    ),
+    "gpu_utilisation": (
+        pa.float64(),
+        "percent of the measured window NVML saw a kernel running on the rank's GPU (GPU "
+        "only, null without NVML); median over ranks",
+    ),
     "device_name": (pa.string(), "cpu or the GPU's name"),
     "backend": (pa.string(), "torch.distributed backend"),
     "torch_threads": (pa.int64(), "intra-op threads per worker"),
@@ -208,6 +218,13 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
         "those names), lists of equal length, null where not finite; at most "
         f"{HISTORY_POINTS} steps, evenly spaced, the first and last always among them; null "
         "for a failed trial",
+    ),
+    "utilisation": (
+        pa.string(),
+        "every rank's utilisation samples over the measured window, as JSON: a list in rank "
+        "order of {`t` (seconds since the window opened), `cpu_percent`, and on a GPU "
+        "`gpu_percent` and `gpu_mib` (memory torch holds)}; MLflow shows them as system "
+        "metrics",
     ),
 }
 

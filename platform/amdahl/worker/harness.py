@@ -30,6 +30,7 @@ from amdahl.worker.peak import measure_peak_flops
 from amdahl.worker.rows import failure_status, row_identity
 from amdahl.worker.training import ProcessPoisoned, process_versions
 from amdahl.worker.trial import Placement, run_trial_guarded
+from amdahl.worker.utilisation import utilisation_columns
 from amdahl.worker.work_queue import CLOSED, WAIT, WorkItem
 from amdahl.worker.worlds import TrialWorlds
 from amdahl.workload import Workload, make_workload
@@ -335,4 +336,5 @@ def aggregate_ranks(
         "peak_flops": med("peak_flops"),
         "mfu": throughput * flops / (med("peak_flops") * len(stats)) if flops else None,
         "history": json.dumps(stats[0]["history"], separators=(",", ":")),  # rank 0's curves
+        **utilisation_columns([r.get("utilisation") for r in stats]),
     }

@@ -47,6 +47,7 @@ from amdahl.worker.training import (
     target_reached,
     tf32_flags,
 )
+from amdahl.worker.utilisation import UtilisationSampler
 from amdahl.workload import Workload
 
 #: Interleaved pairs of (synced, no_sync) forward+backward passes run after the measured window.
@@ -81,6 +82,8 @@ class _Trial:
     feed: DeviceFeed
     clock: StepClock
     wrap_s: float
+    #: Samples CPU/GPU busy share over the measured window (worker/utilisation.py).
+    utilisation: UtilisationSampler
 
     @property
     def device(self) -> torch.device:
@@ -144,6 +147,7 @@ def run_trial(
             stats = _train(t, val, setup_s=time.perf_counter() - setup_start)
             clean = True
         finally:
+            t.utilisation.stop()
             t.strategy.close(clean=clean)
         stats.update(memory_peak(device, mem_baseline))
         stats["model_state_bytes"] = sum(model_state_bytes(t.model, t.optimizer))
@@ -173,6 +177,7 @@ def _start_trial(
         feed=DeviceFeed(batches, where.device),
         clock=clock_for(where.device.type),
         wrap_s=wrap_s,
+        utilisation=UtilisationSampler(where.device),
     )
 
 
@@ -218,6 +223,7 @@ def _train(t: _Trial, val: dict[str, np.ndarray], setup_s: float) -> dict[str, A
         if step == warm:
             clock.synchronize()
             window_start = time.perf_counter()
+            t.utilisation.start()
         t_data = time.perf_counter()
         batches, copies = feed.take(micro_steps)
         host_wait = time.perf_counter() - t_data
@@ -247,6 +253,7 @@ def _train(t: _Trial, val: dict[str, np.ndarray], setup_s: float) -> dict[str, A
                 break
     clock.synchronize()
     run.window_s = time.perf_counter() - window_start - run.eval_s
+    t.utilisation.stop()
     run.lr_peak = lr.peak
     return _trial_stats(t, run, val, setup_s)
 
@@ -306,6 +313,7 @@ def _trial_stats(
         "time_to_target_s": run.reached[1] if run.reached else None,
         "comm_s": comm_s,
         "history": _history(phases, losses),
+        "utilisation": t.utilisation.series(),
     }
 
 
