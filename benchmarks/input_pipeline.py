@@ -1,21 +1,34 @@
-"""Ray Data against a tuned torch DataLoader on the same preprocessing, side by side.
+"""Ray Data against a tuned torch DataLoader on the same preprocessing, as a trial reads each.
 
-Both inputs are the platform's own (amdahl.data, amdahl.worker.input): the ResNet workload's
+Both arms are the trial's own input path, put together from the functions the driver and the
+worker call (nothing re-implemented here). The rows are the ResNet workload's
 Fashion-MNIST-format rows (raw uint8 bytes in parquet), decoded, augmented and normalised by
-`ResNet.preprocess`, fed as torch batches through `host_batches` (on CPU the device feed
-passes them through):
-  ray_data      the materialised rows + a map_batches operator of `workers` tasks, streamed by
-                iter_torch_batches with prefetch (what a ray_data trial runs)
-  torch_loader  a DataLoader over the same parquet with num_workers = `workers`, persistent
-                workers, the same prefetch (what a torch_loader trial runs)
+`ResNet.preprocess`. Each round is one launch per arm (a one-rank `LaunchConfig` of the
+benchmark's settings) read by two trials in a row, as the trials of a launch read it:
+  ray_data      `data.prepare.with_preprocessing` over the stored rows, one pass sized by
+                `worker.trial.rows_per_launch` (as `driver.trainable.launch_trainable` builds
+                it), split by Ray Train's own `DataConfig` (the streaming split a one-worker
+                group's `get_dataset_shard` returns) and read through `worker.input.
+                launch_stream`: started once per launch (`warm`, timed apart, as the harness
+                does before the first trial), then sliced by every trial, never restarted
+                between trials or epochs
+  torch_loader  `worker.input.LoaderSource` over the rows put in the object store by
+                `data.storage.put_rows` (as `materialise_datasets` puts them), one per launch;
+                each trial's `host_batches` starts its own DataLoader with `num_workers` persistent
+                workers (as each trial of a launch does)
 The DataLoader is tuned first: every num_workers from 1 to the CPU count is measured and the
-fastest is kept; Ray Data then gets the same number of workers. Two consumers:
-  ingest  a consumer that does nothing: rows/s over two epochs after a warmup
+fastest is kept; Ray Data then gets the same number of workers. The two trials of a launch:
+  ingest  a consumer that does nothing: rows/s over two training sets' worth of batches, after
+          warmup batches
   train   the consumer trains ResNet-18 (one torch thread, like a platform worker): samples/s
           and data wait as a share of step time
-Rounds interleave the two inputs (alternating which goes first); medians are printed with
-the ratios. Goals (docs/architecture.md): Ray Data ingest >= 0.9x the DataLoader; data wait
-<= 5% of step time when the data workers suffice.
+Start-up is printed apart: the ray_data launch's `warm` (once per launch) and each arm's first
+batch of a trial (the DataLoader starts its workers there, every trial). As in a launch, the
+ray_data pipeline runs on from `warm`, so its first trial finds what the executor buffered
+meanwhile (bounded by Ray Data's backpressure); a DataLoader holds `prefetch` batches at most.
+Rounds alternate which arm goes first; medians are printed with the ratios. Goals
+(docs/architecture.md): Ray Data ingest >= 0.9x the DataLoader; data wait <= 5% of step time
+when the data workers suffice.
 
     python benchmarks/input_pipeline.py [--rounds N] [--augment none|light|heavy] [--data DIR]
 """
@@ -23,59 +36,140 @@ the ratios. Goals (docs/architecture.md): Ray Data ingest >= 0.9x the DataLoader
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 
 from amdahl.data.prepare import ray_dataset, with_preprocessing
-from amdahl.data.storage import dataset_path
-from amdahl.worker.input import LoaderSource, host_batches
+from amdahl.data.storage import dataset_path, put_rows
+from amdahl.spec.schema import TrainSpec
+from amdahl.worker.contract import LaunchConfig, TrialConfig, WorkerResources
+from amdahl.worker.input import LoaderSource, host_batches, launch_stream
+from amdahl.worker.trial import rows_per_launch
 from workloads.resnet import ResNet
 
-CPU = torch.device("cpu")
+NAMES = ("ray_data", "torch_loader")
 
 
-def _source(name: str, base: Any, workload: ResNet, path: str, workers: int, args) -> Any:
-    if name == "ray_data":
-        ds = with_preprocessing(
-            base, workload, workers, args.cpus_per_worker, args.batch, rows_per_pass=0
-        )
-        return ds.iterator()
-    return LoaderSource(path, workload, rank=0, world=1, workers=workers)
-
-
-def ingest(name: str, base: Any, workload: ResNet, path: str, workers: int, args) -> float:
-    """Rows/s into a consumer that does nothing (two epochs, after warmup batches)."""
-    batches = host_batches(
-        _source(name, base, workload, path, workers, args), args.batch, args.prefetch, False
+def bench_launch(args, params: dict, path: str, name: str, workers: int) -> LaunchConfig:
+    """A one-rank launch of this benchmark's trial settings whose two repeats are the two
+    consumers (ingest, train): `rows_per_launch` then sizes the ray_data pass as a sweep's
+    trainable sizes it, for the longer of the two."""
+    trial = TrialConfig(
+        trial_id=f"bench-{name}",
+        devices=1,
+        batch_size=args.batch,
+        per_device_batch=args.batch,
+        precision="fp32",
+        compile="eager",
+        sync="none",
+        data_workers=workers,
+        input=name,
+        prefetch_batches=args.prefetch,
+        params=params,
     )
-    for _ in range(args.warmup):
+    return LaunchConfig(
+        launch_id=f"bench-{name}",
+        sweep="input_pipeline",
+        workload="resnet",
+        trials=(trial,),
+        train=TrainSpec(
+            steps=max(_ingest_batches(args), args.train_steps),
+            warmup_steps=args.warmup,
+            repeats=2,
+        ),
+        resources=WorkerResources(1, 1.0, 0.0, args.cpus_per_worker),
+        device_counts=(1,),
+        collective_timeout_s=600,
+        train_path=path,
+        val_path=None,
+        dataset_key="input_pipeline",
+        preprocesses=True,
+        placement="PACK",
+        storage_path="",
+        run_name="",
+    )
+
+
+class Arm:
+    """One arm's input for one launch, built as the driver and the harness build it."""
+
+    def __init__(self, name: str, launch: LaunchConfig, base: Any, rows_ref: Any, workload: Any):
+        self.name, self.launch, self.workload = name, launch, workload
+        self.warm_s: float | None = None
+        self._coordinator: Any = None
+        if name == "torch_loader":
+            self.source: Any = LoaderSource(
+                rows_ref, workload, rank=0, world=1, workers=launch.data_workers
+            )
+            return
+        from ray.train import DataConfig
+
+        trial = launch.trials[0]
+        ds = with_preprocessing(
+            base,
+            workload,
+            launch.data_workers,
+            launch.resources.cpus_per_data_worker,
+            trial.per_device_batch,
+            rows_per_launch(launch) * launch.resources.workers,
+        )
+        split = DataConfig().configure(
+            {"train": ds}, world_size=1, worker_handles=None, worker_node_ids=None
+        )[0]["train"]
+        self._coordinator = getattr(split, "_coord_actor", None)
+        self.source = launch_stream(split, launch, pin=False)
+        self.warm_s = self.source.warm()
+
+    def batches(self) -> Iterator[dict[str, torch.Tensor]]:
+        """One trial's stream of host batches (CPU: no pinning)."""
+        trial = self.launch.trials[0]
+        return host_batches(self.source, trial.per_device_batch, trial.prefetch_batches, False)
+
+    def close(self) -> None:
+        """Stop the launch's input before the next arm runs: the split's executor is shut down
+        as Ray Train shuts it down when a run ends (`shutdown_data_executors`); the
+        DataLoader's workers end with the trial's iterator."""
+        import ray
+
+        if self._coordinator is not None:
+            ray.get(self._coordinator.shutdown_executor.remote(), timeout=30)
+            self._coordinator = None
+        self.source = None
+        gc.collect()
+
+
+def _ingest_batches(args) -> int:
+    return 2 * (args.rows // args.batch)
+
+
+def ingest(batches: Iterator, args) -> tuple[float, float]:
+    """(rows/s into a consumer that does nothing, seconds to the trial's first batch)."""
+    start = time.perf_counter()
+    next(batches)
+    first_s = time.perf_counter() - start
+    for _ in range(args.warmup - 1):
         next(batches)
-    count = 2 * (args.rows // args.batch)
+    count = _ingest_batches(args)
     start = time.perf_counter()
     for _ in range(count):
         next(batches)
-    rows_per_s = count * args.batch / (time.perf_counter() - start)
-    batches.close()
-    return rows_per_s
+    return count * args.batch / (time.perf_counter() - start), first_s
 
 
-def train(
-    name: str, base: Any, workload: ResNet, path: str, workers: int, args
-) -> tuple[float, float]:
-    """(data wait / step time, samples/s) while the consumer trains ResNet-18."""
-    batches = host_batches(
-        _source(name, base, workload, path, workers, args), args.batch, args.prefetch, False
-    )
+def train(batches: Iterator, workload: ResNet, args) -> tuple[float, float, float]:
+    """(data wait / step time, samples/s, seconds to the first batch) training ResNet-18."""
     torch.manual_seed(0)
     model = workload.build_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    waits, steps = [], []
+    waits, steps, first_s = [], [], 0.0
     for step in range(args.warmup + args.train_steps):
         t0 = time.perf_counter()
         x, y = workload.split_batch(next(batches))
@@ -85,11 +179,52 @@ def train(
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         t2 = time.perf_counter()
+        if step == 0:
+            first_s = t1 - t0
         if step >= args.warmup:
             waits.append(t1 - t0)
             steps.append(t2 - t0)
-    batches.close()
-    return sum(waits) / sum(steps), args.batch * len(steps) / sum(steps)
+    return sum(waits) / sum(steps), args.batch * len(steps) / sum(steps), first_s
+
+
+def one_launch(name: str, args, params, path, base, rows_ref, workload, workers) -> dict:
+    """One launch of arm `name`: its input built, then the ingest and train trials in a row."""
+    arm = Arm(name, bench_launch(args, params, path, name, workers), base, rows_ref, workload)
+    try:
+        batches = arm.batches()
+        rows_per_s, ingest_first = ingest(batches, args)
+        batches.close()
+        batches = arm.batches()
+        wait, samples_per_s, train_first = train(batches, workload, args)
+        batches.close()
+    finally:
+        arm.close()
+    return {
+        "rows_per_s": rows_per_s,
+        "wait": wait,
+        "samples_per_s": samples_per_s,
+        "warm_s": arm.warm_s,
+        "first_s": [ingest_first, train_first],
+    }
+
+
+def tune_workers(args, params, path, rows_ref, workload, cpus: int) -> int:
+    """The DataLoader's best num_workers by ingest rows/s (1 to the CPU count)."""
+    tuning = {}
+    for w in range(1, cpus + 1):
+        launch = bench_launch(args, params, path, "torch_loader", w)
+        arm = Arm("torch_loader", launch, None, rows_ref, workload)
+        batches = arm.batches()
+        tuning[w] = ingest(batches, args)[0]
+        batches.close()
+        arm.close()
+    best = max(tuning, key=tuning.get)
+    print(
+        "tuned DataLoader: "
+        + ", ".join(f"num_workers={w}: {v:,.0f} rows/s" for w, v in tuning.items())
+        + f" -> {best}"
+    )
+    return best
 
 
 def main() -> None:
@@ -102,11 +237,13 @@ def main() -> None:
     parser.add_argument("--augment-ops", type=int, default=2)
     parser.add_argument("--width", type=int, default=8, help="ResNet-18 first-stage channels")
     parser.add_argument("--train-steps", type=int, default=30)
-    parser.add_argument("--warmup", type=int, default=4, help="batches before timing")
+    parser.add_argument("--warmup", type=int, default=4, help="batches before timing (>= 1)")
     parser.add_argument("--cpus-per-worker", type=float, default=0.5)
     parser.add_argument("--data", default=None, help="params.data: your own train/ val/ parquet")
     parser.add_argument("--workers", type=int, default=None, help="skip tuning: use this many")
     args = parser.parse_args()
+    if args.warmup < 1:
+        parser.error("--warmup must be at least 1 (the first batch is start-up, timed apart)")
 
     os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("AMDAHL_DATA_DIR", os.path.join(tempfile.gettempdir(), "amdahl-bench"))
@@ -131,8 +268,9 @@ def main() -> None:
     if args.data:
         params["data"] = args.data
     workload = ResNet(**params)
-    path = dataset_path(workload, "resnet", "train", seed=0)
+    path = str(dataset_path(workload, "resnet", "train", seed=0))
     base = ray_dataset(path, args.cpus_per_worker)
+    rows_ref = put_rows(path)
     if args.data:
         args.rows = base.count()
 
@@ -140,55 +278,54 @@ def main() -> None:
         f"{args.rows} rows, batch {args.batch}, prefetch {args.prefetch}, augment {args.augment}"
         f" (ops {args.augment_ops}), ResNet-18 width {args.width}, {cpus} CPUs"
     )
-    workers = args.workers
-    if workers is None:
-        tried = range(1, cpus + 1)
-        tuning = {w: ingest("torch_loader", base, workload, path, w, args) for w in tried}
-        workers = max(tuning, key=tuning.get)
-        print(
-            "tuned DataLoader: "
-            + ", ".join(f"num_workers={w}: {v:,.0f} rows/s" for w, v in tuning.items())
-            + f" -> {workers}"
-        )
+    workers = args.workers or tune_workers(args, workload.params, path, rows_ref, workload, cpus)
 
-    names = ("ray_data", "torch_loader")
-    rows: dict[str, list[float]] = {n: [] for n in names}
-    waits: dict[str, list[float]] = {n: [] for n in names}
-    trained: dict[str, list[float]] = {n: [] for n in names}
+    runs: dict[str, list[dict]] = {n: [] for n in NAMES}
     for r in range(args.rounds):
-        order = names if r % 2 == 0 else names[::-1]
+        order = NAMES if r % 2 == 0 else NAMES[::-1]
         for name in order:
-            rows[name].append(ingest(name, base, workload, path, workers, args))
-        for name in order:
-            wait, samples_per_s = train(name, base, workload, path, workers, args)
-            waits[name].append(wait)
-            trained[name].append(samples_per_s)
+            runs[name].append(
+                one_launch(name, args, workload.params, path, base, rows_ref, workload, workers)
+            )
         print(
-            f"round {r + 1}: "
+            f"round {r + 1} ({order[0]} first): "
             + "  ".join(
-                f"{n} {rows[n][-1]:,.0f} rows/s, data wait {waits[n][-1]:.1%}" for n in names
+                f"{n} {runs[n][-1]['rows_per_s']:,.0f} rows/s, "
+                f"{runs[n][-1]['samples_per_s']:,.0f} samples/s, "
+                f"data wait {runs[n][-1]['wait']:.1%}"
+                for n in NAMES
             ),
             flush=True,
         )
-
-    med = {n: statistics.median(rows[n]) for n in names}
-    wait = {n: statistics.median(waits[n]) for n in names}
-    fit = {n: statistics.median(trained[n]) for n in names}
-    ratio = med["ray_data"] / med["torch_loader"]
-    print(f"\nmedians over {args.rounds} interleaved rounds, {workers} data workers each:")
-    for n in names:
-        print(
-            f"  {n:13s} ingest {med[n]:>8,.0f} rows/s   training {fit[n]:>6,.0f} samples/s,"
-            f" data wait {wait[n]:6.1%} of step time"
-        )
-    print(f"ingest ratio ray_data / tuned DataLoader: {ratio:.2f}  (goal >= 0.9)")
-    trained_ratio = fit["ray_data"] / fit["torch_loader"]
-    print(f"training ratio ray_data / tuned DataLoader: {trained_ratio:.2f}  (samples/s)")
-    print(
-        f"data wait, ray_data: {wait['ray_data']:.1%}, torch_loader: {wait['torch_loader']:.1%}"
-        "  (goal <= 5% when data workers suffice)"
-    )
     ray.shutdown()
+    _print_summary(runs, args.rounds, workers)
+
+
+def _print_summary(runs: dict[str, list[dict]], rounds: int, workers: int) -> None:
+    med = lambda name, key: statistics.median(x[key] for x in runs[name])  # noqa: E731
+    print(f"\nmedians over {rounds} rounds (arm order alternating), {workers} data workers each:")
+    for n in NAMES:
+        first = statistics.median(s for x in runs[n] for s in x["first_s"])
+        print(
+            f"  {n:13s} ingest {med(n, 'rows_per_s'):>8,.0f} rows/s   training "
+            f"{med(n, 'samples_per_s'):>6,.0f} samples/s, data wait {med(n, 'wait'):6.1%} of "
+            f"step time; a trial's first batch {first:.2f} s"
+        )
+    print(f"  ray_data's launch start (`warm`, once per launch): {med('ray_data', 'warm_s'):.2f} s")
+    ratios = [a["rows_per_s"] / b["rows_per_s"] for a, b in zip(*runs.values(), strict=True)]
+    trained = [a["samples_per_s"] / b["samples_per_s"] for a, b in zip(*runs.values(), strict=True)]
+    for label, values, goal in (
+        ("ingest", ratios, "  (goal >= 0.9)"),
+        ("training", trained, "  (samples/s)"),
+    ):
+        print(
+            f"{label} ratio ray_data / tuned DataLoader: median {statistics.median(values):.2f}"
+            f" (range {min(values):.2f}-{max(values):.2f} over {len(values)} rounds){goal}"
+        )
+    print(
+        f"data wait, ray_data: {med('ray_data', 'wait'):.1%}, torch_loader: "
+        f"{med('torch_loader', 'wait'):.1%}  (goal <= 5% when data workers suffice)"
+    )
 
 
 if __name__ == "__main__":

@@ -24,8 +24,15 @@ on fewer devices than its worker group must measure what a group of its own woul
 should be 1 within noise). Goals (docs/architecture.md, "Performance goals") are printed beside
 the figures. Ratios are measured side by side in one run; nothing is asserted.
 
+Rounds (3 by default, at least 3 for a spread): each round runs every mode once, and the order
+rotates by one mode per round (grouped, by-devices, no-tracking; then by-devices, no-tracking,
+grouped; ...), so that no mode always runs first on a cold machine or last on a warm one. A
+ratio is taken per round, between the two modes of that round (the median over the trials
+both measured), and printed as the median and range of those per-round ratios, beside the
+median over all trial pairs.
+
     python benchmarks/sweep_overhead.py [SPEC] [--workload-mode mlp|preprocess|both]
-        [--rounds N] [--skip-raw] [--set key=value ...]
+        [--rounds N] [--skip-raw] [--modes grouped,no-tracking] [--set key=value ...]
 """
 
 from __future__ import annotations
@@ -59,7 +66,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("spec", nargs="?", default=str(SPECS["mlp"]), help="the mlp mode's sweep")
     parser.add_argument("--workload-mode", choices=("mlp", "preprocess", "both"), default="both")
-    parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds per mode")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="rounds, each mode once per round (at least 3)"
+    )
+    parser.add_argument(
+        "--modes",
+        default=",".join(MODES),
+        help=f"comma-separated subset of {', '.join(MODES)} (default: all)",
+    )
     parser.add_argument(
         "--set", dest="overrides", action="append", default=[], help="applied to every sweep"
     )
@@ -69,6 +83,12 @@ def main() -> None:
         help="leave out raw (more rounds of the other modes in the same time)",
     )
     args = parser.parse_args()
+    if args.rounds < 3:
+        parser.error("--rounds must be at least 3: a spread needs three per-round ratios")
+    wanted = [m for m in args.modes.split(",") if m]
+    unknown = sorted(set(wanted) - set(MODES))
+    if unknown:
+        parser.error(f"--modes: unknown {', '.join(unknown)}; one of {', '.join(MODES)}")
 
     import ray
 
@@ -94,14 +114,15 @@ def main() -> None:
         modes[kind] = {
             m: kw
             for m, kw in MODES.items()
-            if not (m == "raw" and args.skip_raw)
+            if m in wanted
+            and not (m == "raw" and args.skip_raw)
             and not (m == "by-devices" and not plan.shares_across_devices)
         }
     results = {kind: {m: [] for m in modes[kind]} for kind in specs}
     for r in range(args.rounds):
         for kind, spec in specs.items():
-            for mode, kwargs in modes[kind].items():
-                run = _run(run_sweep, spec, work / kind / mode, kwargs)
+            for mode in rotated(list(modes[kind]), r):
+                run = _run(run_sweep, spec, work / kind / mode, modes[kind][mode])
                 if run is not None:
                     results[kind][mode].append({**run, "round": r})
                     print(
@@ -116,6 +137,15 @@ def main() -> None:
 
     for kind in specs:
         _print_summary(kind, specs[kind].name, results[kind], args.rounds)
+
+
+def rotated(order: list[str], round_: int) -> list[str]:
+    """`order` rotated left by `round_` places: over len(order) rounds every mode runs once in
+    every position."""
+    if not order:
+        return order
+    k = round_ % len(order)
+    return order[k:] + order[:k]
 
 
 def _run(run_sweep, spec, runs_dir: Path, kwargs: dict) -> dict | None:
@@ -177,24 +207,36 @@ def _print_summary(kind: str, name: str, results: dict[str, list[dict]], rounds:
         _print_ratio("grouped / by-devices", results["grouped"], results["by-devices"])
 
 
-def _print_ratio(name: str, a_runs: list[dict], b_runs: list[dict]) -> None:
-    """Median throughput ratio of the same trials measured in two modes in the same round
-    ("n/a" where no trial has a throughput in both)."""
-    ratios = []
+def pair_ratios(a_runs: list[dict], b_runs: list[dict]) -> tuple[list[float], list[float]]:
+    """Throughput ratios a / b of the same trials measured in two modes in the same round:
+    (one per round: the median over that round's trial pairs; every trial pair)."""
+    per_round, per_trial = [], []
     by_round = {b["round"]: b for b in b_runs}
     for a in a_runs:
         b = by_round.get(a["round"], {"throughput": {}})
-        ratios += [
+        ratios = [
             a["throughput"][t] / b["throughput"][t]
             for t in a["throughput"]
             if a["throughput"][t] and b["throughput"].get(t)
         ]
-    if not ratios:
+        if ratios:
+            per_round.append(statistics.median(ratios))
+            per_trial += ratios
+    return per_round, per_trial
+
+
+def _print_ratio(name: str, a_runs: list[dict], b_runs: list[dict]) -> None:
+    """The per-round ratios' median and range, and the median over all trial pairs ("n/a"
+    where no trial has a throughput in both modes)."""
+    per_round, per_trial = pair_ratios(a_runs, b_runs)
+    if not per_round:
         print(f"throughput {name}: n/a (no trial has a throughput in both modes)")
         return
     print(
-        f"throughput {name}: median {statistics.median(ratios):.3f} "
-        f"over {len(ratios)} trial pairs (min {min(ratios):.3f}, max {max(ratios):.3f})"
+        f"throughput {name}: median {statistics.median(per_round):.3f} over {len(per_round)} "
+        f"rounds (range {min(per_round):.3f}-{max(per_round):.3f}; per round: "
+        + " ".join(f"{r:.3f}" for r in per_round)
+        + f"); over {len(per_trial)} trial pairs: median {statistics.median(per_trial):.3f}"
     )
 
 

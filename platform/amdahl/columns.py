@@ -185,7 +185,56 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
         "DDP's all-reduce minus under no_sync, from interleaved calibration passes after "
         "the measured window; median over ranks; null where not estimable",
     ),
-    "flops_per_sample": (pa.float64(), "training FLOPs per sample stated by the workload"),
+    "profile_s": (
+        pa.float64(),
+        "seconds of the profiler pass (train.profile_steps traced steps after the measured "
+        "window, trace export and compression included; slowest rank); null when not run",
+    ),
+    "comm_trace_s": (
+        pa.float64(),
+        "communication seconds per step in the profiler traces (the union of the NCCL kernels, "
+        "or of gloo's collectives on CPU), median over ranks",
+    ),
+    "comm_overlap": (
+        pa.float64(),
+        "share of that communication time during which computation ran too (HTA's "
+        "communication/computation overlap), median over ranks; 1 = wholly hidden",
+    ),
+    "straggler_rank": (
+        pa.int64(),
+        "the rank the others wait for: least exposed communication per step in the traces",
+    ),
+    "straggler_s": (
+        pa.float64(),
+        "seconds per step the other ranks wait for the straggler (median of their exposed "
+        "communication minus its own)",
+    ),
+    "trace_dir": (
+        pa.string(),
+        "folder of the trial's per-rank Chrome traces (rank<k>.pt.trace.json.gz), relative to "
+        "the sweep directory",
+    ),
+    "flops_per_sample": (
+        pa.float64(),
+        "training FLOPs per sample behind achieved_flops and mfu: the one flops_source names "
+        "(rows before flops_source: the workload's stated figure)",
+    ),
+    "flops_source": (
+        pa.string(),
+        "counted (flops_counted) or stated (flops_stated: the workload's flops_override, or "
+        "nothing counted); null where neither exists",
+    ),
+    "flops_counted": (
+        pa.float64(),
+        "FLOPs per sample of one training step's forward, loss and backward on the plain model "
+        "and one of the trial's batches, counted by torch's FlopCounterMode (rank 0)",
+    ),
+    "flops_stated": (pa.float64(), "FLOPs per sample the workload states (flops_per_sample())"),
+    "flops_count_s": (
+        pa.float64(),
+        "seconds rank 0 spent counting flops_counted, after the measured window (0: counted "
+        "for an earlier trial of the launch with the same model)",
+    ),
     "achieved_flops": (pa.float64(), "FLOP/s over all ranks"),
     "peak_flops": (
         pa.float64(),
@@ -215,7 +264,9 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
         "per-step training curves of rank 0, as JSON: `step` (the optimizer step, 1-based, "
         "warmup included), `loss` (its training loss), `step_time_s` and `data_wait_s` (its "
         "seconds from start to end, and of input wait before it, measured as the columns of "
-        "those names), lists of equal length, null where not finite; at most "
+        "those names), `elapsed_s` (seconds from the first step's input wait to this step's "
+        "end, on the step clock; absent before it was recorded), lists of equal length, null "
+        "where not finite; at most "
         f"{HISTORY_POINTS} steps, evenly spaced, the first and last always among them; null "
         "for a failed trial",
     ),

@@ -66,6 +66,12 @@ class Workload(abc.ABC):
     #: every parameter change starts a new one (safe, slower).
     preprocess_params: ClassVar[tuple[str, ...] | None] = None
 
+    #: MFU's FLOPs per sample are counted (torch's FlopCounterMode over one training step of
+    #: the model, worker/flops.py); `flops_per_sample` is a cross-check the report compares
+    #: with the count. True: MFU uses `flops_per_sample` instead, for work the counter cannot
+    #: see (custom kernels, ops without a FlopCounterMode formula).
+    flops_override: ClassVar[bool] = False
+
     def __init__(self, **params: Any):
         unknown = sorted(set(params) - set(self.defaults) - {"data"})
         if unknown:
@@ -107,7 +113,9 @@ class Workload(abc.ABC):
         return (output.argmax(dim=-1) == target).sum()
 
     def flops_per_sample(self) -> float | None:
-        """Training FLOPs per sample (forward + backward), for achieved FLOP/s and MFU."""
+        """Training FLOPs per sample (forward + backward) as you state them: compared with the
+        counted figure (the report names both where they differ by more than 10%), and used
+        for achieved FLOP/s and MFU only with `flops_override` or where counting failed."""
         return None
 
     def rows(self, split: str) -> int:
@@ -119,6 +127,8 @@ class Workload(abc.ABC):
 
         Runs in the input pipeline (Ray Data map tasks or torch DataLoader workers, with
         `data_workers` of them), never in the training step; the default passes rows through.
+        Under both inputs `batch` holds the columns as stored: a column of two or more
+        dimensions as a (rows, width) array (its rows flattened), bytes as an object array.
         """
         return batch
 
@@ -397,18 +407,18 @@ def _import_failed(module_name: str, error: BaseException) -> str:
 CHECK_ROWS = 4
 
 
-def check_workload(workload: Workload, seed: int = 0, ray_data: bool = True) -> None:
+def check_workload(workload: Workload, seed: int = 0) -> None:
     """Run the data path on a few rows as every trial will, refusing what would fail there:
     `generate` must return a dict of equal-length numpy columns (CHECK_ROWS rows each, the same
     columns for train and val), `preprocess` a dict of equal-length numpy columns that become
-    torch tensors, and `split_batch` an (inputs, targets) pair. With `ray_data` (a trial uses
-    input ray_data), `preprocess` must also take a multi-dimensional column the way Ray Data's
-    numpy batches hold it: an object array of per-row arrays. Splits read from `params.data`
-    are not generated, so not checked."""
+    torch tensors, and `split_batch` an (inputs, targets) pair. `preprocess` (or, without one,
+    `split_batch`) gets the rows as stored and read back by both inputs (`_as_stored`). Splits
+    read from `params.data` are not generated, so not checked."""
     import numpy as np
     import torch
 
     cls = type(workload).__name__
+    _check_stated_flops(cls, workload)
     columns: dict[str, set[str]] = {}
     for split in ("train", "val"):
         if workload.source(split) is not None:
@@ -422,9 +432,8 @@ def check_workload(workload: Workload, seed: int = 0, ray_data: bool = True) -> 
                 f"workload: {cls}.generate gives train the columns {sorted(columns['train'])} "
                 f"but val {sorted(columns['val'])}; both splits need the same columns"
             )
+        rows = _as_stored(rows)
         if workload.preprocesses:
-            if ray_data and split == "train" and any(v.ndim > 1 for v in rows.values()):
-                _check_row_arrays(cls, workload, rows, np)
             call = f"{cls}.preprocess(<{split} rows>, training={split == 'train'})"
             rows = _call(call, workload.preprocess, rows, split == "train")
             _check_columns(call, rows, np, None)
@@ -447,26 +456,24 @@ def check_workload(workload: Workload, seed: int = 0, ray_data: bool = True) -> 
             )
 
 
-def _check_row_arrays(cls: str, workload: Workload, rows: dict[str, Any], np: Any) -> None:
-    """`preprocess` on the rows as input ray_data hands them over: a column of 2 or more
-    dimensions as an object array holding one array per row."""
-    batch = {}
-    for key, value in rows.items():
-        if value.ndim > 1:
-            batch[key] = np.empty(len(value), dtype=object)
-            batch[key][:] = list(value)
-        else:
-            batch[key] = value
-    try:
-        workload.preprocess(batch, True)
-    except Exception as e:  # noqa: BLE001 - the user's code raised
-        wide = [k for k, v in rows.items() if v.ndim > 1]
+def _check_stated_flops(cls: str, workload: Workload) -> None:
+    """A workload whose stated FLOPs override the count must state a figure."""
+    if not workload.flops_override:
+        return
+    stated = _call(f"{cls}.flops_per_sample()", workload.flops_per_sample)
+    if isinstance(stated, bool) or not isinstance(stated, int | float) or not stated > 0:
         raise UserError(
-            f"workload: {cls}.preprocess fails on rows as input ray_data passes them "
-            f"({type(e).__name__}: {e}): Ray Data hands a multi-dimensional column "
-            f"({', '.join(wide)}) over as an object array of per-row arrays; start preprocess "
-            f"with np.stack(batch[{wide[0]!r}]) to get (rows, ...) back"
-        ) from None
+            f"workload: {cls} sets flops_override = True but {cls}.flops_per_sample() returned "
+            f"{stated!r}; return its training FLOPs per sample (a positive number), or drop "
+            "flops_override so that MFU uses the counted figure"
+        )
+
+
+def _as_stored(rows: dict[str, Any]) -> dict[str, Any]:
+    """Generated columns as every trial reads them back, under either input: a column of more
+    than two dimensions is stored as a fixed-size list of its flattened rows
+    (`data.storage.arrow_column`) and read back as (rows, width) (`table_columns`)."""
+    return {k: v.reshape(len(v), -1) if v.ndim > 2 else v for k, v in rows.items()}
 
 
 def _call(call: str, fn: Callable[..., Any], *args: Any) -> Any:

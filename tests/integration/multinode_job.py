@@ -118,7 +118,10 @@ def _shards_on_their_nodes(workers: list) -> dict:
         actor = _Rank.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False)
         ).remote()
+        ray.get(actor.__ray_ready__.remote())  # the actor is up: the bracket below is the call
+        call_start = time.perf_counter()
         fetch_s = ray.get(actor.fetch.remote(launch, rank, world))
+        call_s = time.perf_counter() - call_start
         after = _locations(refs, node.node_id)
         out[f"d{world}r{rank}"] = {
             "node": node.node_id,
@@ -126,6 +129,7 @@ def _shards_on_their_nodes(workers: list) -> dict:
             "before": before,
             "after": after,
             "fetch_s": fetch_s,
+            "call_s": call_s,
             **ray.get(actor.read.remote()),
         }
         ray.kill(actor)

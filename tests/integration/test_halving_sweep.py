@@ -86,8 +86,14 @@ def test_a_configuration_predicted_far_behind_is_a_skipped_row_with_the_predicti
     _, outcome = searched
     rows = read_results(outcome.sweep_dir).to_pylist()
     skipped = [r for r in rows if r["status"] == SKIPPED]
-    assert [(r["devices"], r["batch_size"], r["sync"]) for r in skipped] == [(2, 4, "none")]
-    assert "predicted" in skipped[0]["error"] and "step-time model" in skipped[0]["error"]
+    skipped_configs = [(r["devices"], r["batch_size"], r["sync"]) for r in skipped]
+    # Batch 4 on 2 devices is far behind by construction; whether batch 1024 on 2 devices also
+    # falls under skip_below depends on the 1-device timings (a loaded CI box once put it there),
+    # so only the certain skip is asserted, and that nothing measured on 1 device is skipped.
+    assert (2, 4, "none") in skipped_configs
+    assert all(devices == 2 for devices, _, _ in skipped_configs), skipped_configs
+    for r in skipped:
+        assert "predicted" in r["error"] and "step-time model" in r["error"]
     # ddp at 2 devices has no communication model (no calibration): measured, never skipped.
     assert any(r["devices"] == 2 and r["sync"] == "ddp" for r in rows if r["rung"] == 0)
     report = SweepDir(outcome.sweep_dir).report_md.read_text()

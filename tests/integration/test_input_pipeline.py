@@ -58,7 +58,9 @@ def test_resnet_on_fashion_mnist_format_data_with_both_inputs(ray_cluster, tmp_p
         assert r["devices"] == 2 and r["prefetch_batches"] == 2
         assert r["throughput"] > 0 and r["data_wait_s"] >= 0
         assert 0.0 <= r["val_accuracy"] <= 1.0  # over the 64 converted t10k rows
-        assert r["flops_per_sample"] == ResNet(width=4).flops_per_sample()
+        # counted by the worker, and equal to the figure the workload states
+        assert r["flops_source"] == "counted" and r["flops_count_s"] is not None
+        assert r["flops_per_sample"] == r["flops_stated"] == ResNet(width=4).flops_per_sample()
 
 
 # --------------------------------------------------------------------------- data wait

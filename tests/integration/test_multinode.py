@@ -42,7 +42,8 @@ def test_a_ranks_shard_is_fetched_onto_its_node_before_the_loop_reads_it(multino
         assert blocks > 0 and len(shard["before"]) == len(shard["after"]) == blocks, name
         assert all(multinode["head"] in nodes for nodes in shard["before"]), shard["before"]
         assert all(node in nodes for nodes in shard["after"]), (name, shard["after"])
-        assert shard["fetch_s"] is not None and shard["fetch_s"] >= 0, name
+        # Timed around the fetch alone: inside the driver's own bracket of the remote call.
+        assert shard["fetch_s"] is not None and 0 < shard["fetch_s"] <= shard["call_s"], shard
         assert shard["rows"] > 0 and shard["local"] > 0, shard
         assert shard["remote"] == 0, shard  # the loop read the fetched copies, no re-fetch
     # The baseline's blocks were only on the head before: the fetch moved them.

@@ -211,20 +211,22 @@ def test_wrong_returns_are_refused_at_plan_time(tmp_path, clean_imports, replace
         make_plan(validate_spec({"workload": f"{name}:Good", "workload_path": str(tmp_path)}))
 
 
-def test_preprocess_is_checked_on_rows_as_ray_data_delivers_them(tmp_path, clean_imports):
-    """Ray Data hands a 2-D column to preprocess as an object array of per-row arrays."""
-    naive = GOOD.replace(
+def test_preprocess_is_checked_on_rows_as_both_inputs_deliver_them(tmp_path, clean_imports):
+    """Both inputs hand preprocess the stored columns: a (rows, 1, 3) column as (rows, 3), never
+    an object array of per-row arrays (tests/unit/data/test_preprocess_inputs.py runs both)."""
+    stored = GOOD.replace("np.zeros((num_rows, 3), np.float32)", "np.zeros((num_rows, 1, 3))")
+    stored = stored.replace(
         "    def split_batch",
         "    def preprocess(self, batch, training):\n"
+        "        assert batch['x'].shape[1:] == (3,), batch['x'].shape\n"
         "        return {'x': batch['x'].astype('float32') * 2, 'y': batch['y']}\n\n"
         "    def split_batch",
     )
-    _module(tmp_path, "naive", naive)
-    with pytest.raises(UserError, match=r"np.stack\(batch\['x'\]\)"):
-        make_plan(validate_spec({"workload": "naive:Good", "workload_path": str(tmp_path)}))
-    loader_only = {"workload": "naive:Good", "workload_path": str(tmp_path)}
-    loader_only["grid"] = {"input": ["torch_loader"]}
-    assert make_plan(validate_spec(loader_only), TWO_CPUS).runnable
+    _module(tmp_path, "stored", stored)
+    for inputs in (["ray_data"], ["torch_loader"], ["ray_data", "torch_loader"]):
+        spec = {"workload": "stored:Good", "workload_path": str(tmp_path)}
+        spec["grid"] = {"input": inputs}
+        assert make_plan(validate_spec(spec), TWO_CPUS).runnable
 
 
 def test_shipped_code_has_a_size_limit(tmp_path, clean_imports, monkeypatch):

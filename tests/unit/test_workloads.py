@@ -1,4 +1,4 @@
-"""The shipped workloads build, state their FLOPs, and learn from their own data."""
+"""The shipped workloads build, state the FLOPs torch counts, and learn from their own data."""
 
 import pytest
 import torch
@@ -34,10 +34,27 @@ def test_workload_learns_from_its_data(name, params):
     assert 0 <= float(correct) <= len(y)
 
 
-def test_gpt_flops_follow_the_stated_formula():
-    gpt = make_workload("gpt", {"vocab": 100, "width": 64, "layers": 2, "context": 8})
-    params = 2 * 12 * 64 * 64 + 100 * 64 + 8 * 64
-    assert gpt.flops_per_sample() == (6 * params + 12 * 2 * 64 * 8) * 8
+@pytest.mark.parametrize(
+    "name, params",
+    [
+        ("mlp", {}),  # the D2L MLP
+        ("mlp", {"inputs": 32, "hidden": [16, 8, 4], "classes": 3}),
+        ("gpt", {}),
+        ("gpt", {"vocab": 100, "width": 48, "layers": 4, "heads": 3, "context": 8}),
+        ("resnet", {"width": 4, "classes": 5, "augment": "none"}),
+    ],
+)
+def test_stated_flops_are_what_torchs_counter_counts(name, params):
+    """Each shipped workload's stated figure is an exact cross-check of the count MFU uses
+    (worker/flops.py; the counter itself is checked against plain torch in
+    tests/unit/worker/test_flops_count.py), at its defaults and away from them."""
+    from amdahl.worker.flops import count_training_flops
+
+    workload = make_workload(name, params)
+    rows = workload.generate("train", 4, seed=0)
+    rows = workload.preprocess(rows, training=True) if workload.preprocesses else rows
+    batch = {k: torch.as_tensor(v) for k, v in rows.items()}
+    assert workload.flops_per_sample() == count_training_flops(workload, batch)
 
 
 def test_every_registered_workload_resolves():

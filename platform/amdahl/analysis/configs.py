@@ -13,6 +13,7 @@ from typing import Any
 
 from amdahl.analysis.stats import Stat, is_number
 from amdahl.columns import SETTING_COLUMNS
+from amdahl.spec.schema import GridSpec
 
 #: What rows were measured under besides their axis values, set apart only where a sweep
 #: directory holds rows of the same axis values measured under different settings (one resumed
@@ -30,6 +31,11 @@ SETTINGS = (
 )
 #: The no-communication ceiling's sync value.
 NO_SYNC = "none"
+#: Axes every label names (devices and batch lead it); `_optional_axes` adds the others.
+LABELLED_AXES = ("devices", "batch_size", "precision", "compile", "data_workers", "sync")
+#: How a label writes an optional axis's value (as plan.trials.Trial.label does); others
+#: are `axis=value`.
+_AXIS_TERMS = {"prefetch_batches": "p{}", "input": "{}"}
 
 
 class SyncAndScaling:
@@ -138,9 +144,30 @@ def group_configs(rows: list[dict[str, Any]]) -> list[Config]:
         groups.setdefault(key, Config(settings=settings)).rows.append(row)
     configs = sorted(groups.values(), key=_order)
     varying = _varying_params(configs)
+    optional = _optional_axes(configs)
     for c in configs:
-        c.label = config_label(c.settings, varying)
+        c.label = config_label(c.settings, varying, optional)
     return configs
+
+
+def _axis_default(axis: str) -> Any:
+    """The grid's default for `axis` (its one-value default list); a table from before the
+    axis existed (None) was measured under it."""
+    return GridSpec.model_fields[axis].default[0]
+
+
+def _optional_axes(configs: list[Config]) -> list[str]:
+    """The axes beyond LABELLED_AXES that labels name: each one some configuration of this
+    sweep sets away from its default. Named in every label then, defaults included, so that
+    labels read the same way across the sweep (`p1` beside `p4`, never beside nothing)."""
+    out = []
+    for axis in SETTING_COLUMNS:
+        if axis in LABELLED_AXES:
+            continue
+        default = _axis_default(axis)
+        if any(c.settings.get(axis) not in (None, default) for c in configs):
+            out.append(axis)
+    return out
 
 
 def _axis_settings(row: dict[str, Any]) -> dict[str, Any]:
@@ -230,8 +257,12 @@ def _params(text: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def config_label(settings: dict[str, Any], varying_params: list[str] = ()) -> str:
-    """Short label like the plan's: `d2 b256 fp32 eager w1 ddp` (strong: `gb512` = global)."""
+def config_label(
+    settings: dict[str, Any], varying_params: list[str] = (), optional_axes: list[str] = ()
+) -> str:
+    """Short label like the plan's: `d2 b256 fp32 eager w1 ddp` (strong: `gb512` = global),
+    then each of `optional_axes` (`p4`, `torch_loader`), defaults included, then the varying
+    workload parameters."""
     s = settings
     if s.get("scaling") == "strong" and s.get("batch_size") is not None:
         batch = f"gb{scale_batch(s)}"
@@ -245,10 +276,10 @@ def config_label(settings: dict[str, Any], varying_params: list[str] = ()) -> st
         f"w{s.get('data_workers')}",
         str(s.get("sync")),
     ]
-    if s.get("input") not in (None, "ray_data"):  # as the plan labels them: defaults unsaid
-        parts.append(str(s["input"]))
-    if s.get("prefetch_batches") not in (None, 4):
-        parts.append(f"p{s['prefetch_batches']}")
+    for axis in optional_axes:
+        value = s.get(axis)
+        value = _axis_default(axis) if value is None else value
+        parts.append(_AXIS_TERMS.get(axis, f"{axis}={{}}").format(value))
     params = _params(s.get("params"))
     parts += [f"{k}={json.dumps(params.get(k), separators=(',', ':'))}" for k in varying_params]
     # Set only where rows of equal axis values were measured under other settings.

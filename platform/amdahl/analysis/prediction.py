@@ -11,9 +11,10 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from amdahl.analysis.configs import Config, scale_batch
+from amdahl.analysis.configs import NO_SYNC, Config, scale_batch
 from amdahl.analysis.cost import cost_per_million, device_hours_per_million
-from amdahl.analysis.points import family_key, nodes_of
+from amdahl.analysis.points import FAMILY_SETTINGS, family_key, nodes_of
+from amdahl.analysis.stats import differs
 from amdahl.analysis.stepmodel import Family, ModelInputs, Prediction, StepModel, fit
 
 # --------------------------------------------------------------------------- leave one out
@@ -27,6 +28,7 @@ class LooPoint:
     measured: float  # samples/s
     predicted: float | None
     unknown: str = ""
+    failed_fit: tuple[str, ...] = ()  # the refit's failed fits this prediction used
 
     @property
     def error(self) -> float | None:
@@ -37,7 +39,9 @@ class LooPoint:
 
 
 def leave_one_out(inputs: ModelInputs, min_devices: int = 2) -> list[LooPoint]:
-    """For each measured point on `min_devices` or more devices: refit without it, predict it."""
+    """For each measured point on `min_devices` or more devices: refit without it, predict it.
+    A prediction from a failed fit is made (and marked) here, not withheld: the check of the
+    model counts its failures."""
     points = inputs.points()
     out = []
     for i, pt in enumerate(points):
@@ -45,8 +49,10 @@ def leave_one_out(inputs: ModelInputs, min_devices: int = 2) -> list[LooPoint]:
             continue
         model = fit(inputs, points[:i] + points[i + 1 :])
         fam = model.families[pt.family]
-        pred = model.predict(fam, pt.devices, pt.batch, pt.nodes)
-        out.append(LooPoint(pt.config, pt.throughput, pred.throughput, pred.unknown))
+        pred = model.predict(fam, pt.devices, pt.batch, pt.nodes, withhold=False)
+        out.append(
+            LooPoint(pt.config, pt.throughput, pred.throughput, pred.unknown, pred.failed_fit)
+        )
     return out
 
 
@@ -57,10 +63,10 @@ def error_summary(loo: list[LooPoint], min_devices: int = 2) -> tuple[float, flo
     )
     if not errs:
         return None
-    return statistics.median(errs), _quantile(errs, 0.9), len(errs)
+    return statistics.median(errs), quantile(errs, 0.9), len(errs)
 
 
-def _quantile(sorted_xs: list[float], q: float) -> float:
+def quantile(sorted_xs: list[float], q: float) -> float:
     """Linear interpolation between closest ranks."""
     pos = q * (len(sorted_xs) - 1)
     lo = math.floor(pos)
@@ -79,9 +85,12 @@ class PredictedRow:
     devices: int
     batch: int
     prediction: Prediction
-    baseline: float | None = None  # 1-device samples/s at the same batch
+    baseline: float | None = None  # 1-device samples/s at the same batch, same sync
     baseline_measured: bool = False
     price: float = 0.0
+    #: The measured 1-device sync none samples/s at the same batch (no wrapper, as people
+    #: train on one device), where it differs from `baseline` beyond the spread; else None.
+    unwrapped: float | None = None
 
     @property
     def speedup(self) -> float | None:
@@ -92,6 +101,12 @@ class PredictedRow:
     def efficiency(self) -> float | None:
         s = self.speedup
         return s / self.devices if s is not None else None
+
+    @property
+    def speedup_unwrapped(self) -> float | None:
+        """Against the 1-device run without the strategy's wrapper (where it differs)."""
+        x = self.prediction.throughput
+        return x / self.unwrapped if x and self.unwrapped else None
 
     @property
     def cost(self) -> float | None:
@@ -146,27 +161,49 @@ def predict_inputs(
         )
     for key, fam in model.families.items():
         configs = by_family.get(key, [])
+        none = by_family.get(sibling_key(key), []) if fam.sync != NO_SYNC else []
         batches = batch_sizes or sorted(
             {scale_batch(c.settings) for c in configs if c.ok and c.batch_size}
         )
         rows = []
         for b in batches:
-            one = next(
-                (
-                    measured[c.key]
-                    for c in configs
-                    if c.devices == 1 and scale_batch(c.settings) == b and c.key in measured
-                ),
-                None,
-            )
+            one_config = _one_device(configs, b)
+            one = measured.get(one_config.key) if one_config else None
             base_pred = model.predict(fam, 1, float(b), 1)
             baseline = one.throughput if one else base_pred.throughput
+            unwrapped = unwrapped_baseline(one_config, _one_device(none, b))
             for p in devices:
                 per_device = b / p if fam.scaling == "strong" else float(b)
                 pred = model.predict(fam, p, per_device, nodes)
-                rows.append(PredictedRow(p, b, pred, baseline, one is not None, inputs.price))
+                rows.append(
+                    PredictedRow(
+                        p, b, pred, baseline, one is not None, inputs.price, unwrapped=unwrapped
+                    )
+                )
         out.families.append(FamilyPrediction(fam, rows))
     return out
+
+
+def sibling_key(key: tuple) -> tuple:
+    """The family key of the same settings with sync none."""
+    i = FAMILY_SETTINGS.index("sync")
+    return (*key[:i], NO_SYNC, *key[i + 1 :])
+
+
+def _one_device(configs: list[Config], batch: int) -> Config | None:
+    """The ok 1-device configuration at `batch` (the grid's meaning of batch)."""
+    return next(
+        (c for c in configs if c.devices == 1 and c.ok and scale_batch(c.settings) == batch),
+        None,
+    )
+
+
+def unwrapped_baseline(wrapped: Config | None, none: Config | None) -> float | None:
+    """The 1-device sync none throughput when it differs from the strategy's own 1-device run
+    beyond the larger spread (stats.differs), else None: then one baseline says it all."""
+    if wrapped is None or none is None or not wrapped.throughput or not none.throughput:
+        return None
+    return none.throughput.median if differs(wrapped.throughput, none.throughput) else None
 
 
 def project_curve(

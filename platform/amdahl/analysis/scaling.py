@@ -8,6 +8,10 @@ two ideals and its Amdahl fit, with the fit's projection beyond the measured ran
   settings with sync "none" (every worker trains alone). E = (C/p) * (S/C) splits the gap into
   hardware contention (C/p) and communication (S/C).
 - Amdahl: S(p) = 1 / (s + (1 - s) / p); Karp-Flatt e = (1/S - 1/p) / (1 - 1/p).
+- The baseline: the 1-device run with the curve's own sync, which runs inside the strategy's
+  wrapper (DDP's reducer on one device); people training on one device run no wrapper, so where
+  the 1-device sync none run is faster beyond the spread, the curve also carries the speedup
+  against it (`unwrapped`) and the report shows both.
 
 Pure: imports neither ray nor torch.
 """
@@ -20,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from amdahl.analysis.configs import NO_SYNC, SETTINGS, Config, SyncAndScaling
-from amdahl.analysis.stats import Stat, is_number, minimize_scalar, ratio
+from amdahl.analysis.stats import Stat, differs, is_number, minimize_scalar, ratio
 
 #: Device-count multiples of the largest measured count that the Amdahl fit projects to.
 PROJECTION_FACTORS = (2, 4, 8)
@@ -101,6 +105,8 @@ class CurvePoint:
     speedup: Stat | None = None
     ceiling: Config | None = None  # the sync-none configuration at the same p
     ceiling_speedup: float | None = None
+    #: Against the 1-device sync none run, where the curve has `unwrapped`.
+    speedup_unwrapped: Stat | None = None
 
     @property
     def devices(self) -> int:
@@ -137,6 +143,18 @@ class Curve(SyncAndScaling):
     baseline_note: str = ""
     fit: AmdahlFit | None = None
     projections: list[Projection] = field(default_factory=list)
+    #: The 1-device sync none run when it differs from `baseline` beyond the spread.
+    unwrapped: Config | None = None
+
+    @property
+    def baseline_text(self) -> str:
+        """Which 1-device run the speedups divide by."""
+        b = self.baseline
+        if b is None:
+            return "no 1-device run: no speedup"
+        if b.sync == NO_SYNC:
+            return "the 1-device sync none run (no wrapper: a plain one-device training loop)"
+        return f"the 1-device {b.sync} run (inside the {b.sync} wrapper, as the sweep ran it)"
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -180,11 +198,26 @@ def scaling_curves(configs: list[Config]) -> list[Curve]:
                 point.ceiling_speedup = point.ceiling.perf.median / base_perf.median
             points.append(point)
         curve = Curve(key=key, points=points, baseline=baseline, baseline_note=note)
+        _add_unwrapped(curve, by_curve.get(none_key, {}).get(1))
         curve.fit = fit_amdahl([(pt.devices, pt.speedup.median) for pt in points if pt.speedup])
         if curve.fit and base_perf and baseline is not None:
             curve.projections = project(curve.fit, max(by_p), baseline.throughput)
         curves.append(curve)
     return curves
+
+
+def _add_unwrapped(curve: Curve, none_one: Config | None) -> None:
+    """The speedups against the 1-device sync none run, when that run's figure differs from the
+    curve's own baseline beyond the larger spread (stats.differs)."""
+    base = curve.baseline
+    if base is None or none_one is None or base is none_one or base.sync == NO_SYNC:
+        return
+    if not base.perf or not none_one.perf or not differs(base.perf, none_one.perf):
+        return
+    curve.unwrapped = none_one
+    for pt in curve.points:
+        if pt.config.perf:
+            pt.speedup_unwrapped = ratio(pt.config.perf, none_one.perf)
 
 
 def project(fit: AmdahlFit, max_devices: int, base_throughput: Stat | None) -> list[Projection]:

@@ -6,26 +6,35 @@ puts it to use.
 
 Per configuration family (every setting except the device count and the per-device batch):
 
-    compute        T_c(b) = a_c + b_c * b                (weighted least squares, relative error)
-                   x kappa on p > 1 devices               (measured contention, 1 if unknown)
+    compute        T_c(b, p) = a_p + b_p * b              (per measured device count p, fitted
+                                                           on sync none: analysis/computefit.py)
+                   + omega                                (the strategy's wrapper, per step)
     communication  T_n(p) = latency_steps * alpha + bytes(sync, p, options) / B
                    x theta                                (fitted per strategy, 1 if unknown)
     step           (T_c^gamma + T_n^gamma)^(1/gamma)      (Pollux's overlap exponent, 1..8)
     wall per step  step + data wait                       (the family's measured data wait)
     throughput     global batch / wall per step
 
-Compute observations are the points' (analysis/points.py). A family with no compute observation
-of its own borrows its `sync: none` sibling's (scaled by the micro-steps). kappa is fitted where a
-family has compute observations both at 1 device and at more (else its `sync: none` sibling's,
-else 1): it carries hardware contention (shared cores, memory bandwidth) that per-device compute
-suffers with more workers. gamma and theta are fitted together per sync strategy over its
-measured multi-device trials (squared log error of the step, plus a small penalty on log theta
-so that a strategy with few points stays near the calibrated collective), else pooled over every
-strategy's, else 1 and 1. theta is what the strategy's communication costs against the
-calibrated ring: the work the wire formula does not see (ZeRO's partition broadcast inside the
-optimizer step, PowerSGD's factorisation, hook casts, per-bucket launch costs, comm threads
-taking cores from compute where workers share them). Without it the model can only ever shorten
-the calibrated cost (gamma >= 1), and on shared CPU cores every strategy was predicted too fast.
+Compute is fitted from what compute is: the `sync: none` sibling's trials (no communication, no
+wrapper) give a line at 1 device (a_c, b_c) and one at each device count measured (contention:
+workers sharing cores and memory bandwidth, measured, not assumed; kappa is reported as the
+ratio at the largest one). A device count not measured takes the nearest measured one below it,
+and says so. omega is the wrapper's cost (DDP's reducer and bucket copies on one device): the
+strategy's 1-device trials minus the sync-none line at the same batch. A family without a
+sync-none sibling falls back to its own trials (1-device trials, wrapper inseparable, and
+multi-device ones through `comm_s`, scaled by a fitted kappa). gamma and theta are fitted
+together per sync strategy over its measured multi-device trials (squared log error of the
+step, plus a small penalty on log theta so that a strategy with few points stays near the
+calibrated collective), else pooled over every strategy's, else 1 and 1. theta is what the
+strategy's communication costs against the calibrated ring: the work the wire formula does not
+see (ZeRO's partition broadcast, PowerSGD's factorisation, hook casts, comm threads taking cores
+from compute where workers share them).
+
+A fitted parameter on a bound of its range (theta at 1/4 or 16, a fitted kappa at 1/4 or 4, a
+compute line's intercept or slope forced to 0) is a failed fit (`computefit.BoundHit`): the
+family lists it and `predict` withholds the predictions that use it (`withhold=False`, for
+checks, gives them flagged). gamma's ends are not failures: 1 is no overlap and 8 is, within
+9%, full overlap, both states a system can be in.
 
 alpha and B come from calibration.json (`alpha_s`, `bandwidth_Bps`, measured within a node by
 `platform calibrate`). Where the file also has `inter_node_alpha_s` and `inter_node_bandwidth_Bps`
@@ -48,12 +57,22 @@ from __future__ import annotations
 import functools
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from amdahl import strategies
 from amdahl.analysis.calibration import Calibration
 from amdahl.analysis.comm import CommModel, CommVolume, Link, comm_model, comm_volume, communicates
+from amdahl.analysis.computefit import (
+    BoundHit,
+    Line,
+    Lines,
+    fit_line,
+    fit_lines,
+    fit_wrapper,
+    nearest_devices,
+    on_bound,
+)
 from amdahl.analysis.configs import NO_SYNC, Config
 from amdahl.analysis.points import FAMILY_SETTINGS, Point, family_key, measured_point
 from amdahl.analysis.stats import is_number, minimize_scalar
@@ -91,6 +110,12 @@ class Family:
     data_wait: dict[float, float] = field(default_factory=dict)  # per-device batch -> s
     data_wait_all: float | None = None
     notes: list[str] = field(default_factory=list)
+    #: Compute lines measured at p > 1 devices: p -> (a_p, b_p); the 1-device one is (a_c, b_c).
+    lines: dict[int, tuple[float, float]] = field(default_factory=dict)
+    wrapper_s: float = 0.0  # omega: the strategy's wrapper per step, apart from compute
+    wrapper_source: str = "none: the compute term holds whatever the trials ran"
+    #: Parameters on a bound of their range (failed fits), this family's and those it borrowed.
+    hits: list[BoundHit] = field(default_factory=list)
 
     @property
     def sync(self) -> str:
@@ -105,10 +130,33 @@ class Family:
         return self.a_c is not None and self.b_c is not None
 
     def compute_s(self, batch: float, devices: int) -> float | None:
+        """Compute per step on `devices` devices at a per-device batch, the wrapper included."""
         if not self.has_compute:
             return None
-        t = self.a_c + self.b_c * batch
-        return t * (self.kappa if devices > 1 else 1.0)
+        if devices <= 1:
+            return self.a_c + self.b_c * batch + self.wrapper_s
+        p = nearest_devices(sorted(self.lines), devices)
+        if p is not None:
+            a, b = self.lines[p]
+            return a + b * batch + self.wrapper_s
+        return (self.a_c + self.b_c * batch) * self.kappa + self.wrapper_s
+
+    def compute_caveat(self, devices: int) -> str:
+        """Where compute at `devices` was not measured: which device count stands in."""
+        p = nearest_devices(sorted(self.lines), devices)
+        if devices > 1 and p is None and self.kappa_source.startswith("default"):
+            return f"compute at {devices} devices taken as at 1 (contention not measured)"
+        if devices <= 1 or p is None or p == devices:
+            return ""
+        return (
+            f"compute at {devices} devices taken as measured at {p} (contention between "
+            f"{devices} workers not measured)"
+        )
+
+    def failed(self, devices: int) -> list[BoundHit]:
+        """The failed fits a prediction at `devices` uses."""
+        talks = self.sync in strategies.NAMES and communicates(self.sync, devices)
+        return [h for h in self.hits if h.scope == "compute" or talks]
 
     def data_wait_s(self, batch: float) -> tuple[float, str]:
         if batch in self.data_wait:
@@ -132,6 +180,7 @@ class Prediction:
     link: Link | None = None
     unknown: str = ""  # why there is no prediction
     caveats: tuple[str, ...] = ()
+    failed_fit: tuple[str, ...] = ()  # the failed fits it uses (withheld unless asked for)
 
 
 @dataclass
@@ -146,13 +195,24 @@ class StepModel:
     def family_of(self, c: Config) -> Family | None:
         return self.families.get(family_key(c.settings))
 
-    def predict(self, family: Family, devices: int, batch: float, nodes: int = 1) -> Prediction:
+    def predict(
+        self, family: Family, devices: int, batch: float, nodes: int = 1, *, withhold: bool = True
+    ) -> Prediction:
+        """The family at `devices` x per-device `batch` on `nodes`. A prediction that uses a
+        failed fit (a parameter on a bound) is withheld, or with `withhold=False` made and
+        flagged (for checks of the model, never for users' figures)."""
         p, nodes = max(1, int(devices)), max(1, int(nodes))
         compute = family.compute_s(batch, p)
         if compute is None:
             why = "no compute measurement in this family or its sync none sibling"
             return Prediction(p, batch, nodes, unknown=why)
-        caveats: list[str] = []
+        failed = tuple(h.short() for h in family.failed(p))
+        if failed and withhold:
+            why = "withheld, failed fit (what it means: above): " + "; ".join(failed)
+            return Prediction(p, batch, nodes, unknown=why, failed_fit=failed)
+        caveats = [f"FAILED FIT: {f}" for f in failed]
+        if note := family.compute_caveat(p):
+            caveats.append(note)
         volume = None
         link = None
         comm = 0.0
@@ -201,6 +261,7 @@ class StepModel:
             volume,
             link,
             caveats=tuple(caveats),
+            failed_fit=failed,
         )
 
 
@@ -247,18 +308,8 @@ def fit(inputs: ModelInputs, points: list[Point] | None = None) -> StepModel:
     sync_i = FAMILY_SETTINGS.index("sync")
     for key, fam in model.families.items():
         sibling = model.families.get((*key[:sync_i], NO_SYNC, *key[sync_i + 1 :]))
-        if sibling is None or sibling is fam:
-            continue
-        if not fam.has_compute and sibling.has_compute:
-            scale = fam.micro / (sibling.micro or 1.0)
-            fam.a_c, fam.b_c = sibling.a_c * scale, sibling.b_c * scale
-            fam.compute_source = f"borrowed from sync none ({sibling.compute_source})"
-            fam.kappa, fam.kappa_source = sibling.kappa, f"sync none's: {sibling.kappa_source}"
-        elif fam.kappa_source.startswith("default") and not sibling.kappa_source.startswith(
-            "default"
-        ):
-            fam.kappa = sibling.kappa
-            fam.kappa_source = f"sync none's: {sibling.kappa_source}"
+        if sibling is not None and sibling is not fam and sibling.has_compute:
+            _adopt_compute(fam, sibling, by_family[key])
     _fit_overlaps(model, points)
     return model
 
@@ -280,12 +331,70 @@ def _new_family(key: tuple, c: Config, inputs: ModelInputs) -> Family:
 
 
 def _fit_compute(fam: Family, points: list[Point]) -> None:
+    """The family's own compute: sync none's lines per device count, else (a strategy without
+    a sync-none sibling, or sync none without a 1-device run) the fallback fit."""
     if points:
         fam.micro = statistics.median(pt.micro for pt in points)
+    if fam.sync in SILENT:
+        obs: dict[int, list[tuple[float, float]]] = {}
+        for pt in points:
+            if pt.compute_s:
+                obs.setdefault(pt.devices, []).append((pt.batch, pt.compute_s))
+        lines = fit_lines(obs)
+        if lines.one is not None:
+            _take_lines(fam, lines, obs)
+            return
+    _fit_compute_fallback(fam, points)
+
+
+def _take_lines(fam: Family, lines: Lines, obs: dict[int, list[tuple[float, float]]]) -> None:
+    fam.a_c, fam.b_c = lines.one.a, lines.one.b
+    fam.lines = dict(lines.by_devices or {})
+    fam.hits = list(lines.hits)
+    fam.notes += list(lines.notes)
+    fam.compute_points = sum(len(v) for v in obs.values())
+    counts = ", ".join(f"{len(obs[p])} at {p}" for p in sorted(obs))
+    fam.compute_source = f"sync none trials, a line per device count ({counts})"
+    fam.wrapper_source = "none: sync none runs no wrapper"
+    if fam.lines:
+        fam.kappa = lines.kappa
+        fam.kappa_source = (
+            f"measured: compute at {lines.kappa_devices} devices / at 1 device, batch "
+            f"{lines.at_batch:g}"
+        )
+    else:
+        fam.kappa_source = "default 1: no sync none trial on more than 1 device"
+
+
+def _adopt_compute(fam: Family, sibling: Family, points: list[Point]) -> None:
+    """`fam` takes its sync-none sibling's compute (x the micro-steps ratio), and its own
+    1-device trials give the wrapper's seconds apart from it."""
+    scale = fam.micro / (sibling.micro or 1.0)
+    fam.a_c, fam.b_c = sibling.a_c * scale, sibling.b_c * scale
+    fam.lines = {p: (a * scale, b * scale) for p, (a, b) in sibling.lines.items()}
+    fam.kappa, fam.kappa_source = sibling.kappa, f"sync none's: {sibling.kappa_source}"
+    fam.compute_source = f"borrowed from sync none ({sibling.compute_source})"
+    fam.hits = [replace(h, where=h.where or "sync none's") for h in sibling.hits]
+    one = [(pt.batch, pt.compute_s) for pt in points if pt.devices == 1 and pt.compute_s]
+    if one:
+        xs, ys = zip(*one, strict=True)
+        fam.wrapper_s = fit_wrapper(xs, ys, lambda x: fam.a_c + fam.b_c * x)
+        fam.wrapper_source = (
+            f"fitted: {len(one)} 1-device {fam.sync} point(s) against sync none's line"
+        )
+    else:
+        fam.wrapper_s = 0.0
+        fam.wrapper_source = f"not measured (no 1-device {fam.sync} compute): taken as 0"
+
+
+def _fit_compute_fallback(fam: Family, points: list[Point]) -> None:
+    """No sync-none line: the family's own 1-device trials (its wrapper inside) and its
+    multi-device trials through `comm_s`, scaled by a fitted kappa."""
     obs = [(pt.batch, pt.compute_s, pt.devices > 1) for pt in points if pt.compute_s]
     fam.compute_points = len(obs)
     if not obs:
         return
+    fam.wrapper_source = "inside compute: no sync none run to separate it"
     one = [o for o in obs if not o[2]]
     many = [o for o in obs if o[2]]
     if one and many:
@@ -293,49 +402,50 @@ def _fit_compute(fam: Family, points: list[Point]) -> None:
         fam.kappa_source = (
             f"fitted: {len(many)} multi-device against {len(one)} 1-device compute point(s)"
         )
-    a, b, _ = _line_fit(obs, fam.kappa)
-    fam.a_c, fam.b_c = a, b
+        if side := on_bound(fam.kappa, *KAPPA_RANGE):
+            fam.hits.append(_kappa_hit(fam.kappa, side))
+    line = _line_fit(obs, fam.kappa)
+    fam.a_c, fam.b_c = line.a, line.b
+    fam.hits += list(line.hits)
     parts = []
     if one:
         parts.append(f"{len(one)} 1-device or sync none point(s)")
     if many:
-        parts.append(f"{len(many)} multi-device point(s)")
+        parts.append(f"{len(many)} multi-device point(s) (step - data wait - comm_s)")
     fam.compute_source = " + ".join(parts)
     if len({o[0] for o in obs}) < 2:
         fam.notes.append("compute measured at one batch size only: taken proportional to it")
 
 
+def _kappa_hit(kappa: float, side: str) -> BoundHit:
+    lo, hi = KAPPA_RANGE
+    if side == "lower":
+        meaning = (
+            f"compute on several devices would run {1 / lo:g}x faster than on one, which "
+            "cannot be: step minus comm_s is not compute there (comm_s overstates the "
+            "communication); a sync none trial at each device count measures compute"
+        )
+        return BoundHit("kappa", kappa, lo, side, meaning)
+    meaning = (
+        f"compute on several devices {hi:g}x slower than on one or more: comm_s misses part "
+        "of the communication, or the contention is beyond the range"
+    )
+    return BoundHit("kappa", kappa, hi, side, meaning)
+
+
 @functools.lru_cache(maxsize=1024)
 def _fit_kappa(obs: tuple[tuple[float, float, bool], ...]) -> float:
     """Cached: a leave-one-out refit sees the same observations in every family but one."""
-    return minimize_scalar(lambda k: _line_fit(obs, k)[2], *KAPPA_RANGE, log=True)
+    return minimize_scalar(lambda k: _line_fit(obs, k).sse, *KAPPA_RANGE, log=True)
 
 
 def _line_fit(
     obs: tuple[tuple[float, float, bool], ...] | list[tuple[float, float, bool]], kappa: float
-) -> tuple[float, float, float]:
-    """T = a + b x (x kappa for multi-device observations) by least squares on relative error,
-    a >= 0 and b >= 0; returns (a, b, sum of squared relative errors)."""
+) -> Line:
+    """T = a + b x (x kappa for multi-device observations): computefit.fit_line."""
     xs = [x for x, _, _ in obs]
     ys = [t / (kappa if multi else 1.0) for _, t, multi in obs]
-    ws = [1.0 / (y * y) for y in ys]
-    sw = sum(ws)
-    sx = sum(w * x for w, x in zip(ws, xs, strict=True))
-    sy = sum(w * y for w, y in zip(ws, ys, strict=True))
-    sxx = sum(w * x * x for w, x in zip(ws, xs, strict=True))
-    sxy = sum(w * x * y for w, x, y in zip(ws, xs, ys, strict=True))
-    det = sw * sxx - sx * sx
-    if det > 1e-12 * sw * sxx:
-        b = (sw * sxy - sx * sy) / det
-        a = (sy - b * sx) / sw
-    else:
-        a, b = 0.0, sxy / sxx
-    if a < 0:
-        a, b = 0.0, sxy / sxx
-    if b < 0:
-        a, b = sy / sw, 0.0
-    sse = sum(((a + b * x) / y - 1.0) ** 2 for x, y in zip(xs, ys, strict=True))
-    return a, b, sse
+    return fit_line(xs, ys)
 
 
 def _fit_data_wait(fam: Family, points: list[Point]) -> None:
@@ -381,6 +491,26 @@ def _fit_overlaps(model: StepModel, points: list[Point]) -> None:
             fam.gamma_source = (
                 f"gamma and theta pooled over {n} multi-device point(s) of other strategies"
             )
+        else:
+            continue
+        if side := on_bound(fam.theta, *THETA_RANGE):
+            fam.hits.append(_theta_hit(fam.theta, side))
+
+
+def _theta_hit(theta: float, side: str) -> BoundHit:
+    lo, hi = THETA_RANGE
+    if side == "lower":
+        meaning = (
+            f"the strategy's communication would cost {lo:g}x the calibrated collective or "
+            "less: calibration.json's alpha and B do not describe the links these trials used"
+        )
+        return BoundHit("theta", theta, lo, side, meaning, "communication")
+    meaning = (
+        f"the strategy's communication would cost {hi:g}x the calibrated collective or more: "
+        "the wire formula (bytes, latency terms) misses most of its cost, or the calibration "
+        "is far faster than the trials' links"
+    )
+    return BoundHit("theta", theta, hi, side, meaning, "communication")
 
 
 @functools.lru_cache(maxsize=1024)

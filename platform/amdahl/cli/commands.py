@@ -212,6 +212,8 @@ def mlflow_push(sweep_dir: str) -> None:
     click.echo(
         f"{outcome.pushed} rows pushed to MLflow, {outcome.already_there} were already there"
     )
+    for line in outcome.link.lines() if outcome.link else ():
+        click.echo(line)
 
 
 @contextlib.contextmanager
@@ -229,11 +231,18 @@ def _quiet(logger: str) -> Iterator[None]:
 
 @main.command()
 @click.argument("sweep_dirs", nargs=-1, required=True, type=click.Path())
-def report(sweep_dirs: tuple[str, ...]) -> None:
+@click.option(
+    "--all",
+    "print_all",
+    is_flag=True,
+    help="Print every section here (default: the recommendation, the top configurations and "
+    "the best one's scaling, naming what is left out; report.md/html always hold it all).",
+)
+def report(sweep_dirs: tuple[str, ...], print_all: bool) -> None:
     """Speedup-vs-ideal report from results.parquet (no Ray needed).
 
-    Prints it, and writes report.md and report.html into each sweep directory; with several
-    directories, also compares them side by side.
+    Prints its short view (or every section with --all), and writes report.md and report.html
+    into each sweep directory; with several directories, also compares them side by side.
     """
     from rich.console import Console
 
@@ -245,11 +254,21 @@ def report(sweep_dirs: tuple[str, ...]) -> None:
     for d in sweep_dirs:
         built = build_report(Path(d))
         paths = write_reports(Path(d), built)
-        print_report(built, console)
-        console.print(f"written: {paths['markdown']} and {paths['html']}\n")
+        print_report(built, console, full=print_all)
+        console.print(f"written: {paths['markdown']} and {paths['html']}", markup=False)
+        console.print(_best_line(paths.get("best"), built) + "\n", markup=False, soft_wrap=True)
         reports.append(built)
     if len(reports) > 1:
         print_sections([comparison(reports)], console)
+
+
+def _best_line(best: Path | None, built: Any) -> str:
+    """The command that runs best.yaml, or why the report wrote none (report/best.py)."""
+    from amdahl.report.best import best_config, sweep_command
+
+    if best is not None:
+        return f"best:    {sweep_command(best)}  (runs the recommended configuration again)"
+    return f"best:    no best.yaml: {best_config(built)}"
 
 
 def _counts(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int] | None:

@@ -70,29 +70,14 @@ class LiveProgress:
             self.live.__exit__(*exc)
 
     def event(self, kind: str, payload: dict[str, Any]) -> None:
+        if kind == "tracking":  # from the tracker's thread: print only, the table is not ours
+            print_link(payload["link"])
+            return
         self.activity = _activity(kind, payload)
         if kind == "ray":
             console.print(payload["line"], soft_wrap=True, markup=False, highlight=False)
         elif kind == "planned":
-            plan: SweepPlan = payload["plan"]
-            if plan.resource_note:
-                console.print(plan.resource_note, soft_wrap=True, markup=False, highlight=False)
-            self.live.start()
-            self.sweep_dir = str(payload["sweep_dir"])
-            for t in plan.trials:
-                for r in range(plan.spec.train.repeats):
-                    key = f"{t.trial_id}:{r}"
-                    self.order.append(key)
-                    self.rows[key] = {
-                        "label": t.label() + (f" r{r}" if r else ""),
-                        "status": "refused"
-                        if t.refused
-                        else "earlier"
-                        if (t.trial_id, r) in payload.get("finished", ())
-                        else "pending",
-                        "throughput": "",
-                        "note": t.refused or "",
-                    }
+            self._planned(payload)
         elif kind == "launch_started":
             for t in payload["launch"].trials:
                 for key, row in self.rows.items():
@@ -106,6 +91,27 @@ class LiveProgress:
                 f"{len(payload['configurations'])} configurations for {payload['steps']} steps"
             )
         self.live.update(self._table())
+
+    def _planned(self, payload: dict[str, Any]) -> None:
+        plan: SweepPlan = payload["plan"]
+        if plan.resource_note:
+            console.print(plan.resource_note, soft_wrap=True, markup=False, highlight=False)
+        self.live.start()
+        self.sweep_dir = str(payload["sweep_dir"])
+        for t in plan.trials:
+            for r in range(plan.spec.train.repeats):
+                key = f"{t.trial_id}:{r}"
+                self.order.append(key)
+                self.rows[key] = {
+                    "label": t.label() + (f" r{r}" if r else ""),
+                    "status": "refused"
+                    if t.refused
+                    else "earlier"
+                    if (t.trial_id, r) in payload.get("finished", ())
+                    else "pending",
+                    "throughput": "",
+                    "note": t.refused or "",
+                }
 
     def _trial_done(self, row: dict[str, Any]) -> None:
         key = f"{row['trial_id']}:{row['repeat']}"
@@ -182,6 +188,12 @@ def print_outcome(outcome: Any) -> None:
         )
     else:
         console.print(f"report:  platform report {outcome.sweep_dir}", markup=False)
+    if files.best.exists():  # written with the report where it recommends a configuration
+        from amdahl.report.best import sweep_command
+
+        console.print(f"best:    {sweep_command(files.best)}", markup=False, soft_wrap=True)
+    if getattr(outcome, "tracking", None) is not None:
+        print_link(outcome.tracking)
     for line in search_summary(outcome):
         console.print(line, soft_wrap=True, markup=False, highlight=False)
     if outcome.failed:
@@ -189,6 +201,13 @@ def print_outcome(outcome: Any) -> None:
             f"[red]{len(outcome.failed)} trial runs did not succeed[/]; reasons are in "
             f"the results table and `platform report`."
         )
+
+
+def print_link(link: Any) -> None:
+    """The MLflow link that opens the sweep's runs table (`track.ui_link.TrackingLink`), one
+    unwrapped line each, so it stays clickable and copyable."""
+    for line in link.lines():
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
 
 
 def search_summary(outcome: Any) -> list[str]:

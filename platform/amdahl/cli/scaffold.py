@@ -88,10 +88,14 @@ class MyWorkload(Workload):
         return (output.argmax(dim=-1) == target).sum()
 
     def flops_per_sample(self) -> float | None:
-        """Training FLOPs per sample (forward + backward), for FLOP/s and MFU; None: unknown."""
+        """Training FLOPs per sample as you state them; None: unknown. MFU uses the figure
+        torch counts over one training step, and the report names both where they differ by
+        more than 10% (set `flops_override = True` on the class to make MFU use this one)."""
         p = self.params
         macs = p["features"] * p["hidden"] + p["hidden"] * p["classes"]
-        return 6.0 * macs  # 2 FLOPs per multiply-add forward, twice that backward
+        # 2 FLOPs per multiply-add: forward, weight gradients, and input gradients but the
+        # first layer's (the inputs need none, so autograd never computes it).
+        return 6.0 * macs - 2.0 * p["features"] * p["hidden"]
 
     # def preprocess(self, batch, training):
     #     """Stored rows -> model-ready columns (decode, normalise, augment when `training`),

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
-from amdahl.data.storage import ROWS_PER_BLOCK, is_uri, read_table
+from amdahl.data.storage import ROWS_PER_BLOCK, is_uri, read_table, table_columns
 from amdahl.workload import Workload
 
 #: Most epochs one pass of a launch's input streams (each adds a block reference per block);
@@ -86,7 +87,7 @@ def with_preprocessing(
     ds = ds.map_batches(
         _preprocess_for_training,
         fn_kwargs={"workload": workload},
-        batch_format="numpy",
+        batch_format="pyarrow",  # converted as input torch_loader converts (table_columns)
         batch_size=max(batch_size, ROWS_PER_BLOCK),
         compute=ray.data.TaskPoolStrategy(size=workers),
         num_cpus=cpus_per_worker,
@@ -134,7 +135,9 @@ class IdleLoopPause:
         return None
 
 
-def _preprocess_for_training(
-    batch: dict[str, np.ndarray], workload: Workload
-) -> dict[str, np.ndarray]:
-    return workload.preprocess(batch, training=True)
+def _preprocess_for_training(batch: pa.Table, workload: Workload) -> dict[str, np.ndarray]:
+    """The workload's training preprocessing on one Arrow batch, given numpy columns exactly as
+    input torch_loader gives them (`storage.table_columns`: a fixed-size-list column as a
+    (rows, width) array, binary as an object array of bytes). Ray Data's own numpy batches
+    would hold a multi-dimensional column as an object array of per-row arrays."""
+    return workload.preprocess(table_columns(batch), training=True)

@@ -21,6 +21,7 @@ from amdahl import strategies
 from amdahl.columns import TrialSettings
 from amdahl.driver.pool import LaunchPool
 from amdahl.driver.signals import InterruptFlag
+from amdahl.driver.traces import keep_traces
 from amdahl.driver.tune_events import EventHandler
 from amdahl.plan.launches import SweepPlan
 from amdahl.search.halving import ranks_only, rung_repeats, rung_steps
@@ -56,6 +57,7 @@ class Measurement:
 
     def record(self, row: dict[str, Any]) -> None:
         """A row is final: into results.parquet first (the source of truth), then MLflow."""
+        row = keep_traces(self.sweep_dir, row)  # the profiler traces: files and columns
         append_rows(self.sweep_dir, [row])
         self.rows.append(row)
         self.tracker.log_trial_soon(row)

@@ -29,15 +29,14 @@ def check_workloads(spec: SweepSpec) -> None:
     on a few rows, refusing (UserError) what would fail in a trial."""
     from amdahl.data.storage import check_source  # numpy and pyarrow: only when planning
 
-    ray_data = "ray_data" in spec.grid.input
     workload = make_workload(spec.workload, spec.params)
     for name, values in spec.grid.param_axes().items():
         for v in values:
             variant = make_workload(spec.workload, {**spec.params, name: v})
             check_source(variant)
-            check_workload(variant, spec.train.seed, ray_data)
+            check_workload(variant, spec.train.seed)
     check_source(workload)
-    check_workload(workload, spec.train.seed, ray_data)
+    check_workload(workload, spec.train.seed)
 
 
 def make_plan(

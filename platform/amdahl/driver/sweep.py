@@ -18,7 +18,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from amdahl.driver.cluster import cluster_summary, connect_ray, ray_nodes, running_cluster
 from amdahl.driver.halving import run_halving
@@ -35,7 +35,11 @@ from amdahl.sweepdir.driver_files import write_sweep_files
 from amdahl.sweepdir.layout import SweepDir
 from amdahl.sweepdir.resume import open_sweep_dir
 from amdahl.sweepdir.table import read_results
+from amdahl.track.ui_link import TrackingLink
 from amdahl.workload import locate_spec_workload
+
+if TYPE_CHECKING:
+    from amdahl.report.build import Report
 
 
 @dataclass
@@ -53,6 +57,9 @@ class SweepOutcome:
     #: Seconds from `run_sweep`'s call to the first measured step (the first row's window
     #: opening: Ray's start, planning, data and the worker group's start before it).
     first_measured_s: float | None = None
+    #: Where to look in MLflow (the runs table's link; for a local store the `mlflow ui`
+    #: command), None when tracking is off or the store was unreachable at the end.
+    tracking: TrackingLink | None = None
 
     @property
     def failed(self) -> list[dict[str, Any]]:
@@ -86,6 +93,9 @@ def run_sweep(
     driver there is refused.
     `group_launches=False` starts one worker group per trial, `share_across_devices=False` one
     per device count (both for overhead comparisons).
+    `on_event(kind, payload)` hears the sweep's progress on the calling thread, except
+    "tracking" (`{"link": TrackingLink}`: where MLflow shows the sweep), which comes from the
+    MLflow mirror's own thread once the sweep's parent run exists.
     Raises SweepInterrupted after a first Ctrl-C or SIGTERM has stopped it cleanly.
     """
     check_search(spec)  # pure: a search section that cannot run creates no directory
@@ -153,11 +163,7 @@ def _run_locked(
     spec = plan.spec  # with `resources: auto` chosen (plan.auto_resources)
     emit("planned", {"plan": plan, "sweep_dir": sweep_dir, "finished": finished})
 
-    from amdahl.track.tracker import Tracker
-
-    tracker = Tracker(
-        spec, sweep_dir, enabled=spec.tracking.enabled if tracking is None else tracking
-    )
+    tracker = _tracker(spec, sweep_dir, tracking, emit)
     tracker.sync(read_results(sweep_dir).to_pylist())  # rows an outage kept from MLflow
     tracker.open_soon()
     outcome = SweepOutcome(sweep_dir=sweep_dir, plan=plan)
@@ -188,22 +194,40 @@ def _run_locked(
             outcome.group_starts = run.pool.group_starts()
             opened = run.pool.first_window_unix
             outcome.first_measured_s = opened - started_unix if opened else None
-        _write_report(sweep_dir)
-        tracker.finish(outcome, interrupted=interrupt.is_set())
+        report = _write_report(sweep_dir)
+        tracker.finish(outcome, interrupted=interrupt.is_set(), report=report)
+        outcome.tracking = None if tracker.offline_reason else tracker.link
     if interrupt.is_set():
         raise SweepInterrupted(sweep_dir, interrupt.signum or signal.SIGINT)
     emit("finished", {"outcome": outcome})
     return outcome
 
 
-def _write_report(sweep_dir: Path) -> None:
-    """report.md and report.html from results.parquet; a report bug never costs the sweep."""
-    from amdahl.report import write_reports
+def _tracker(spec: SweepSpec, sweep_dir: Path, tracking: bool | None, emit: EventHandler) -> Any:
+    """The sweep's MLflow mirror. Where MLflow shows the sweep is emitted from the tracker's own
+    thread once the parent run exists (the "tracking" event: the one not sent from this one)."""
+    from amdahl.track.tracker import Tracker
+
+    return Tracker(
+        spec,
+        sweep_dir,
+        enabled=spec.tracking.enabled if tracking is None else tracking,
+        on_open=lambda link: emit("tracking", {"link": link}),
+    )
+
+
+def _write_report(sweep_dir: Path) -> Report | None:
+    """report.md and report.html from results.parquet, and the report (which the MLflow
+    mirror describes the parent run with); a report bug never costs the sweep."""
+    from amdahl.report import build_report, write_reports
 
     try:
-        write_reports(sweep_dir)
+        report = build_report(sweep_dir)
+        write_reports(sweep_dir, report)
     except Exception as e:  # noqa: BLE001 - the rows are safe; `platform report` can retry
         logging.getLogger(__name__).warning("could not write the report for %s: %s", sweep_dir, e)
+        return None
+    return report
 
 
 def _nothing_runs(plan: SweepPlan) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from amdahl.plan.launches import Launch
+from amdahl.plan.trials import Trial
 from amdahl.spec.schema import SweepSpec
 from amdahl.sweepdir.driver_files import ray_storage
 from amdahl.worker.contract import LaunchConfig, TrialConfig, WorkerResources
@@ -135,15 +136,7 @@ def launch_config(
 
     r = launch.resources
     t = spec.train
-    trials = tuple(
-        TrialConfig.from_settings(
-            trial.trial_id,
-            trial.settings,
-            t.scaling,
-            make_workload(spec.workload, trial.settings.params).flops_per_sample(),
-        )
-        for trial in launch.trials
-    )
+    trials = tuple(_trial_config(spec, trial) for trial in launch.trials)
     workload = make_workload(spec.workload, launch.trials[0].settings.params)
     return LaunchConfig(
         launch_id=launch.launch_id,
@@ -170,4 +163,17 @@ def launch_config(
         # Unique per driver session and round: Train keeps each run's state apart.
         run_name=f"launch-{launch.launch_id}-{session}",
         queue=queue,
+    )
+
+
+def _trial_config(spec: SweepSpec, trial: Trial) -> TrialConfig:
+    """One planned trial's contract, with its workload's stated FLOPs per sample and whether
+    they override the count the worker makes (worker/flops.py)."""
+    workload = make_workload(spec.workload, trial.settings.params)
+    return TrialConfig.from_settings(
+        trial.trial_id,
+        trial.settings,
+        spec.train.scaling,
+        workload.flops_per_sample(),
+        flops_override=workload.flops_override,
     )

@@ -151,8 +151,9 @@ ID_SCHEMA_1_TRAIN = ("steps", "warmup_steps", "seed", "lr", "scaling", "optimize
 ID_SCHEMA_1_SCHEDULE = ("lr_scaling", "lr_base_batch", "lr_warmup_steps", "target")
 #: Schema 1: the `train.target` fields always hashed when a target is set.
 ID_SCHEMA_1_TARGET = frozenset({"metric", "value", "max_steps", "eval_every"})
-#: `train` fields that never enter the id: they do not change what is measured.
-TRAIN_NOT_IN_ID = frozenset({"repeats", "max_failures"})
+#: `train` fields that never enter the id: they do not change what is measured (the profiler
+#: pass runs after the measured window).
+TRAIN_NOT_IN_ID = frozenset({"repeats", "max_failures", "profile_steps"})
 
 _NO_DEFAULT = object()
 

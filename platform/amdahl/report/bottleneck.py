@@ -30,6 +30,8 @@ THRESHOLDS: dict[str, float] = {
     "memory": 0.90,
     "accuracy_points": 0.005,
     "loss_relative": 0.01,
+    "overlap_hidden": 0.50,
+    "straggler": 0.05,
 }
 
 THRESHOLD_TEXT = [
@@ -46,6 +48,12 @@ THRESHOLD_TEXT = [
     f"{MEMORY}: peak memory >= {THRESHOLDS['memory']:.0%} of the device's memory, or a larger "
     "batch of the same configuration ran out of memory",
     f"{COMPUTE}: none of the above; the model's own arithmetic dominates",
+    f"{COMMUNICATION}, from the profiler traces: overlap (the share of the communication time "
+    "during which computation ran too, HTA's definition) below "
+    f"{THRESHOLDS['overlap_hidden']:.0%}: the all-reduce is not hidden behind backward; at or "
+    "above it: it is, and what stays exposed is wire time beyond backward",
+    f"straggler: the other ranks wait for one rank (least exposed communication in the traces) "
+    f">= {THRESHOLDS['straggler']:.0%} of the step",
     "dominant = the flagged category with the largest share of the step",
     f"quality: val accuracy lower than the reference by more than max(spread, "
     f"{THRESHOLDS['accuracy_points'] * 100:.1f} points), or val loss higher by more than "
@@ -113,6 +121,8 @@ class StepFigures:
     other: float  # outside the timed phases
     compute: float  # forward + backward + optimizer
     fixed: float  # fixed per-step cost from the batch-size sweep (0 when unknown)
+    overlap: float | None = None  # share of traced communication overlapped by computation
+    straggler: tuple[int, float] | None = None  # (rank, seconds per step the others wait)
 
     @property
     def fixed_hit(self) -> bool:
@@ -147,11 +157,10 @@ def ms_text(seconds: float) -> str:
 def _communication_rule(s: StepFigures) -> Finding | None:
     if not (s.comm_measured and s.comm / s.wall >= THRESHOLDS["communication"]):
         return None
-    return Finding(
-        COMMUNICATION,
-        s.comm / s.wall,
-        f"exposed communication {ms_text(s.comm)} = {s.of_step(s.comm)}",
-    )
+    evidence = f"exposed communication {ms_text(s.comm)} = {s.of_step(s.comm)}"
+    if s.overlap is not None:
+        evidence += f", {s.overlap:.0%} of the traced all-reduce overlapped with compute"
+    return Finding(COMMUNICATION, s.comm / s.wall, evidence)
 
 
 def _data_rule(s: StepFigures) -> Finding | None:
@@ -199,9 +208,42 @@ def step_findings(s: StepFigures) -> list[Finding]:
     return [f for rule in BOTTLENECK_RULES if (f := rule(s)) is not None]
 
 
+def overlap_advice(overlap: float) -> str:
+    """The communication tip the traced overlap points to (THRESHOLDS["overlap_hidden"])."""
+    if overlap < THRESHOLDS["overlap_hidden"]:
+        return (
+            f"all-reduce not hidden ({overlap:.0%} of it overlapped with compute): either its "
+            "buckets start late (lower options.bucket_cap_mb so they start during backward; "
+            "gradients ready out of bucket order hold a bucket back) or it outlasts backward "
+            "(then send fewer bytes: sync ddp_fp16 or powersgd)"
+        )
+    return (
+        f"all-reduce already hidden ({overlap:.0%} of it overlapped with compute): bucket "
+        "tuning will not help; what is exposed is wire time beyond backward, so send fewer "
+        "bytes or compute more per byte"
+    )
+
+
+def trace_notes(s: StepFigures) -> list[str]:
+    """What the traces add beside the findings: a straggler the others wait for."""
+    if s.straggler is None:
+        return []
+    rank, wait = s.straggler
+    if wait / s.wall < THRESHOLDS["straggler"]:
+        return []
+    return [
+        f"straggler: the other ranks wait {ms_text(wait)} per step for rank {rank} "
+        f"({s.of_step(wait)}, from the profiler traces)"
+    ]
+
+
 def advice_for(bottleneck: str, s: StepFigures, memory_bound: bool) -> list[str]:
     """What to try, from ADVICE: on a GPU an idle gap may be input or copy, so both lists'
-    first tips; a compute-bound step near its memory limit also gets the memory tip."""
+    first tips; a compute-bound step near its memory limit also gets the memory tip; exposed
+    communication with a traced overlap gets the tip the overlap points to first."""
+    if bottleneck == COMMUNICATION and s.overlap is not None:
+        rest = [tip for tip in ADVICE[COMMUNICATION] if "bucket_cap_mb" not in tip]
+        return [overlap_advice(s.overlap), *rest]
     if bottleneck == s.data_name and s.cuda:
         return ADVICE[DATA][:2] + ADVICE[TRANSFER][:1]
     if memory_bound and bottleneck == COMPUTE:

@@ -24,6 +24,7 @@ from amdahl.report.diagnose import (
 )
 from amdahl.report.inputs import SweepInputs, load_inputs
 from amdahl.report.predict import PredictedView, fit_view, model_inputs
+from amdahl.report.ranking import Ranking, rank, sweep_objective
 from amdahl.report.recommend import QualityCheck, Recommendation, check_quality, recommend
 
 if TYPE_CHECKING:
@@ -51,6 +52,11 @@ class Report:
     #: search: halving: the rungs replayed from the rows, and plan.json's trial labels.
     search: SearchState | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    #: spec.yaml and plan.json's resources as read (report/best.py's best.yaml), or None.
+    spec: dict[str, Any] | None = None
+    planned_resources: dict[str, Any] | None = None
+    #: Families ranked by the sweep's objective (ranking.py); curves and diagnoses follow it.
+    ranking: Ranking = field(default_factory=lambda: Ranking("throughput"))
 
     @property
     def scaling_modes(self) -> list[str]:
@@ -88,7 +94,14 @@ def assemble(inputs: SweepInputs) -> Report:
         notes=list(inputs.notes),
         search=inputs.search,
         labels=dict(inputs.labels),
+        spec=inputs.spec,
+        planned_resources=inputs.planned_resources,
     )
+    objective = sweep_objective(inputs.spec, inputs.rows)
+    ranking = rank(configs, report.curves, report.recommendation.eligible, objective)
+    report.ranking = ranking
+    report.curves.sort(key=lambda cv: ranking.position(cv.points[0].config))
+    report.diagnoses.sort(key=lambda d: ranking.position(d.config))
     if report.configs and report.max_repeats <= 1:
         report.notes.append(
             "one repeat per configuration: spreads are unknown, so every difference is taken "

@@ -17,7 +17,8 @@ from typing import Any
 from amdahl.analysis.alphabeta import ring_allreduce_s
 from amdahl.analysis.calibration import Calibration
 from amdahl.analysis.configs import NO_SYNC, SETTINGS, Config
-from amdahl.analysis.stats import Stat, differs
+from amdahl.analysis.overlap import straggler_of
+from amdahl.analysis.stats import Stat, differs, is_number
 from amdahl.report.bottleneck import (
     COMPUTE,
     MEMORY,
@@ -27,6 +28,7 @@ from amdahl.report.bottleneck import (
     ms_text,
     step_findings,
     step_shares,
+    trace_notes,
 )
 from amdahl.strategies import ALL_PHASES, STRATEGIES
 
@@ -53,6 +55,21 @@ class Diagnosis:
     grad_bytes: float | None = None
     mfu: float | None = None
     mfu_peak: str = ""
+
+    @property
+    def overlap(self) -> Stat | None:
+        """Share of the traced communication overlapped by computation (profiler pass)."""
+        return self.config.stat("comm_overlap")
+
+    @property
+    def comm_trace(self) -> Stat | None:
+        """Communication seconds per step in the profiler traces."""
+        return self.config.stat("comm_trace_s")
+
+    @property
+    def straggler(self) -> tuple[int, float] | None:
+        """(rank, seconds per step the other ranks wait for it), from the traces."""
+        return straggler_of(self.config.ok_rows)
 
 
 def twin_key(config: Config, **changes: Any) -> tuple:
@@ -190,6 +207,8 @@ def _step_figures(d: Diagnosis, wall: float) -> StepFigures:
         other=seg["other"],
         compute=_compute_s(d),
         fixed=d.fixed_s or 0.0,
+        overlap=d.overlap.median if d.overlap else None,
+        straggler=d.straggler,
     )
 
 
@@ -224,6 +243,7 @@ def _name_bottleneck(d: Diagnosis, configs: list[Config], calib: Calibration | N
     note = _comm_note(d)
     if note:
         d.also.append(note)
+    d.also += trace_notes(s)
     d.advice = advice_for(d.bottleneck, s, bool(memory))
 
 
@@ -350,3 +370,29 @@ def compile_findings(configs: list[Config]) -> list[str]:
             verdict = f"{r:.2f}x eager: slower, keep eager"
         out.append(f"{c.label}: {verdict}; {cost}")
     return out
+
+
+#: Counted and stated FLOPs per sample further apart than this (relative to the counted) get a
+#: line in the report: one of the two describes other work than the step executes.
+FLOPS_DISAGREE = 0.10
+
+
+def flops_notes(configs: list[Config]) -> list[str]:
+    """One line per model whose stated FLOPs per sample (the workload's `flops_per_sample`)
+    and counted ones (FlopCounterMode, worker/flops.py) differ by more than FLOPS_DISAGREE,
+    naming both and the one MFU used (`flops_source`)."""
+    seen: dict[tuple[float, float], str] = {}
+    for c in configs:
+        for r in c.ok_rows:
+            counted, stated = r.get("flops_counted"), r.get("flops_stated")
+            if not (is_number(counted) and is_number(stated) and counted > 0):
+                continue
+            if abs(stated / counted - 1) > FLOPS_DISAGREE and (counted, stated) not in seen:
+                used = "stated" if r.get("flops_source") == "stated" else "counted"
+                seen[(counted, stated)] = (
+                    f"FLOPs per sample ({c.label}): the workload states {stated:,.0f}, torch's "
+                    f"FlopCounterMode counts {counted:,.0f} in one training step "
+                    f"({stated / counted:.2f}x the count); MFU uses the {used} figure"
+                    + (" (the workload's flops_override)" if used == "stated" else "")
+                )
+    return list(seen.values())

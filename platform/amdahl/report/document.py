@@ -19,6 +19,9 @@ class Table:
     headers: list[str]
     rows: list[list[str]]
     title: str = ""
+    #: What the table's own rows say beside it (a scaling curve's fit and ceiling), printed
+    #: right after it.
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass

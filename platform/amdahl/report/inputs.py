@@ -42,6 +42,10 @@ class SweepInputs:
     #: configuration's longest measurement only), and plan.json's trial labels.
     search: SearchState | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    #: spec.yaml as read (None when absent or unreadable), and plan.json's `resources` (what
+    #: `resources: auto` chose): what report/best.py turns into best.yaml.
+    spec: dict[str, Any] | None = None
+    planned_resources: dict[str, Any] | None = None
 
 
 def load_inputs(sweep_dir: str | Path) -> SweepInputs:
@@ -53,6 +57,7 @@ def load_inputs(sweep_dir: str | Path) -> SweepInputs:
     if isinstance(calib, dict):
         inputs.calibration = Calibration.from_dict(calib).with_row_peaks(rows)
     spec = _read_yaml(d / SPEC_FILE, inputs.notes)
+    inputs.spec = spec if isinstance(spec, dict) else None
     inputs.options = options_from_mapping(spec)
     inputs.price_per_device_hour = _price(spec)
     _read_plan(_read_json(d / PLAN_FILE, inputs.notes), inputs)
@@ -75,6 +80,8 @@ def _price(spec: Any) -> float:
 def _read_plan(plan: Any, inputs: SweepInputs) -> None:
     """plan.json's trial labels and the trials it refused, onto `inputs`."""
     trials = plan.get("trials") if isinstance(plan, dict) else None
+    resources = plan.get("resources") if isinstance(plan, dict) else None
+    inputs.planned_resources = resources if isinstance(resources, dict) else None
     if plan is not None and not isinstance(trials, list):
         inputs.notes.append(f"{PLAN_FILE} ignored: no list of trials in it")
     for t in trials if isinstance(trials, list) else []:

@@ -27,6 +27,9 @@ _COMM_HEADERS = [
     "measured exposed ms",
     "spread",
     "measured/predicted",
+    "traced comm ms",
+    "overlapped",
+    "straggler",
 ]
 
 
@@ -46,6 +49,15 @@ def communication_section(r: Report) -> Section:
         "Measured exposed communication = phase time with the sync strategy minus the same "
         "configuration with sync none; below the prediction means overlap with backward, "
         "above it means contention or framework cost the model leaves out."
+    )
+    sec.paras.append(
+        "From the profiler traces (train.profile_steps steps after the measured window, per "
+        "rank; traces/ in the sweep directory): traced comm = the collectives' time per step "
+        "(NCCL kernels, or gloo's collectives on CPU); overlapped = the share of it during "
+        "which computation ran too (Holistic Trace Analysis's definition; on a CPU the two "
+        "share cores, so concurrent, not free); straggler = the rank with the least exposed "
+        "communication, which the others wait for, and their extra wait per step. Medians "
+        "over ranks and repeats."
     )
     if not any(d.grad_bytes for d in r.diagnoses):
         sec.paras.append(
@@ -88,6 +100,18 @@ def _comm_row(d: Diagnosis) -> list[str]:
         ms(measured.median) if measured is not None else "",
         _comm_spread(d),
         f"{ratio:.2f}" if ratio is not None else "",
+        *_trace_cells(d),
+    ]
+
+
+def _trace_cells(d: Diagnosis) -> list[str]:
+    """What the profiler traces say: communication per step, the share of it overlapped by
+    computation, and the straggler (the rank the others wait for, and how long per step)."""
+    traced, overlap, straggler = d.comm_trace, d.overlap, d.straggler
+    return [
+        ms(traced.median) if traced is not None else "",
+        pct(overlap.median) if overlap is not None else "",
+        f"rank {straggler[0]} (+{ms(straggler[1])})" if straggler is not None else "",
     ]
 
 
@@ -115,14 +139,34 @@ def _comm_verdict(ratio: float) -> str:
 # --------------------------------------------------------------------------- step-time model
 
 MODEL_TEXT = (
-    "Step-time model (analysis/stepmodel.py): compute T_c(b) = a_c + b_c x b per configuration "
-    "family (every setting but devices and batch), x kappa on more than one device (measured "
-    "contention); communication T_n = latency terms x alpha + bytes per step / B, the bytes "
-    "set by the sync strategy and its options, x theta (what the strategy's communication costs "
-    "against the calibrated collective); step = (T_c^gamma + T_n^gamma)^(1/gamma) with the "
-    "overlap exponent gamma; gamma and theta fitted per strategy on multi-device trials; plus "
-    "the family's measured data wait (not modelled). Throughput = global batch / step."
+    "Step-time model (analysis/stepmodel.py): compute T_c(b, p) = a_p + b_p x b per "
+    "configuration family (every setting but devices and batch), fitted on the sync none trials "
+    "(no communication, no wrapper) at each measured device count p (kappa: their contention "
+    "against 1 device), plus omega, the strategy's wrapper per step (its 1-device trials minus "
+    "the sync none line: DDP's reducer runs on one device too); communication T_n = latency "
+    "terms x alpha + bytes per step / B, the bytes set by the sync strategy and its options, x "
+    "theta (what the strategy's communication costs against the calibrated collective); step = "
+    "(T_c^gamma + T_n^gamma)^(1/gamma) with the overlap exponent gamma; gamma and theta fitted "
+    "per strategy on multi-device trials; plus the family's measured data wait (not modelled). "
+    "Throughput = global batch / step."
 )
+
+BOUND_RULE = (
+    "A fitted parameter on a bound of its range (theta at 1/4 or 16, a fitted kappa at 1/4 or "
+    "4, a compute line's intercept or slope forced to 0) is a failed fit: the model does not "
+    "describe those trials, and every prediction that uses it is withheld. gamma's ends (1: no "
+    "overlap, 8: full overlap) are states a system can be in, not failures."
+)
+
+
+def failed_fit_notes(model: StepModel) -> list[str]:
+    """One line per failed fit: the family, the parameter, the bound and what it means."""
+    return [
+        f"FAILED FIT, {fam.label}: {hit.text()}; its predictions that use "
+        f"{'it' if hit.scope == 'compute' else 'communication'} are withheld"
+        for fam in model.families.values()
+        for hit in fam.hits
+    ]
 
 
 def predicted_section(r: Report) -> Section:
@@ -131,7 +175,9 @@ def predicted_section(r: Report) -> Section:
     sec = Section("predicted", "Predicted vs measured")
     view = r.predicted
     sec.paras.append(MODEL_TEXT)
+    sec.paras.append(BOUND_RULE)
     sec.paras.append(links_text(view.model.comm))
+    sec.bullets += failed_fit_notes(view.model)
     terms = _terms_table(view.model)
     if terms.rows:
         sec.tables.append(terms)
@@ -159,7 +205,9 @@ def _loo_table(loo: list[LooPoint]) -> Table:
             rate(pt.measured),
             rate(pt.predicted),
             f"{pt.error:+.1%}" if pt.error is not None else "",
-            pt.unknown,
+            "FAILED FIT (withheld in predictions): " + "; ".join(pt.failed_fit)
+            if pt.failed_fit
+            else pt.unknown,
         ]
         for pt in loo
     ]
@@ -234,7 +282,7 @@ def _terms_table(model: StepModel) -> Table:
     rows = []
     for fam in model.families.values():
         if not fam.has_compute:
-            rows.append([fam.label, "n/a", "n/a", "", "", "", "", "no compute measured"])
+            rows.append([fam.label, "n/a", "n/a", "", "", "", "", "", "no compute measured"])
             continue
         rows.append(
             [
@@ -242,11 +290,12 @@ def _terms_table(model: StepModel) -> Table:
                 ms(fam.a_c),
                 f"{fam.b_c * 1e6:,.3f}",
                 f"{fam.kappa:.2f}",
+                ms(fam.wrapper_s),
                 f"{fam.gamma:.2f}",
                 f"{fam.theta:.2f}",
                 mib(fam.grad_bytes) if fam.grad_bytes else "unknown",
-                f"compute: {fam.compute_source}; kappa: {fam.kappa_source}; "
-                f"gamma: {fam.gamma_source}",
+                _failed_prefix(fam) + f"compute: {fam.compute_source}; kappa: "
+                f"{fam.kappa_source}; omega: {fam.wrapper_source}; gamma: {fam.gamma_source}",
             ]
         )
     headers = [
@@ -254,11 +303,18 @@ def _terms_table(model: StepModel) -> Table:
         "a_c ms",
         "b_c us/sample",
         "kappa",
+        "omega ms",
         "gamma",
         "theta",
         "gradient MiB",
     ]
     return Table([*headers, "note"], rows, title="Fitted terms per configuration family")
+
+
+def _failed_prefix(fam: Family) -> str:
+    if not fam.hits:
+        return ""
+    return "FAILED FIT: " + ", ".join(f"{h.parameter} at {h.bound:g}" for h in fam.hits) + "; "
 
 
 def loo_caveat(loo: list[LooPoint]) -> str:
@@ -269,10 +325,16 @@ def loo_caveat(loo: list[LooPoint]) -> str:
             "unknown, so read its predictions as unchecked."
         )
     median, p90, n = errors
+    failed = sum(1 for p in loo if p.failed_fit)
+    counted = (
+        f" ({failed} of them from a failed fit, counted here, withheld in predictions)"
+        if failed
+        else ""
+    )
     return (
         f"Leave-one-out check: median |error| {median:.1%}, p90 {p90:.1%} over {n} measured "
-        "multi-device point(s); expect errors of that size or larger far from the measured "
-        "range."
+        f"multi-device point(s){counted}; expect errors of that size or larger far from the "
+        "measured range."
     )
 
 
@@ -299,8 +361,12 @@ def family_terms(fam: Family) -> str:
     text = (
         f"Fitted terms: a_c = {ms(fam.a_c)} ms, b_c = {fam.b_c * 1e6:,.3f} us/sample "
         f"(compute: {fam.compute_source}); kappa = {fam.kappa:.2f} ({fam.kappa_source}); "
+        f"omega = {ms(fam.wrapper_s)} ms ({fam.wrapper_source}); "
         f"gamma = {fam.gamma:.2f}, theta = {fam.theta:.2f} ({fam.gamma_source})"
     )
     if fam.grad_bytes:
         text += f"; gradient {mib(fam.grad_bytes)} MiB"
-    return text + "."
+    text += "."
+    if fam.hits:
+        text += " FAILED FIT: " + "; ".join(h.text() for h in fam.hits) + "."
+    return text

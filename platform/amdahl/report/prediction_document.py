@@ -11,7 +11,9 @@ from amdahl.analysis.configs import NO_SYNC
 from amdahl.analysis.prediction import FamilyPrediction, SweepPrediction
 from amdahl.report.document import Section, Table, ms, pct, rate, times
 from amdahl.report.model_sections import (
+    BOUND_RULE,
     MODEL_TEXT,
+    failed_fit_notes,
     family_terms,
     links_text,
     loo_caveat,
@@ -23,19 +25,22 @@ def prediction_sections(pred: SweepPrediction) -> list[Section]:
     """`platform predict`: the model's terms and caveat, then one table per family."""
     head = Section("predict", f"PREDICTION for {pred.name}: step-time model, not measured")
     head.paras.append(MODEL_TEXT)
+    head.paras.append(BOUND_RULE)
     head.paras.append(links_text(pred.model.comm))
     head.paras.append(loo_caveat(pred.loo))
     head.paras.append(
-        f"Devices spread over {pred.nodes} node(s). Speedup and efficiency are against the "
-        "family's measured 1-device throughput at the same batch (the model's where none was "
-        "measured)."
+        f"Devices spread over {pred.nodes} node(s). Speedup and efficiency divide by the "
+        "family's measured 1-device throughput at the same batch, with the family's own sync "
+        "(inside its wrapper: DDP's reducer runs on one device too; the model's where none was "
+        "measured). Where the 1-device sync none run (no wrapper, as people train on one "
+        "device) differs from it beyond the spread, a last column divides by that one."
     )
     if pred.price <= 0:
         head.paras.append(
             "Cost: no report.cost_per_device_hour in spec.yaml, so device-hours per million "
             "samples instead of $."
         )
-    head.bullets = list(pred.notes) + model_caveats(pred.model)
+    head.bullets = failed_fit_notes(pred.model) + list(pred.notes) + model_caveats(pred.model)
     cost = "predicted $/M samples" if pred.price > 0 else "predicted device-h/M samples"
     return [head] + [_family_section(i, fp, cost) for i, fp in enumerate(pred.families)]
 
@@ -48,6 +53,7 @@ def _family_section(i: int, fp: FamilyPrediction, cost: str) -> Section:
     sec.paras.append(family_terms(fam))
     rows, parts = [], []
     caveats: list[str] = []
+    unwrapped = any(pr.unwrapped for pr in fp.rows)
     for pr in fp.rows:
         p = pr.prediction
         for c in p.caveats:
@@ -65,6 +71,8 @@ def _family_section(i: int, fp: FamilyPrediction, cost: str) -> Section:
                 p.unknown or ("" if pr.baseline_measured else "1-device baseline predicted"),
             ]
         )
+        if unwrapped:
+            rows[-1].insert(-1, times(pr.speedup_unwrapped) if pr.speedup_unwrapped else "")
         if p.step_s is not None:
             parts.append(
                 [str(pr.devices), str(pr.batch)]
@@ -72,7 +80,8 @@ def _family_section(i: int, fp: FamilyPrediction, cost: str) -> Section:
             )
     batch = "global batch" if fam.scaling == "strong" else "batch/device"
     headers = ["devices", batch, "predicted samples/s", "predicted speedup"]
-    headers += ["predicted efficiency", cost, "note"]
+    headers += ["predicted efficiency", cost]
+    headers += ["predicted speedup vs 1 device, no wrapper", "note"] if unwrapped else ["note"]
     if rows:
         sec.tables.append(Table(headers, rows, title="predicted, not measured"))
     else:

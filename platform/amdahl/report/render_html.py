@@ -1,4 +1,5 @@
-"""One self-contained HTML file: the report document plus inline SVG plots (nothing fetched).
+"""One self-contained HTML file: the report document plus inline SVG plots (nothing fetched);
+the overview sorts and filters in the page and long parts fold away (html_overview.py).
 
 Plots: throughput vs devices with the linear ideal and the no-communication ceiling (one per
 curve), efficiency vs devices (with the Amdahl projection, labelled), stacked per-step breakdown
@@ -13,6 +14,16 @@ from amdahl.analysis.configs import NO_SYNC, SETTINGS
 from amdahl.report.build import Report
 from amdahl.report.diagnose import SEGMENTS
 from amdahl.report.document import TEXT_COLUMNS, Section, Table
+from amdahl.report.html_overview import (
+    CSS,
+    LONG_LIST,
+    LONG_TABLE,
+    SCRIPT,
+    details,
+    family_summary,
+    long_table_summary,
+    overview_html,
+)
 from amdahl.report.sections import sections
 from amdahl.report.svg import PALETTE, Series, line_plot, stacked_bars
 from amdahl.strategies import STRATEGIES
@@ -39,10 +50,11 @@ def plots(report: Report) -> dict[str, list[tuple[str, str]]]:
     pareto = _pareto_plot(report)
     if pareto:
         out.setdefault("recommendation", []).append(pareto)
-    out.setdefault("scaling", []).extend(_throughput_plots(report))
+    for label, plot in _throughput_plots(report):
+        out[f"curve:{label}"] = [plot]  # drawn inside its family's <details>
     eff = _efficiency_plot(report)
     if eff:
-        out["scaling"].append(eff)
+        out.setdefault("scaling", []).append(eff)
     bars = _breakdown_plot(report)
     if bars:
         out.setdefault("breakdown", []).append(bars)
@@ -55,7 +67,8 @@ def plots(report: Report) -> dict[str, list[tuple[str, str]]]:
     return out
 
 
-def _throughput_plots(report: Report) -> list[tuple[str, str]]:
+def _throughput_plots(report: Report) -> list[tuple[str, tuple[str, str]]]:
+    """(curve label, (svg, caption)) for the first MAX_CURVE_PLOTS curves, in ranked order."""
     out = []
     shown = [c for c in report.curves if len(c.points) > 1]
     synced_keys = {c.key for c in report.curves if c.sync != NO_SYNC}
@@ -99,7 +112,8 @@ def _throughput_plots(report: Report) -> list[tuple[str, str]]:
             series,
             xlog2=True,
         )
-        out.append((svg, f"{curve.label}: measured (min-max bars over repeats) with both ideals."))
+        caption = f"{curve.label}: measured (min-max bars over repeats) with both ideals."
+        out.append((curve.label, (svg, caption)))
     return out
 
 
@@ -305,16 +319,58 @@ def to_html(report: Report, extra: list[Section] | None = None) -> str:
             f"</h{1 if i == 0 else 2}>"
         )
         body += [f"<p>{escape(p)}</p>" for p in sec.paras]
-        body += [_html_table(t) for t in sec.tables]
+        if sec.key == "overview" and report.ranking.families:
+            body.append(overview_html(report))
+        elif sec.key == "scaling":
+            body += _family_tables(report, sec.tables, figures)
+        else:
+            body += [_table_block(t, sec.title) for t in sec.tables]
         for svg, caption in figures.get(sec.key, []):
-            body.append(f"<figure>{svg}<figcaption>{escape(caption)}</figcaption></figure>")
+            body.append(_figure(svg, caption))
         if sec.bullets:
-            body.append("<ul>" + "".join(f"<li>{escape(b)}</li>" for b in sec.bullets) + "</ul>")
+            items = "<ul>" + "".join(f"<li>{escape(b)}</li>" for b in sec.bullets) + "</ul>"
+            if len(sec.bullets) > LONG_LIST:
+                items = details(f"{escape(sec.title)}: {len(sec.bullets)} notes", items)
+            body.append(items)
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>amdahl report: {escape(report.name)}</title><style>{_CSS}</style></head>\n"
-        "<body>\n" + "\n".join(body) + "\n</body></html>\n"
+        f"<title>amdahl report: {escape(report.name)}</title><style>{_CSS}{CSS}</style></head>\n"
+        "<body>\n" + "\n".join(body) + f"\n<script>{SCRIPT}</script>\n</body></html>\n"
     )
+
+
+def _figure(svg: str, caption: str) -> str:
+    return f"<figure>{svg}<figcaption>{escape(caption)}</figcaption></figure>"
+
+
+def _family_tables(report: Report, tables: list[Table], figures: dict) -> list[str]:
+    """Each curve's table, notes and plot in a <details>, in ranked order, the best open."""
+    ranking = report.ranking
+    rank = {f.label: i + 1 for i, f in enumerate(ranking.families)}
+    fams = {f.label: f for f in ranking.families}
+    out = []
+    for k, t in enumerate(tables):
+        inner = _html_table(t) + _notes(t)
+        inner += "".join(_figure(svg, cap) for svg, cap in figures.get(f"curve:{t.title}", []))
+        head = family_summary(
+            rank.get(t.title, k + 1), fams.get(t.title), t.title, ranking.describe
+        )
+        out.append(details(head, inner, open_=k == 0))
+    return out
+
+
+def _table_block(t: Table, section_title: str) -> str:
+    """A table with its notes; collapsed when long (LONG_TABLE rows)."""
+    html = _html_table(t) + _notes(t)
+    if len(t.rows) > LONG_TABLE:
+        html = details(long_table_summary(t, section_title), html)
+    return html
+
+
+def _notes(t: Table) -> str:
+    if not t.notes:
+        return ""
+    return '<ul class="notes">' + "".join(f"<li>{escape(n)}</li>" for n in t.notes) + "</ul>"
 
 
 def _html_table(t: Table) -> str:

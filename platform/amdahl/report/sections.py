@@ -16,9 +16,10 @@ from amdahl.analysis.scaling import Curve
 from amdahl.analysis.stats import Stat
 from amdahl.report.bottleneck import THRESHOLD_TEXT
 from amdahl.report.build import Report
-from amdahl.report.diagnose import SEGMENTS
+from amdahl.report.diagnose import SEGMENTS, flops_notes
 from amdahl.report.document import Section, Table, mib, ms, pct, rate, spread, times
 from amdahl.report.model_sections import communication_section, predicted_section
+from amdahl.report.overview import overview_section
 from amdahl.report.recommend import cost_stat
 
 if TYPE_CHECKING:
@@ -46,7 +47,8 @@ def scaling_statement(report: Report) -> str:
 
 
 def sections(report: Report) -> list[Section]:
-    out = [_summary(report), _recommendation(report), _scaling(report), _breakdown(report)]
+    out = [_summary(report), overview_section(report), _recommendation(report)]
+    out += [_scaling(report), _breakdown(report)]
     out += [communication_section(report), predicted_section(report)]
     out += [_efficiency(report), _quality(report)]
     if any(row.get("target") for c in report.configs for row in c.rows):
@@ -63,7 +65,10 @@ def search_section(r: Report) -> Section:
     step-time model skipped, and the final ranking."""
     state = r.search
     assert state is not None
-    label = lambda tid: r.labels.get(tid, tid)  # noqa: E731
+    # The report's own labels (every varying axis named alike) where the trial was measured;
+    # plan.json's for a trial the model skipped.
+    measured = {row.get("trial_id"): c.label for c in r.configs for row in c.rows}
+    label = lambda tid: measured.get(tid) or r.labels.get(tid, tid)  # noqa: E731
     sec = Section("search", "Search: successive halving")
     rungs = len(state.steps)
     sec.paras.append(
@@ -205,44 +210,11 @@ def _recommendation(r: Report) -> Section:
 
 
 def _scaling(r: Report) -> Section:
+    """One table per curve, in the overview's order, each with its own notes."""
     sec = Section("scaling", "Speedup against ideal")
     if not r.curves:
         sec.paras.append("No ok runs: nothing to scale.")
-    for curve in r.curves:
-        rows = []
-        for pt in curve.points:
-            x = pt.config.throughput
-            rows.append(
-                [
-                    str(pt.devices),
-                    rate(x.median),
-                    spread(x),
-                    times(pt.speedup.median if pt.speedup else None, pt.speedup),
-                    f"{pt.devices}x",
-                    times(pt.ceiling_speedup) if pt.ceiling else "",
-                    pct(pt.efficiency),
-                    pct(pt.comm_efficiency) if pt.ceiling else "",
-                    f"{pt.karp_flatt:.3f}" if pt.karp_flatt is not None else "",
-                ]
-            )
-        sec.tables.append(
-            Table(
-                [
-                    "devices",
-                    "samples/s",
-                    "spread",
-                    "speedup",
-                    "linear ideal",
-                    "no-comm ceiling",
-                    "efficiency",
-                    "of ceiling",
-                    "Karp-Flatt e",
-                ],
-                rows,
-                title=curve.label,
-            )
-        )
-        sec.bullets += _curve_notes(curve)
+    sec.tables += [curve_table(curve) for curve in r.curves]
     if r.curves:
         sec.paras.append(
             "No-comm ceiling: the same settings with sync none (each worker trains alone), so "
@@ -253,11 +225,64 @@ def _scaling(r: Report) -> Section:
     return sec
 
 
+def curve_table(curve: Curve) -> Table:
+    """A curve's speedup against both ideals per device count, its fit and ceiling notes."""
+    rows = []
+    for pt in curve.points:
+        x = pt.config.throughput
+        rows.append(
+            [
+                str(pt.devices),
+                rate(x.median),
+                spread(x),
+                times(pt.speedup.median if pt.speedup else None, pt.speedup),
+                f"{pt.devices}x",
+                times(pt.ceiling_speedup) if pt.ceiling else "",
+                pct(pt.efficiency),
+                pct(pt.comm_efficiency) if pt.ceiling else "",
+                f"{pt.karp_flatt:.3f}" if pt.karp_flatt is not None else "",
+            ]
+        )
+        if curve.unwrapped is not None:
+            su = pt.speedup_unwrapped
+            rows[-1].append(times(su.median if su else None, su))
+    headers = ["devices", "samples/s", "spread", "speedup", "linear ideal", "no-comm ceiling"]
+    headers += ["efficiency", "of ceiling", "Karp-Flatt e"]
+    if curve.unwrapped is not None:
+        headers.append("speedup vs 1 device, no wrapper")
+    return Table(headers, rows, title=curve.label, notes=_curve_notes(curve))
+
+
+def baseline_notes(curve: Curve) -> list[str]:
+    """Which 1-device run the speedup divides by; where the run without a wrapper (sync none,
+    as people train on one device) differs beyond the spread, both and by how much."""
+    head, base, none = curve.label, curve.baseline, curve.unwrapped
+    out = [f"{head}: speedup divides by {curve.baseline_text}"]
+    if base is None or none is None or not base.perf or not none.perf:
+        return out
+    gap = none.perf.median / base.perf.median - 1
+    last = curve.points[-1]
+    both = ""
+    if last.devices > 1 and last.speedup and last.speedup_unwrapped:
+        both = (
+            f": at p={last.devices} the speedup is {last.speedup.median:.2f}x against it and "
+            f"{last.speedup_unwrapped.median:.2f}x against the run without a wrapper"
+        )
+    out.append(
+        f"{head}: the 1-device run without a wrapper (sync none) is {abs(gap):.1%} "
+        f"{'faster' if gap > 0 else 'slower'} than the 1-device {base.sync} run, beyond the "
+        f"spread ({spread(base.perf)} and "
+        f"{spread(none.perf)}){both}; the last column divides by it"
+    )
+    return out
+
+
 def _curve_notes(curve: Curve) -> list[str]:
     out = []
     head = curve.label
     if curve.baseline_note:
         out.append(f"{head}: {curve.baseline_note}")
+    out += baseline_notes(curve)
     last = curve.points[-1]
     if last.ceiling_speedup and last.speedup and last.devices > 1:
         out.append(
@@ -315,6 +340,14 @@ def _breakdown(r: Report) -> Section:
     return sec
 
 
+#: Where the MFU numerator's FLOPs per sample come from (worker/flops.py).
+_FLOPS_TEXT = (
+    "Achieved FLOP/s = throughput x FLOPs per sample, counted by torch's FlopCounterMode over "
+    "one training step (forward, loss, backward) unless the workload's stated figure overrides "
+    "it (the flops_source column)."
+)
+
+
 def _efficiency(r: Report) -> Section:
     sec = Section("efficiency", "Hardware efficiency and memory")
     cal = r.calibration
@@ -323,12 +356,12 @@ def _efficiency(r: Report) -> Section:
         sec.paras.append(
             "MFU = achieved FLOP/s / (p x peak), peak = each trial's own measured matmul FLOP/s "
             f"at its precision, else calibration.json's: {peaks} "
-            f"({cal.peak_source or 'source not stated'})."
+            f"({cal.peak_source or 'source not stated'}). {_FLOPS_TEXT}"
         )
     else:
         sec.paras.append(
             "MFU = achieved FLOP/s / (p x peak), peak = each trial's own measured matmul FLOP/s "
-            "at its precision (the same probe as `platform calibrate`)."
+            f"at its precision (the same probe as `platform calibrate`). {_FLOPS_TEXT}"
         )
     rows = []
     for d in r.diagnoses:
@@ -366,6 +399,7 @@ def _efficiency(r: Report) -> Section:
             "on one worker) understates the device or the workload's FLOPs per sample overstate "
             "its work; read MFU as relative between configurations"
         )
+    sec.bullets += flops_notes([d.config for d in r.diagnoses])
     sec.bullets += [f"batch limit: {b.text}" for b in r.batch_limits]
     return sec
 
@@ -373,7 +407,7 @@ def _efficiency(r: Report) -> Section:
 def _quality(r: Report) -> Section:
     sec = Section("quality", "Training quality")
     rows = []
-    for q in r.quality.values():
+    for q in sorted(r.quality.values(), key=lambda q: r.ranking.position(q.config)):
         if q.reference is None or q.reference is q.config:
             continue
         rows.append([q.config.label, "FLAGGED" if q.worse else "ok", q.text])

@@ -55,6 +55,7 @@ def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
         overridden.add(_apply_override(raw, item))
     spec = validate_spec(raw, source=str(path), lines=lines, overridden=overridden)
     spec._source_dir = path.resolve().parent
+    spec._source_file = path.resolve()
     if spec.workload_path is not None:  # relative to the sweep file, recorded absolute
         try:
             where = (spec._source_dir / Path(spec.workload_path).expanduser()).resolve()

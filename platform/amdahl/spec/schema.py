@@ -93,6 +93,15 @@ class TrainSpec(_Section):
         description="Optimizer steps over which the learning rate ramps linearly from `lr` to "
         "its scaled value (gradual warmup; counted from the trial's first step).",
     )
+    profile_steps: int = Field(
+        3,
+        ge=0,
+        le=100,
+        strict=True,  # a bool is not a step count
+        description="Steps of each multi-device trial recorded by torch.profiler after its "
+        "measured window (per-rank Chrome traces: communication overlap, straggler rank; "
+        "0: off).",
+    )
     target: TargetSpec | None = Field(
         None,
         description="Time-to-target mode: train until the validation metric reaches `value` "
@@ -373,6 +382,8 @@ class SweepSpec(_Section):
 
     #: The sweep file's directory (load_spec), searched for the workload's code.
     _source_dir: Path | None = PrivateAttr(None)
+    #: The sweep file itself (load_spec), which the MLflow mirror names as the runs' source.
+    _source_file: Path | None = PrivateAttr(None)
 
     @field_validator("resources", mode="before")
     @classmethod
@@ -395,6 +406,11 @@ class SweepSpec(_Section):
     def source_dir(self) -> Path | None:
         """The sweep file's directory (load_spec), None for a spec built in Python."""
         return self._source_dir
+
+    @property
+    def source_file(self) -> Path | None:
+        """The sweep file (load_spec), None for a spec built in Python."""
+        return self._source_file
 
     @property
     def experiment(self) -> str:

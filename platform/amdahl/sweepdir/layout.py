@@ -25,6 +25,8 @@ PLAN_FILE = "plan.json"
 RESULTS_FILE = "results.parquet"
 REPORT_MD_FILE = "report.md"
 REPORT_HTML_FILE = "report.html"
+#: The report's recommended configuration as a sweep file that runs as written (report/best.py).
+BEST_FILE = "best.yaml"
 CALIBRATION_FILE = "calibration.json"
 TRACKING_FILE = "tracking.json"
 #: Held (flock) by the process writing a sweep directory (its driver, or a push to MLflow) for
@@ -35,6 +37,8 @@ FINGERPRINT_FILE = "fingerprint.json"
 RAY_LOG_FILE = "ray.log"
 #: Ray Tune's and Train's state on the driver's disk, when the spec names no shared `storage`.
 RAY_DIR = "ray"
+#: The profiler pass's per-rank Chrome traces: `traces/<trial id>/<repeat>[-rung<k>]/`.
+TRACES_DIR = "traces"
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,10 @@ class SweepDir:
         return self.path / REPORT_HTML_FILE
 
     @property
+    def best(self) -> Path:
+        return self.path / BEST_FILE
+
+    @property
     def calibration(self) -> Path:
         return self.path / CALIBRATION_FILE
 
@@ -89,6 +97,17 @@ class SweepDir:
     @property
     def ray_dir(self) -> Path:
         return self.path / RAY_DIR
+
+    def trace_dir(self, trial_id: str, repeat: int, rung: int | None) -> Path:
+        """The folder of one row's traces (one row: trial id, repeat, rung)."""
+        run = f"{repeat}" if rung is None else f"{repeat}-rung{rung}"
+        return self.path / TRACES_DIR / trial_id / run
+
+    @staticmethod
+    def trace_file(rank: int) -> str:
+        """One rank's trace in a trace folder: gzip-compressed Chrome trace JSON (the
+        `.pt.trace.json.gz` name TensorBoard's profiler plugin and Perfetto open as is)."""
+        return f"rank{rank}.pt.trace.json.gz"
 
     def mirrored(self) -> tuple[Path, ...]:
         """The files the MLflow mirror uploads as the parent run's artifacts."""

@@ -94,7 +94,8 @@ def open_sweep_dir(
 
 #: Sweep-file fields that do not change what a trial measures, left out of the fingerprint so
 #: a resume may change them: names and bookkeeping (`name`, `tracking`, `report`, `storage`),
-#: retries of a crashed launch (`train.max_failures`), the number of repeats (`train.repeats`,
+#: retries of a crashed launch (`train.max_failures`), the profiler pass after the measured
+#: window (`train.profile_steps`), the number of repeats (`train.repeats`,
 #: `search.final_repeats`: a resume with more runs the missing ones) and which trials exist
 #: (`grid`, `exclude`: a resume with a larger grid runs the new trials; each row records its
 #: own axis values). Everything else (`workload`, `params`, the rest of `train`, `options`,
@@ -108,6 +109,7 @@ UNMEASURED_FIELDS = (
     "exclude",
     "train.repeats",
     "train.max_failures",
+    "train.profile_steps",
     "search.final_repeats",
 )
 

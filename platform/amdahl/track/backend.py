@@ -1,8 +1,8 @@
 """What the results mirror needs from a tracking store: the interface `track/tracker.py`'s
 `Tracker` is written against, so the mechanism (tracking.json's record of what the store holds,
 outage retry, the writer thread) is apart from any one store's client. MLflow is its one
-implementation (`track/mlflow_store.py`'s `MlflowBackend`); the unit tests drive the mechanism
-through an in-memory one.
+implementation (`track/mlflow_store.py`'s `MlflowBackend`), and the unit tests drive the
+mechanism through it over real SQLite stores.
 
 The store's model, MLflow's shape: experiments by name; in one, a parent run per sweep and a
 child run per results row (its key `trial_id:repeat`); a run holds params (set once), metrics
@@ -85,8 +85,9 @@ class TrackingBackend(ABC):
         """After an outage: forget the connection, so the next `connect` makes a new one."""
 
     @abstractmethod
-    def experiment(self, name: str) -> tuple[str, bool]:
-        """The id of the experiment `name`, created when missing, and whether it existed."""
+    def experiment(self, name: str, description: str | None = None) -> tuple[str, bool]:
+        """The id of the experiment `name`, created when missing, and whether it existed.
+        `description` is given to a new experiment, and to an existing one that has none."""
 
     def reuse_experiment(self, experiment_id: str) -> None:  # noqa: B027 - a hook
         """An experiment recorded earlier is in use again (called before each write to it)."""
@@ -101,16 +102,27 @@ class TrackingBackend(ABC):
         """The parent run that `create_parent` made for `sweep_dir`, if the store holds one."""
 
     @abstractmethod
-    def create_parent(self, experiment_id: str, name: str, sweep_dir: Path) -> str:
-        """A new, open parent run for the sweep in `sweep_dir`; its id."""
+    def create_parent(
+        self, experiment_id: str, name: str, sweep_dir: Path, tags: Mapping[str, str] | None = None
+    ) -> str:
+        """A new, open parent run for the sweep in `sweep_dir`, with `tags` from its creation
+        (the user among them); its id."""
 
     @abstractmethod
     def find_child(self, experiment_id: str, parent_id: str, key: str) -> ChildRun | None:
         """The child run of `parent_id` that `create_child` made for row `key`, if any."""
 
     @abstractmethod
-    def create_child(self, experiment_id: str, parent_id: str, key: str, name: str) -> str:
-        """A new, open child run of `parent_id` for row `key`; its id."""
+    def create_child(
+        self,
+        experiment_id: str,
+        parent_id: str,
+        key: str,
+        name: str,
+        tags: Mapping[str, str] | None = None,
+    ) -> str:
+        """A new, open child run of `parent_id` for row `key`, with `tags` from its creation;
+        its id."""
 
     @abstractmethod
     def log(

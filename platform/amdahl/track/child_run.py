@@ -3,8 +3,11 @@ params, metrics, tags and per-step curves, and writing them (`write_child_run`).
 
 Apart from the tracker's mechanism (tracking.json, outage retry, the writer thread,
 `track/tracker.py`) because what a row becomes in the store is its own question: which columns
-are settings (params), which are measurements (metrics), which are labels (tags), and how the
-results' `history` column becomes metric history MLflow charts against the optimizer step.
+are settings (params; the numeric ones metrics too, since MLflow compares params only as
+strings and a filter such as `metrics.devices >= 2` needs a number), which are measurements
+(metrics), which are labels (tags: the configuration's label as the report writes it,
+`config_labels`), and how the results' `history` column becomes metric history that MLflow
+charts against the optimizer step and against time.
 """
 
 from __future__ import annotations
@@ -12,9 +15,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
+from amdahl.analysis.configs import group_configs
+from amdahl.analysis.stats import is_number
 from amdahl.columns import SETTING_COLUMNS
+from amdahl.spec.schema import SweepSpec
 from amdahl.track.backend import Metric, TrackingBackend, is_metric_value, now_ms
 
 #: The row's columns logged as its run's params (the rest of its numbers are metrics).
@@ -33,14 +40,42 @@ _PARAM_COLUMNS = (
     "launch_id",
     "micro_steps",
     "torch_threads",
+    "compile_cache",
+    "nodes",
+)
+#: Settings that are numbers, logged as metrics (step 0) as well as params: MLflow compares
+#: params as strings, so only a metric filters by value (`metrics.devices >= 2`) and sorts
+#: numerically.
+NUMERIC_SETTINGS = (
+    "devices",
+    "batch_size",
+    "global_batch",
+    "micro_steps",
+    "data_workers",
+    "prefetch_batches",
+    "steps",
+    "warmup_steps",
+    "torch_threads",
 )
 #: The row's columns logged as its run's tags (`amdahl.<column>`).
-_TAG_COLUMNS = ("status", "host", "device_name", "backend")
+_TAG_COLUMNS = ("status", "host", "device_name", "backend", "flops_source")
+#: A child run's configuration, labelled as the report labels it (`d2 b256 fp32 eager w1 ddp`):
+#: a configuration's repeats share it, so grouped by it MLflow's runs table aggregates them.
+CONFIG_TAG = "amdahl.config"
+#: The sweep directory's name (the parent run's name), on the parent and every child.
+SWEEP_TAG = "amdahl.sweep"
 #: The results' `history` series -> the child run's metric key (step = the optimizer step).
 HISTORY_METRICS = {
     "loss": "train/loss",
     "step_time_s": "train/step_time_s",
     "data_wait_s": "train/data_wait_s",
+}
+#: The results' `utilisation` series -> MLflow system metrics, per rank
+#: (`system/rank<k>/<name>`): the run page's System metrics tab charts them.
+UTILISATION_METRICS = {
+    "cpu_percent": "cpu_utilization_percentage",
+    "gpu_percent": "gpu_utilization_percentage",
+    "gpu_mib": "gpu_memory_allocated_megabytes",
 }
 
 
@@ -60,11 +95,16 @@ def write_child_run(
     row: dict[str, Any],
     run_id: str | None,
     logged: Mapping[str, Mapping[str, str]],
+    sweep_dir: Path | None = None,
+    tags: Mapping[str, str] | None = None,
 ) -> tuple[str, bool]:
     """Write row `key` into its child run of `parent`: `run_id` (tracking.json's record of it),
     else the run the store holds under its key, else a new one. `logged` is tracking.json's
-    record of this store's rows. Returns the run's id and whether anything was written (not
-    when the store holds the row complete already)."""
+    record of this store's rows; the row's profiler traces (its `trace_dir`, under `sweep_dir`)
+    become the run's files; `tags` go on the run besides the row's own (its configuration,
+    sweep, user and source; given at its creation too, so the store records the user).
+    Returns the run's id and whether anything was written (not when the store holds the row
+    complete already)."""
     ok = row["status"] in ("ok", "skipped")  # skipped (search): nothing failed
     existing = None
     if run_id is None:
@@ -87,11 +127,48 @@ def write_child_run(
         if existing is not None:  # a param logged again with a new value is refused
             params = {k: v for k, v in params.items() if k not in existing.params}
     if run_id is None:
-        run_id = backend.create_child(experiment_id, parent, key, name)
-    metrics = _row_metrics(row) + _history_metrics(row)
-    backend.log(run_id, metrics, params, _row_tags(key, row))
+        run_id = backend.create_child(experiment_id, parent, key, name, dict(tags or {}))
+    metrics = _row_metrics(row) + _history_metrics(row) + _utilisation_metrics(row)
+    backend.log(run_id, metrics, params, {**_row_tags(key, row), **(tags or {})})
+    if sweep_dir is not None and row.get("trace_dir"):
+        traces = Path(sweep_dir) / str(row["trace_dir"])
+        for path in sorted(traces.glob("*")) if traces.is_dir() else ():
+            backend.log_artifact(run_id, path)
     backend.end_run(run_id, "FINISHED" if ok else "FAILED")
     return run_id, True
+
+
+def config_labels(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """Each row's configuration label as the report writes it (`analysis.configs.group_configs`
+    over `rows`), by the row's key."""
+    return {child_run_key(r): c.label for c in group_configs(rows) for r in c.rows}
+
+
+def config_label_in(row: dict[str, Any], spec: SweepSpec) -> str:
+    """`row`'s configuration label as the report will write it once the sweep is done, known as
+    the row arrives: the report's own function over the row and, for each axis and `params.`
+    axis of the sweep's grid, the row with that axis at each of its values (a label names an
+    optional axis, or a workload parameter, when the sweep varies it). An `exclude` that takes
+    every other value of an axis away, or rows of an earlier spec, can make the report's label
+    differ: the tracker puts the report's on the run when the sweep ends (`config_labels`)."""
+    variants = [row]
+    for axis in SETTING_COLUMNS:
+        variants += [{**row, axis: v} for v in getattr(spec.grid, axis, ())]
+    params = _params(row)
+    for name, values in spec.grid.param_axes().items():
+        variants += [{**row, "params": json.dumps({**params, name: v})} for v in values]
+    for config in group_configs(variants):
+        if any(r is row for r in config.rows):
+            return config.label
+    return ""  # unreachable: the row is in one configuration
+
+
+def _params(row: dict[str, Any]) -> dict[str, Any]:
+    try:
+        value = json.loads(row.get("params") or "{}")
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _run_name(row: dict[str, Any]) -> str:
@@ -104,19 +181,20 @@ def _run_name(row: dict[str, Any]) -> str:
 
 def _row_params(row: dict[str, Any]) -> dict[str, str]:
     """A row's settings (and its workload's params, `params.<name>`) as its run's params."""
-    params = {c: str(row.get(c)) for c in _PARAM_COLUMNS if row.get(c) is not None}
-    for k, v in json.loads(row.get("params") or "{}").items():
+    params = {c: str(row.get(c))[:6000] for c in _PARAM_COLUMNS if row.get(c) is not None}
+    for k, v in _params(row).items():
         params[f"params.{k}"] = str(v)[:6000]
     return params
 
 
 def _row_metrics(row: dict[str, Any]) -> list[Metric]:
-    """A row's finite numbers that are not settings, at step 0."""
-    now = now_ms()
+    """A row's finite numbers that are not settings, and its numeric settings, at step 0,
+    stamped with the trial's start (the same each time the row is logged)."""
+    stamp = trial_start_ms(row)
     return [
-        Metric(k, float(v), now, 0)
+        Metric(k, float(v), stamp, 0)
         for k, v in row.items()
-        if k not in _PARAM_COLUMNS and is_metric_value(v)
+        if (k not in _PARAM_COLUMNS or k in NUMERIC_SETTINGS) and is_metric_value(v)
     ]
 
 
@@ -129,25 +207,67 @@ def _row_tags(key: str, row: dict[str, Any]) -> dict[str, str]:
     }
 
 
+def trial_start_ms(row: dict[str, Any]) -> int:
+    """The trial's start (`started_at`) in milliseconds since the epoch; now, without one."""
+    try:
+        return int(datetime.fromisoformat(row["started_at"]).timestamp() * 1000)
+    except (TypeError, ValueError, KeyError):
+        return now_ms()
+
+
 def _history_metrics(row: dict[str, Any]) -> list[Metric]:
     """The row's per-step curves (its `history` column) as metrics with step = the optimizer
-    step. Their timestamp is the trial's start, the same every time the row is logged, so a
-    store that already holds a point (a row logged again after a crash) keeps one copy."""
+    step, each stamped when its step ended: the trial's start plus its setup (`setup_s`) plus
+    the step's `elapsed_s` from the history, so MLflow's charts against wall or relative time
+    spread the points as the trial ran them. A history from before `elapsed_s` was recorded
+    stamps every point with the trial's start. The stamps are the same every time the row is
+    logged, so a store that already holds a point (a row logged again after a crash) keeps one
+    copy."""
     try:
         history = json.loads(row.get("history") or "{}")
     except (TypeError, ValueError):
         return []
     if not isinstance(history, dict):
         return []
-    try:
-        stamp = int(datetime.fromisoformat(row["started_at"]).timestamp() * 1000)
-    except (TypeError, ValueError, KeyError):
-        stamp = now_ms()
+    start = trial_start_ms(row)
     steps = history.get("step") or []
+    elapsed = history.get("elapsed_s") or []
+    setup = row.get("setup_s") if is_number(row.get("setup_s")) else 0.0
+    stamps = [
+        start + round(1000 * (setup + e)) if is_number(e) else start
+        for e in (elapsed if len(elapsed) == len(steps) else [None] * len(steps))
+    ]
     out = []
     for series, key in HISTORY_METRICS.items():
         values = history.get(series) or []
-        for step, value in zip(steps, values, strict=False):
+        for step, value, stamp in zip(steps, values, stamps, strict=False):
             if is_metric_value(value) and isinstance(step, int):
                 out.append(Metric(key, float(value), stamp, step))
+    return out
+
+
+def _utilisation_metrics(row: dict[str, Any]) -> list[Metric]:
+    """Every rank's utilisation samples (the `utilisation` column) as system metrics, step =
+    the sample's index, stamped when it was taken: the trial's start, plus its setup and warmup
+    (`setup_s`, `warmup_s`: the measured window opens then), plus the sample's `t`. Like the
+    history's, the stamps are the same each time the row is logged."""
+    try:
+        ranks = json.loads(row.get("utilisation") or "[]")
+    except (TypeError, ValueError):
+        return []
+    if not isinstance(ranks, list):
+        return []
+    opened = sum(row.get(k) for k in ("setup_s", "warmup_s") if is_number(row.get(k)))
+    start = trial_start_ms(row) + round(1000 * opened)
+    out = []
+    for rank, series in enumerate(ranks):
+        if not isinstance(series, dict):
+            continue
+        times = series.get("t") or []
+        for column, name in UTILISATION_METRICS.items():
+            values = series.get(column) or []
+            for i, (t, value) in enumerate(zip(times, values, strict=False)):
+                if is_metric_value(value) and is_number(t):
+                    stamp = start + round(1000 * t)
+                    out.append(Metric(f"system/rank{rank}/{name}", float(value), stamp, i))
     return out

@@ -1,7 +1,7 @@
 """MLflow as the results mirror's tracking store: `MlflowBackend` implements `TrackingBackend`
 (track/backend.py) with `MlflowClient`, and what only MLflow needs lives here: which of its errors
 are an outage, the store's key for tracking.json, fail-fast HTTP settings, its batch limits, the
-experiment-kind tag, and creating a new SQLite store atomically.
+experiment-kind tag and description, and creating a new SQLite store atomically.
 
 MLflow is imported inside functions only: importing this module costs nothing.
 """
@@ -44,6 +44,8 @@ EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
 #: MLflow's limits on one `log_batch` call: metrics, params and tags (each), entities in all.
 _BATCH_METRICS, _BATCH_PARAMS_TAGS, _BATCH_ENTITIES = 1000, 100, 1000
+#: The tag MLflow's UI shows (and edits) as an experiment's or a run's description (Markdown).
+NOTE_TAG = "mlflow.note.content"
 #: The tag holding a child run's key (`child_run_key`: `trial_id:repeat`), which `find_child`
 #: searches.
 _ROW_TAG = "amdahl.row"
@@ -182,13 +184,18 @@ class MlflowBackend(TrackingBackend):
 
     # ---- experiments ---------------------------------------------------------------------
 
-    def experiment(self, name: str) -> tuple[str, bool]:
+    def experiment(self, name: str, description: str | None = None) -> tuple[str, bool]:
         client = self._connected()
         experiment = client.get_experiment_by_name(name)
         if experiment is None:
-            found = client.create_experiment(name, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+            tags = {EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}
+            if description:
+                tags[NOTE_TAG] = description
+            found = client.create_experiment(name, tags=tags)
         else:
             self._claim_kind(experiment)
+            if description and not (experiment.tags or {}).get(NOTE_TAG):
+                self._label(experiment.experiment_id, NOTE_TAG, description)
             found = experiment.experiment_id
         self._kind_checked = True
         return found, experiment is not None
@@ -206,14 +213,17 @@ class MlflowBackend(TrackingBackend):
         experiment) costs nothing else; an outage is raised as usual."""
         if (experiment.tags or {}).get(EXPERIMENT_KIND_TAG):
             return
+        self._label(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+
+    def _label(self, experiment_id: str, key: str, value: str) -> None:
+        """Set an experiment tag that only labels it (its kind, its description): a store that
+        refuses it (a read-only experiment) costs nothing else; an outage is raised as usual."""
         try:
-            self._connected().set_experiment_tag(
-                experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND
-            )
+            self._connected().set_experiment_tag(experiment_id, key, value)
         except Exception as e:  # noqa: BLE001 - a label; an outage goes on up
             if is_outage(e):
                 raise
-            log.debug("could not set %s on the experiment: %s", EXPERIMENT_KIND_TAG, e)
+            log.debug("could not set %s on the experiment: %s", key, e)
 
     # ---- runs ----------------------------------------------------------------------------
 
@@ -243,8 +253,11 @@ class MlflowBackend(TrackingBackend):
         )
         return found[0].info.run_id if found else None
 
-    def create_parent(self, experiment_id: str, name: str, sweep_dir: Path) -> str:
-        tags = {"amdahl.sweep_dir": str(sweep_dir.resolve()), "amdahl.kind": "sweep"}
+    def create_parent(
+        self, experiment_id: str, name: str, sweep_dir: Path, tags: Mapping[str, str] | None = None
+    ) -> str:
+        own = {"amdahl.sweep_dir": str(sweep_dir.resolve()), "amdahl.kind": "sweep"}
+        tags = {**(tags or {}), **own}
         return self._connected().create_run(experiment_id, run_name=name, tags=tags).info.run_id
 
     def find_child(self, experiment_id: str, parent_id: str, key: str) -> ChildRun | None:
@@ -259,8 +272,15 @@ class MlflowBackend(TrackingBackend):
         run = found[0]
         return ChildRun(run.info.run_id, run.info.status, run.data.tags, run.data.params)
 
-    def create_child(self, experiment_id: str, parent_id: str, key: str, name: str) -> str:
-        tags = {"mlflow.parentRunId": parent_id, _ROW_TAG: key}
+    def create_child(
+        self,
+        experiment_id: str,
+        parent_id: str,
+        key: str,
+        name: str,
+        tags: Mapping[str, str] | None = None,
+    ) -> str:
+        tags = {**(tags or {}), "mlflow.parentRunId": parent_id, _ROW_TAG: key}
         return self._connected().create_run(experiment_id, run_name=name, tags=tags).info.run_id
 
     def log(

@@ -16,6 +16,7 @@ from amdahl.sweepdir.layout import existing_sweep_dir
 from amdahl.sweepdir.lock import lock_sweep_dir
 from amdahl.sweepdir.table import read_results
 from amdahl.track.tracker import Tracker
+from amdahl.track.ui_link import TrackingLink
 
 #: `lock_sweep_dir`'s `by` for a push (what a driver refused by it is told holds the directory).
 PUSH = "MLflow push"
@@ -34,6 +35,9 @@ class PushOutcome:
     pushed: int  # rows this push wrote to the store
     offline_reason: str | None = None
     error: str | None = None
+    #: Where to look: the link to the runs table (and the `mlflow ui` command for a local
+    #: store), when the store holds the sweep's experiment.
+    link: TrackingLink | None = None
 
     @property
     def ok(self) -> bool:
@@ -76,4 +80,5 @@ def push_results(sweep_dir: str | Path) -> PushOutcome:
         pushed=pushed,
         offline_reason=tracker.offline_reason,
         error="; ".join(problems) or None,
+        link=None if tracker.offline_reason else tracker.link,
     )

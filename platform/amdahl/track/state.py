@@ -1,6 +1,7 @@
 """tracking.json, the sweep directory's record of what each tracking store holds: per store
 (`TrackingBackend.store_key`) and experiment, the sweep's parent run, the rows it holds (by
-`child_run_key`, with their run id and status) and the scaling figures logged on it.
+`child_run_key`, with their run id, status and the configuration label they are tagged with),
+the scaling figures logged on it and a digest of its description.
 
 This record is what makes the mirror idempotent: a resumed sweep or `platform mlflow-push` pushes
 only the rows a store lacks, and a sweep directory copied elsewhere is pushed in full to another
@@ -62,7 +63,7 @@ def _check_entry(entry: Any) -> None:
     """Raise ValueError unless `entry` is one store's record; fill its optional fields."""
     if not isinstance(entry, dict):
         raise ValueError(f"a store entry is {type(entry).__name__}, not an object")
-    for name in _STRING_FIELDS:
+    for name in (*_STRING_FIELDS, "note"):  # note: the parent's description's digest, optional
         if not isinstance(entry.get(name), str | None):
             raise ValueError(f"{name} is {entry[name]!r}, not a string")
     figures = entry.get("figures")
@@ -79,6 +80,7 @@ def _check_entry(entry: Any) -> None:
             isinstance(row, dict)
             and isinstance(row.get("run_id"), str)
             and isinstance(row.get("status"), str)
+            and isinstance(row.get("config"), str | None)
         ):
             raise ValueError(f"logged row {key!r} is {row!r}, not {{run_id, status}}")
     for name in _STRING_FIELDS:

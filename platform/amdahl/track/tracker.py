@@ -9,7 +9,11 @@ It is written against `track/backend.py`'s `TrackingBackend`; MLflow's client ca
 params and figures (the scaling curves, step = the device count, and the best configuration:
 `scaling_metrics`) are `track/parent_run.py`'s; tracking.json, the record of what each store
 holds, is `track/state.py`'s; pushing a sweep directory afterwards (`platform mlflow-push`) is
-`track/push.py`'s.
+`track/push.py`'s. Every run carries who ran it and from what (`track/run_source.py`: MLflow's
+user, source and git commit tags), every child its configuration's label and its sweep; the
+experiment and the parent run carry descriptions (`track/notes.py`). Where users look, the link
+that opens the runs table, is `track/ui_link.py`'s (`Tracker.link`; `on_open` hears it once
+the parent run exists).
 
 The driver is the single writer (many processes on one SQLite file contend). Every row is keyed
 by `trial_id:repeat` in the store and in tracking.json, so logging is idempotent: a resumed sweep
@@ -26,23 +30,36 @@ either, and is reported as one message at its end, never taken for an outage.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from amdahl.errors import UserError
 from amdahl.files import redact_uris
+from amdahl.report.build import Report, build_report, report_from_rows
 from amdahl.spec.schema import SweepSpec
 from amdahl.sweepdir.layout import SweepDir
 from amdahl.sweepdir.table import read_results
 from amdahl.track.backend import Metric, TrackingBackend, now_ms
-from amdahl.track.child_run import child_run_key, write_child_run
-from amdahl.track.mlflow_store import MlflowBackend
+from amdahl.track.child_run import (
+    CONFIG_TAG,
+    SWEEP_TAG,
+    child_run_key,
+    config_label_in,
+    config_labels,
+    write_child_run,
+)
+from amdahl.track.mlflow_store import NOTE_TAG, MlflowBackend
+from amdahl.track.notes import experiment_note, sweep_note
 from amdahl.track.parent_run import scaling_metrics, spec_params
+from amdahl.track.run_source import RunSource, run_source
 from amdahl.track.state import load_state, store_entry, write_state
+from amdahl.track.ui_link import TrackingLink, tracking_link
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +79,13 @@ class Tracker:
         sweep_dir: Path,
         enabled: bool = True,
         backend: TrackingBackend | None = None,
+        on_open: Callable[[TrackingLink], None] | None = None,
     ):
+        """`on_open` is called with `link`, on the tracker's own thread, once `open_soon` has
+        the parent run (not when the store is unreachable or has no link to give)."""
         self.spec, self.sweep_dir, self.enabled = spec, Path(sweep_dir), enabled
+        self.on_open = on_open
+        self._source: RunSource | None = None  # found on first use (a git call)
         self.files = SweepDir(self.sweep_dir)
         self.backend = backend if backend is not None else MlflowBackend(spec.tracking.uri)
         self.state_path = self.files.tracking
@@ -97,11 +119,12 @@ class Tracker:
             if self._holds(row):
                 return True
             known = self._logged.get(key)
-            run_id = self._log_child(key, row, known["run_id"] if known else None)
+            label = config_label_in(row, self.spec)
+            run_id = self._log_child(key, row, known["run_id"] if known else None, label)
         except Exception as e:  # noqa: BLE001 - no tracking failure stops the sweep
             self._failed(e, f"logging row {key}")
             return False
-        self._logged[key] = {"run_id": run_id, "status": row["status"]}
+        self._logged[key] = {"run_id": run_id, "status": row["status"], "config": label}
         self._save_state()
         return True
 
@@ -130,10 +153,11 @@ class Tracker:
         self._report_errors(rows)
         return pushed
 
-    def finish(self, outcome: Any, interrupted: bool = False) -> None:
-        """Push what an outage held back, then close the parent run with summary and artifacts."""
+    def finish(self, outcome: Any, interrupted: bool = False, report: Report | None = None) -> None:
+        """Push what an outage held back, then close the parent run with summary, description
+        and artifacts. `report`: the sweep directory's report, when the caller has built it."""
         try:
-            self._finish(outcome, interrupted)
+            self._finish(outcome, interrupted, report)
         finally:
             self.close()
 
@@ -141,6 +165,18 @@ class Tracker:
         """Give the caller's environment back as it was (the backend's settings for the
         tracker's duration); `finish` ends with it."""
         self.backend.end()
+
+    @property
+    def link(self) -> TrackingLink | None:
+        """The link that opens the sweep's experiment on the runs table (and, for a local
+        store, the command that starts the UI), once the experiment is known; else None."""
+        if not self.enabled:
+            return None
+        try:
+            return tracking_link(self.backend.store_key, self._entry()["experiment_id"])
+        except Exception as e:  # noqa: BLE001 - a link is never worth a failure
+            log.debug("no tracking link: %s", e)
+            return None
 
     # ---- the writer thread ---------------------------------------------------------------
 
@@ -160,6 +196,10 @@ class Tracker:
             self._ensure_parent()
         except Exception as e:  # noqa: BLE001 - rows stay local; `finish` tries again
             self._failed(e, "creating the sweep's parent run")
+            return
+        link = self.link
+        if self.on_open is not None and link is not None:
+            self.on_open(link)
 
     # ---- rows ----------------------------------------------------------------------------
 
@@ -176,12 +216,22 @@ class Tracker:
         known = self._logged.get(child_run_key(row))
         return known is not None and known["status"] == row["status"]
 
-    def _log_child(self, key: str, row: dict[str, Any], run_id: str | None) -> str:
-        """Write row `key` into its child run (`run_id`, else found by its key, else new)."""
+    def _log_child(self, key: str, row: dict[str, Any], run_id: str | None, label: str) -> str:
+        """Write row `key` into its child run (`run_id`, else found by its key, else new),
+        tagged with its configuration's `label`, its sweep and its source."""
         parent = self._ensure_parent()
         experiment_id = self._entry()["experiment_id"]
+        tags = {CONFIG_TAG: label, **self._run_tags()}
         run_id, written = write_child_run(
-            self.backend, experiment_id, parent, key, row, run_id, self._logged
+            self.backend,
+            experiment_id,
+            parent,
+            key,
+            row,
+            run_id,
+            self._logged,
+            self.sweep_dir,
+            tags,
         )
         if written:
             self._pushed += 1
@@ -200,14 +250,24 @@ class Tracker:
             self.backend.reuse_experiment(entry["experiment_id"])
         return entry["parent_run_id"]
 
+    def _run_tags(self) -> dict[str, str]:
+        """The tags of every run of this sweep: its directory's name, user and source."""
+        if self._source is None:
+            self._source = run_source(self.spec)
+        return {SWEEP_TAG: self.sweep_dir.name, **self._source.tags()}
+
     def _new_parent(self, entry: dict[str, Any]) -> str:
-        experiment_id, existed = self.backend.experiment(self.spec.experiment)
+        experiment_id, existed = self.backend.experiment(
+            self.spec.experiment, experiment_note(self.spec)
+        )
         earlier = self._earlier_record(experiment_id) if existed else None
         if earlier is not None:
             entry.update(earlier)
             self._save_state()
             return entry["parent_run_id"]
-        run_id = self.backend.create_parent(experiment_id, self.sweep_dir.name, self.sweep_dir)
+        run_id = self.backend.create_parent(
+            experiment_id, self.sweep_dir.name, self.sweep_dir, self._run_tags()
+        )
         entry["parent_run_id"] = run_id
         entry["experiment_id"] = experiment_id
         self._save_state()
@@ -238,7 +298,7 @@ class Tracker:
             return None
         return {"parent_run_id": found, "experiment_id": experiment_id}
 
-    def _finish(self, outcome: Any, interrupted: bool) -> None:
+    def _finish(self, outcome: Any, interrupted: bool, report: Report | None) -> None:
         if self._writer is not None:
             self._writer.shutdown(wait=True)
             self._writer = None
@@ -248,7 +308,7 @@ class Tracker:
         self.offline_reason = None
         self._push(outcome.rows)
         if not self.offline_reason:
-            self._log_summary(self._all_rows(outcome.rows))
+            self._log_summary(self._all_rows(outcome.rows), report=report)
         if not self.offline_reason:
             self._close_parent(outcome, interrupted)
         self._report_errors(outcome.rows)
@@ -280,28 +340,60 @@ class Tracker:
         except UserError:  # a damaged table: the report says so; these rows are still known
             return rows
 
-    def _log_summary(self, rows: list[dict[str, Any]], with_files: bool = False) -> None:
-        """The scaling figures of `rows` on the parent run (and, `with_files`, the report files
-        as artifacts). Only figures the parent does not hold yet, by the state, are logged: a
-        resumed sweep adds its new points (a point whose value changed, say with more repeats,
-        gets a second value at its step: a store cannot delete one), a repeated sync nothing."""
+    def _log_summary(
+        self, rows: list[dict[str, Any]], with_files: bool = False, report: Report | None = None
+    ) -> None:
+        """The scaling figures of `rows` and the report's recommendation (the description,
+        `track/notes.py`) on the parent run (and, `with_files`, the report files as
+        artifacts); each child's configuration label made the report's (`_retag`). Only what
+        the parent does not hold yet, by the state, is logged: a resumed sweep adds its new
+        points (a point whose value changed, say with more repeats, gets a second value at its
+        step: a store cannot delete one), a repeated sync nothing."""
         try:
             metrics, tags = scaling_metrics(rows)
-            held = self._entry().get("figures") or {}  # absent until first logged
+            entry = self._entry()
+            held = entry.get("figures") or {}  # absent until first logged
             new = [(k, v, step) for k, v, step in metrics if held.get(f"{k}@{step}") != v]
-            if not new:
-                return
-            parent = self._ensure_parent()
-            now = now_ms()
-            self.backend.log(parent, [Metric(k, v, now, step) for k, v, step in new], tags=tags)
-            if with_files:
-                for path in (self.files.results, self.files.report_md, self.files.report_html):
-                    if path.exists():
-                        self.backend.log_artifact(parent, path)
-            self._entry()["figures"] = {**held, **{f"{k}@{step}": v for k, v, step in new}}
-            self._save_state()
+            note = sweep_note(report if report is not None else self._report(rows))
+            digest = hashlib.sha256(note.encode()).hexdigest()[:16]
+            if new or digest != entry.get("note"):
+                parent = self._ensure_parent()
+                now = now_ms()
+                figures = [Metric(k, v, now, step) for k, v, step in new]
+                self.backend.log(parent, figures, tags={**tags, NOTE_TAG: note})
+                if with_files and new:
+                    for path in (self.files.results, self.files.report_md, self.files.report_html):
+                        if path.exists():
+                            self.backend.log_artifact(parent, path)
+                entry["figures"] = {**held, **{f"{k}@{step}": v for k, v, step in new}}
+                entry["note"] = digest
+                self._save_state()
+            self._retag(rows)
         except Exception as e:  # noqa: BLE001 - the figures can be logged by a later sync
             self._failed(e, "logging the sweep's scaling figures on its parent run")
+
+    def _report(self, rows: list[dict[str, Any]]) -> Report:
+        """The sweep directory's report (its spec's price, its calibration, a search's view),
+        else, without a readable results table, the report of `rows`."""
+        if self.files.results.exists():
+            try:
+                return build_report(self.sweep_dir)
+            except UserError:
+                pass  # a damaged table: these rows are still known
+        return report_from_rows(rows, name=self.sweep_dir.name)
+
+    def _retag(self, rows: list[dict[str, Any]]) -> None:
+        """Put on each child run the label the report's grouping gives its row over all of
+        `rows` (`config_labels`) where it differs from the one the run was tagged with as it
+        arrived (`config_label_in`): an `exclude` that leaves an axis one value, rows of an
+        earlier spec, a search's rungs (measured under other steps). Usually nothing."""
+        for key, label in config_labels(rows).items():
+            known = self._logged.get(key)
+            if known is None or known.get("config") == label:
+                continue
+            self.backend.log(known["run_id"], tags={CONFIG_TAG: label})
+            known["config"] = label
+            self._save_state()
 
     # ---- the tracking state ---------------------------------------------------------------
 

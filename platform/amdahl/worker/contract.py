@@ -41,8 +41,10 @@ class TrialConfig:
     params: dict[str, Any] = field(default_factory=dict)
     #: The `options` this trial's axis values read (plan._relevant_options).
     options: dict[str, Any] = field(default_factory=dict)
-    #: The workload's estimate for these params (Workload.flops_per_sample), for MFU.
+    #: The workload's stated figure for these params (Workload.flops_per_sample): a cross-check
+    #: of the count the worker makes (worker/flops.py), the figure MFU uses if `flops_override`.
     flops_per_sample: float | None = None
+    flops_override: bool = False
 
     @classmethod
     def from_settings(
@@ -51,6 +53,7 @@ class TrialConfig:
         settings: columns.TrialSettings,
         scaling: str,
         flops_per_sample: float | None = None,
+        flops_override: bool = False,
     ) -> TrialConfig:
         """From a planned trial's settings (plan.Trial.settings)."""
         devices, batch = settings.devices, settings.batch_size
@@ -68,6 +71,7 @@ class TrialConfig:
             params=dict(settings.params),
             options=dict(settings.options),
             flops_per_sample=flops_per_sample,
+            flops_override=flops_override,
         )
 
     @property

@@ -12,6 +12,7 @@ worker group goes on with the run it lost. Workers never talk to MLflow.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import platform as _stdlib_platform
 import statistics
@@ -25,6 +26,7 @@ import torch.distributed as dist
 
 from amdahl.worker.calibration import calibration_result, message_sizes
 from amdahl.worker.contract import LaunchConfig, TrialConfig
+from amdahl.worker.flops import flops_figures
 from amdahl.worker.input import train_source, validation_rows
 from amdahl.worker.peak import measure_peak_flops
 from amdahl.worker.rows import failure_status, row_identity
@@ -161,6 +163,7 @@ def _run_item(
         else make_workload(launch.workload, trial.params)
     )
     stats, error, kind = run_trial_guarded(own, trial, launch, source, val, where)
+    _ship_trace(launch, item, rank, stats)
     try:
         if kind == "poisoned":
             # No collective can run in this process any more: end the worker group; the
@@ -173,6 +176,19 @@ def _run_item(
         raise
     gathered = _gather(stats, error, trial.devices)
     return results_row(launch, trial, item.repeat, gathered, started, stamp, device)
+
+
+def _ship_trace(launch: LaunchConfig, item: WorkItem, rank: int, stats: dict[str, Any]) -> None:
+    """This rank's profiler trace (worker/profile.py) goes to the driver's queue under the
+    item's key, apart from the row: not through rank 0 and the row's gather. Every rank does
+    it before that gather, so rank 0's acknowledgement comes after every trace."""
+    import ray
+
+    blob, reason = stats.pop("trace", None), stats.pop("trace_error", None)
+    if reason:
+        logging.getLogger(__name__).warning("rank %d, %s: no trace: %s", rank, item.key, reason)
+    if blob is not None:
+        ray.get(launch.queue.attach.remote(item.key, rank, blob))
 
 
 def _before_first_trial(
@@ -296,7 +312,10 @@ def aggregate_ranks(
     window = top("window_s")
     measured_steps = stats[0]["measured_steps"]
     throughput = global_batch * measured_steps / window
-    flops = trial.flops_per_sample
+    figures = flops_figures(
+        stats[0].get("flops_counted"), trial.flops_per_sample, trial.flops_override
+    )
+    flops = figures["flops_per_sample"]
     losses = [r["final_loss"] for r in stats]
     diverged = not all(math.isfinite(v) for v in losses)
     reserved = [r["peak_mem_reserved_bytes"] for r in stats if r["peak_mem_reserved_bytes"]]
@@ -330,9 +349,11 @@ def aggregate_ranks(
         "peak_mem_bytes": top("peak_mem_bytes"),
         "model_state_bytes": top("model_state_bytes"),
         "peak_mem_reserved_bytes": max(reserved) if reserved else None,
-        "flops_per_sample": flops,
+        **figures,
+        "flops_count_s": stats[0].get("flops_count_s"),
         "achieved_flops": throughput * flops if flops else None,
         "comm_s": med("comm_s") if stats[0]["comm_s"] is not None else None,
+        "profile_s": top("profile_s") if stats[0].get("profile_s") is not None else None,
         "peak_flops": med("peak_flops"),
         "mfu": throughput * flops / (med("peak_flops") * len(stats)) if flops else None,
         "history": json.dumps(stats[0]["history"], separators=(",", ":")),  # rank 0's curves

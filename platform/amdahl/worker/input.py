@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from amdahl.data.storage import ROWS_PER_BLOCK, read_rows, table_columns
+from amdahl.data.storage import ROWS_PER_BLOCK, arrow_column, read_rows, table_columns
 from amdahl.worker.contract import LaunchConfig
 from amdahl.workload import Workload
 
@@ -44,11 +44,12 @@ _log = logging.getLogger(__name__)
 
 def validation_rows(workload: Workload, source: Any, seed: int) -> dict[str, np.ndarray]:
     """The held-out split, preprocessed for evaluation (no augmentation): the user's
-    (`source`, from `put_rows`) or, when None, generated here from `seed`, deterministically."""
+    (`source`, from `put_rows`) or, when None, generated here from `seed`, deterministically,
+    and given to `preprocess` in the stored form the training rows have (`as_stored`)."""
     rows = (
         read_rows(source)
         if source is not None
-        else workload.generate("val", workload.rows("val"), seed)
+        else as_stored(workload.generate("val", workload.rows("val"), seed))
     )
     if not workload.preprocesses:
         return rows
@@ -58,6 +59,12 @@ def validation_rows(workload: Workload, source: Any, seed: int) -> dict[str, np.
         for i in range(0, n, _VAL_CHUNK)
     ]
     return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+
+
+def as_stored(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Columns as they read back once stored (a 3-D column as (rows, width), ...): what both
+    inputs hand `Workload.preprocess` (`storage.table_columns`)."""
+    return table_columns(pa.table({k: arrow_column(v) for k, v in columns.items()}))
 
 
 # --------------------------------------------------------------------------- ray_data shards
@@ -308,17 +315,24 @@ class LaunchStream:
         return time.perf_counter() - start
 
     def batches(self, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
-        """Endless `batch_size`-row batches (views of a chunk; a batch spanning two chunks is
-        joined, one copy)."""
-        import torch
-
+        """Endless `batch_size`-row batches: views of a chunk, or, for a batch spanning chunks,
+        the rows it needs copied once into a buffer of its own, pinned when the chunks are
+        (`join_rows`), so that its copy to the device is asynchronous too."""
         while True:
-            rest = self._rest if self._rest is not None else self._next_chunk()
-            while _rows(rest) < batch_size:
-                more = self._next_chunk()
-                rest = {k: torch.cat([v, more[k]]) for k, v in rest.items()}
-            self._rest = {k: v[batch_size:] for k, v in rest.items()}
-            yield {k: v[:batch_size] for k, v in rest.items()}
+            rest = self._rest
+            parts = [rest] if rest is not None and _rows(rest) else []
+            have = sum(_rows(part) for part in parts)
+            while have < batch_size:
+                parts.append(self._next_chunk())
+                have += _rows(parts[-1])
+            last = parts[-1]
+            keep = _rows(last) - (have - batch_size)  # rows of the last chunk this batch takes
+            self._rest = {k: v[keep:] for k, v in last.items()}
+            if len(parts) == 1:
+                yield {k: v[:batch_size] for k, v in last.items()}
+            else:
+                parts[-1] = {k: v[:keep] for k, v in last.items()}
+                yield join_rows(parts, self._pin)
 
     def _next_chunk(self) -> dict[str, torch.Tensor]:
         if self._chunks is None:
@@ -343,6 +357,26 @@ class LaunchStream:
 
 def _rows(batch: dict[str, Any]) -> int:
     return len(next(iter(batch.values())))
+
+
+def join_rows(parts: list[dict[str, torch.Tensor]], pin: bool) -> dict[str, torch.Tensor]:
+    """`parts`' rows, one after another, in one new buffer per column: pinned with `pin` (a
+    CUDA trial), since `torch.cat` allocates pageable memory, whose copy to the device the
+    host would wait for (docs/architecture.md, "What a step's columns mean")."""
+    import torch
+
+    out = {}
+    for key, first in parts[0].items():
+        columns = [part[key] for part in parts]
+        shape = (sum(len(c) for c in columns), *first.shape[1:])
+        out[key] = torch.cat(columns, out=_host_buffer(shape, first.dtype, pin))
+    return out
+
+
+def _host_buffer(shape: tuple[int, ...], dtype: torch.dtype, pin: bool) -> torch.Tensor:
+    import torch
+
+    return torch.empty(shape, dtype=dtype, pin_memory=pin)
 
 
 def launch_stream(shard: Any, launch: LaunchConfig, pin: bool) -> LaunchStream:

@@ -14,9 +14,11 @@ belongs. Definitions (docs/architecture.md, "What a step's columns mean"):
   start. On a GPU the host runs ahead of the device, so a host-side wait for input is hidden
   whenever the GPU is the bottleneck; only the device's idle gap costs throughput. The gap also
   holds the wait for the batch's host-to-device copy when that copy did not finish in time.
-  For the first step, and after a validation pass (whose time is not the input's), the host's
-  own wait stands in.
-- host data wait = host seconds inside `next(batches)`; kept apart for diagnosis.
+  Spans in which the harness itself held the device (`StepMarks.held`: the synchronize that
+  opens the measured window, a validation pass) are cut out of the gap: the device idles there
+  because the harness stopped, not for input. The first step has no gap; its host wait stands in.
+- host data wait = host seconds inside the input iterator fetching this step's own batches
+  (`feed.Taken.host_wait`); kept apart for diagnosis.
 - transfer = device seconds copying the step's input to the device, on the copy stream; it
   overlaps the previous step's compute, so it is not part of the step time.
 """
@@ -24,6 +26,8 @@ belongs. Definitions (docs/architecture.md, "What a step's columns mean"):
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -35,8 +39,9 @@ class StepMarks:
     host_wait: float
     marks: list[Any]
     copies: list[tuple[Any, Any]] = field(default_factory=list)
-    #: False when something that is not input (a validation pass) ran before this step
-    gap_is_input: bool = True
+    #: (pause, resume) marks around each span between the previous step and this one in which
+    #: the harness held the device for something that is not input (`hold`)
+    held: list[tuple[Any, Any]] = field(default_factory=list)
 
 
 class StepClock(Protocol):
@@ -92,6 +97,19 @@ def clock_for(device_type: str) -> StepClock:
     return CudaClock() if device_type == "cuda" else HostClock()
 
 
+@contextmanager
+def hold(clock: StepClock, held: list[tuple[Any, Any]]) -> Iterator[None]:
+    """Synchronize, and run the block (a validation pass) between two steps; the (pause, resume)
+    marks around it go into `held`, for the next step's `StepMarks.held`, and `attribute` cuts
+    that span out of the next step's gap. The pause mark is queued before the synchronize and
+    after the input work the host did for the next step (`DeviceFeed.prefetch`), so a host that
+    was late with that input still shows as data wait."""
+    pause = clock.mark()
+    clock.synchronize()
+    yield
+    held.append((pause, clock.mark()))
+
+
 def attribute(steps: list[StepMarks], clock: StepClock) -> list[dict[str, float]]:
     """Per step: forward, backward, optimizer, total (start to end), data_wait, host_wait and
     transfer (0 where batches were not copied), in seconds. Call after `clock.synchronize()`."""
@@ -100,10 +118,12 @@ def attribute(steps: list[StepMarks], clock: StepClock) -> list[dict[str, float]
     for step in steps:
         m = step.marks
         spans = [clock.span(a, b) for a, b in zip(m[:-1], m[1:], strict=True)]
-        if previous_end is not None and step.gap_is_input:
-            wait = max(0.0, clock.span(previous_end, m[0]))
-        else:
+        if previous_end is None:
             wait = step.host_wait
+        else:
+            edges = [previous_end, *(mark for pair in step.held for mark in pair), m[0]]
+            idle = zip(edges[0::2], edges[1::2], strict=True)
+            wait = sum(max(0.0, clock.span(a, b)) for a, b in idle)
         out.append(
             {
                 "forward": sum(spans[0:-1:2]),

@@ -8,9 +8,12 @@ peak reset, compile caches). Timing rules (asynchronous execution needs synchron
   synchronize at the end of the trial; `perf_counter` on CPU, where work is synchronous;
 - the measured window opens after the warmup steps and closes with a device synchronize; the
   first step is recorded apart (compilation lands there);
-- input reaches the device through `feed.DeviceFeed`, copied a batch ahead on a side stream;
-  data wait is the device's idle gap between steps (docs/architecture.md, "What a step's
-  columns mean").
+- input reaches the device through `feed.DeviceFeed`, a step's micro-batches copied on a side
+  stream while the step before computes; data wait is the device's idle gap between steps,
+  less the spans the harness itself holds the device (the window's opening synchronize, a
+  validation pass) (docs/architecture.md, "What a step's columns mean");
+- FLOPs per sample are counted after all of that, on rank 0, never inside a timed phase
+  (worker/flops.py).
 """
 
 from __future__ import annotations
@@ -30,9 +33,11 @@ import torch.distributed as dist
 from amdahl.columns import history_steps
 from amdahl.worker.contract import LaunchConfig, TrialConfig
 from amdahl.worker.feed import DeviceFeed
+from amdahl.worker.flops import counted_flops
 from amdahl.worker.input import host_batches
 from amdahl.worker.peak import measure_peak_flops
-from amdahl.worker.stepclock import StepClock, StepMarks, attribute, clock_for
+from amdahl.worker.profile import PROFILE_WARMUP, profile_steps_pass, profiles
+from amdahl.worker.stepclock import StepClock, StepMarks, attribute, clock_for, hold
 from amdahl.worker.sync import SyncStrategy, make_strategy, model_state_bytes, unwrap
 from amdahl.worker.training import (
     LRSchedule,
@@ -145,13 +150,22 @@ def run_trial(
         clean = False
         try:
             stats = _train(t, val, setup_s=time.perf_counter() - setup_start)
+            # The peak is the trial's, before the profiler's buffers (which are not).
+            stats.update(memory_peak(device, mem_baseline))
+            stats.update(_profile(t))
             clean = True
         finally:
             t.utilisation.stop()
             t.strategy.close(clean=clean)
-        stats.update(memory_peak(device, mem_baseline))
         stats["model_state_bytes"] = sum(model_state_bytes(t.model, t.optimizer))
+        # After every timed phase and the memory peak, on rank 0 (whose figure the row takes):
+        # FLOPs per sample counted on the plain model and the trial's next batch (the one the
+        # feed holds ahead; on CPU fetched now, from the step's worth a trial's rows keep for it).
+        feed = t.feed
         del t
+        if where.rank == 0:
+            stats["flops_counted"], stats["flops_count_s"] = counted_flops(workload, feed.peek)
+        del feed
         stats["peak_flops"] = measure_peak_flops(device, trial.precision)
         return stats
 
@@ -186,23 +200,28 @@ def build_trial_model(
 ) -> tuple[torch.nn.Module, Any, SyncStrategy, float]:
     """Fresh model (seeded), in the trial's precision, wrapped by its sync strategy and compiler.
 
-    Returns (model, optimizer, strategy, seconds spent scripting/compiling-wrapping).
+    Returns (model, optimizer, strategy, seconds spent in `torch.jit.script` / `torch.compile`).
     TorchScript scripts the plain module (DDP cannot be scripted); inductor compiles the
-    strategy's wrapper so DDP's bucketing is visible to the compiler.
+    strategy's wrapper so DDP's bucketing is visible to the compiler. Only those two calls are
+    timed: the strategy's wrapping and the optimizer are not compilation (a process's first
+    optimizer imports torch._dynamo, seconds that are not the trial's compile cost).
     """
     torch.manual_seed(launch.train.seed)
     model = workload.build_model().to(device)
     weights = Precision.of(trial.precision).weights_dtype
     if weights is not None:
         model = model.to(weights)
-    start = time.perf_counter()
+    wrap_s = 0.0
     if trial.compile == "torchscript":
+        start = time.perf_counter()
         model = torch.jit.script(model)
+        wrap_s = time.perf_counter() - start
     strategy = make_strategy(trial.sync, trial.options, device)
     model, optimizer = strategy.prepare(model, make_optimizer_factory(launch.train))
     if trial.inductor:
+        start = time.perf_counter()
         model = torch.compile(model, mode=trial.options["compile_mode"])
-    wrap_s = time.perf_counter() - start if trial.compile != "eager" else 0.0
+        wrap_s = time.perf_counter() - start
     return model, optimizer, strategy, wrap_s
 
 
@@ -221,14 +240,12 @@ def _train(t: _Trial, val: dict[str, np.ndarray], setup_s: float) -> dict[str, A
     train_start = window_start = time.perf_counter()
     for step in range(launch.steps_per_trial):
         if step == warm:
-            clock.synchronize()
-            window_start = time.perf_counter()
-            t.utilisation.start()
-        t_data = time.perf_counter()
-        batches, copies = feed.take(micro_steps)
-        host_wait = time.perf_counter() - t_data
+            with hold(clock, run.held):  # cut out of this step's data wait (stepclock.py)
+                window_start = time.perf_counter()
+                t.utilisation.start()
+        taken = feed.take(micro_steps)
         marks = [clock.mark()]
-        for i, batch in enumerate(batches):
+        for i, batch in enumerate(taken.batches):
             with strategy.micro_context(model, i):
                 loss = t.forward(model, batch)[2] / micro_steps
                 marks.append(clock.mark())
@@ -239,16 +256,16 @@ def _train(t: _Trial, val: dict[str, np.ndarray], setup_s: float) -> dict[str, A
         optimizer.zero_grad(set_to_none=True)
         strategy.after_step(model, step)
         marks.append(clock.mark())
-        run.steps.append(StepMarks(host_wait, marks, copies, gap_is_input=not run.after_eval))
+        feed.prefetch(micro_steps)  # the next step's batches, copied while this one computes
+        run.steps.append(StepMarks(taken.host_wait, marks, taken.copies, run.held))
         run.losses.append(loss.detach() * micro_steps)
-        run.after_eval = False
+        run.held = []
         if target and step >= warm and (step + 1 - warm) % target.eval_every == 0:
-            clock.synchronize()
-            eval_start = time.perf_counter()
-            if target_reached(_evaluate(t, val), target):
-                run.reached = (step + 1, eval_start - train_start - run.eval_s)
-            run.eval_s += time.perf_counter() - eval_start
-            run.after_eval = True
+            with hold(clock, run.held):
+                eval_start = time.perf_counter()
+                if target_reached(_evaluate(t, val), target):
+                    run.reached = (step + 1, eval_start - train_start - run.eval_s)
+                run.eval_s += time.perf_counter() - eval_start
             if run.reached:
                 break
     clock.synchronize()
@@ -267,7 +284,8 @@ class _LoopRecord:
     losses: list[torch.Tensor] = field(default_factory=list)
     eval_s: float = 0.0
     reached: tuple[int, float] | None = None
-    after_eval: bool = False
+    #: (pause, resume) marks of the harness's own holds before the next step (`hold`)
+    held: list[tuple[Any, Any]] = field(default_factory=list)
     window_s: float = 0.0
     lr_peak: float = 0.0
 
@@ -312,22 +330,33 @@ def _trial_stats(
         "steps_to_target": run.reached[0] if run.reached else None,
         "time_to_target_s": run.reached[1] if run.reached else None,
         "comm_s": comm_s,
-        "history": _history(phases, losses),
+        "history": _history(phases, losses, run.steps, t.clock),
         "utilisation": t.utilisation.series(),
     }
 
 
-def _history(phases: list[dict[str, float]], losses: list[torch.Tensor]) -> dict[str, list]:
+def _history(
+    phases: list[dict[str, float]],
+    losses: list[torch.Tensor],
+    steps: list[StepMarks],
+    clock: StepClock,
+) -> dict[str, list]:
     """Per-step curves (the `history` column), sampled here so that little leaves the worker;
-    the losses are read off the device once, now, not in the loop."""
+    the losses are read off the device once, now, not in the loop. `elapsed_s`: the first
+    step's input wait plus the step clock's span from its start to this step's end (what the
+    MLflow mirror times each point by)."""
     kept = history_steps(len(phases))
     kept_loss = torch.stack([losses[i] for i in kept]).float().tolist() if kept else []
     short = lambda v: float(f"{v:.6g}") if math.isfinite(v) else None  # noqa: E731
+    lead = phases[0]["data_wait"] if kept else 0.0
     return {
         "step": [i + 1 for i in kept],
         "loss": [short(v) for v in kept_loss],
         "step_time_s": [short(phases[i]["total"]) for i in kept],
         "data_wait_s": [short(phases[i]["data_wait"]) for i in kept],
+        "elapsed_s": [
+            round(lead + clock.span(steps[0].marks[0], steps[i].marks[-1]), 6) for i in kept
+        ],
     }
 
 
@@ -336,9 +365,9 @@ def _history(phases: list[dict[str, float]], losses: list[torch.Tensor]) -> dict
 
 def rows_per_rank(launch: LaunchConfig) -> int:
     """Training rows the largest trial of a launch reads on one rank (warmup, measured steps
-    with their micro-batches, exposed-communication calibration, and the feed's batch ahead):
-    how much data the launch's input streams in one pass, so that no epoch boundary falls
-    inside a trial."""
+    with their micro-batches, exposed-communication calibration, and the step the feed holds
+    ahead): how much data the launch's input streams in one pass, so that no epoch boundary
+    falls inside a trial."""
     return max(_rows_per_trial(launch, trial) for trial in launch.trials)
 
 
@@ -349,7 +378,10 @@ def rows_per_launch(launch: LaunchConfig) -> int:
 
 
 def _rows_per_trial(launch: LaunchConfig, trial: TrialConfig) -> int:
-    passes = launch.steps_per_trial * trial.micro_steps + CALIBRATION_PAIRS + 1
+    # + one step's micro-batches: what the feed holds ahead after the last step
+    passes = (launch.steps_per_trial + 1) * trial.micro_steps + CALIBRATION_PAIRS
+    if profiles(launch.train.profile_steps, trial.devices, trial.sync, False):
+        passes += (PROFILE_WARMUP + launch.train.profile_steps) * trial.micro_steps
     return passes * trial.per_device_batch
 
 
@@ -383,6 +415,35 @@ def _exposed_communication(t: _Trial) -> float | None:
     t.clock.synchronize()
     spans = {k: statistics.median(t.clock.span(a, b) for a, b in v) for k, v in timings.items()}
     return max(0.0, spans[True] - spans[False])
+
+
+def _profile(t: _Trial) -> dict[str, Any]:
+    """The profiler pass, after the measured window and validation (worker/profile.py):
+    `profile_s`, and this rank's compressed Chrome trace (`trace`, which the harness ships to
+    the driver apart from the row) or why there is none (`trace_error`)."""
+    launch = t.launch
+    if not profiles(launch.train.profile_steps, t.where.world, t.trial.sync, launch.ranking_only):
+        return {"profile_s": None}
+    traced = profile_steps_pass(
+        lambda step: _untimed_step(t, step),
+        launch.train.profile_steps,
+        t.device,
+        first_step=launch.steps_per_trial,
+    )
+    return {"profile_s": traced.seconds, "trace": traced.blob, "trace_error": traced.error}
+
+
+def _untimed_step(t: _Trial, step: int) -> None:
+    """One optimizer step as the timed loop runs it (micro-steps, the strategy's step and
+    hooks), without its marks; the learning rate stays where the loop left it."""
+    micro_steps = t.strategy.micro_steps
+    batches = [next(t.feed) for _ in range(micro_steps)]
+    for i, batch in enumerate(batches):
+        with t.strategy.micro_context(t.model, i):
+            t.backward(t.forward(t.model, batch)[2] / micro_steps)
+    t.strategy.step(t.optimizer, t.scaler)
+    t.optimizer.zero_grad(set_to_none=True)
+    t.strategy.after_step(t.model, step)
 
 
 @torch.no_grad()

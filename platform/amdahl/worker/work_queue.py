@@ -28,6 +28,9 @@ WAIT = "wait"
 CLOSED = "closed"
 #: How many times an item is handed out before a worker group's death during it gives it up.
 MAX_DELIVERIES = 2
+#: The key under which a row event carries the ranks' profiler traces ({rank: gzip bytes},
+#: `attach`); the driver takes it out before the row is written (driver/traces.py).
+TRACES = "_traces"
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,7 @@ class WorkQueue:
         self._closed: set[str] = set()
         self._starts: dict[str, int] = {}
         self._events: list[tuple[Any, ...]] = []
+        self._traces: dict[str, dict[int, bytes]] = {}  # per leased item, by rank
 
     # ----------------------------------------------------------------------- the driver
 
@@ -120,6 +124,7 @@ class WorkQueue:
             gone += list(self._pending.pop(launch_id, ()))
         for item in gone:
             self._leased.pop(item.key, None)
+            self._traces.pop(item.key, None)
             self._events.append(("failed", item, reason))
         return len(gone)
 
@@ -154,6 +159,7 @@ class WorkQueue:
         if queue:
             item = queue.popleft()
             self._leased[item.key] = item
+            self._traces.pop(item.key, None)  # a delivery's traces are its own
             self._deliveries[item.key] = self._deliveries.get(item.key, 0) + 1
             return item
         return CLOSED if launch_id in self._closed else WAIT
@@ -162,12 +168,20 @@ class WorkQueue:
         """Rank 0's answer for a leased item (its results row; a calibration's measurement):
         the item is done."""
         item = self._leased.pop(key, None)
+        traces = self._traces.pop(key, None)
         if item is not None:
-            self._events.append(("row", item, row))
+            self._events.append(("row", item, {**row, TRACES: traces} if traces else row))
+
+    def attach(self, key: str, rank: int, trace: bytes) -> None:
+        """One rank's compressed profiler trace for a leased item (worker/profile.py), sent
+        before the item's row; it leaves with the row (under TRACES)."""
+        if key in self._leased:
+            self._traces.setdefault(key, {})[rank] = trace
 
     def fail(self, key: str, reason: str) -> None:
         """A rank gives an item up before ending its worker group (a poisoned process, a rank
         stranded in a collective): recorded with the reason, never handed out again."""
         item = self._leased.pop(key, None)
+        self._traces.pop(key, None)
         if item is not None:
             self._events.append(("failed", item, reason))

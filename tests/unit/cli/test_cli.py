@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
+from mlflow.tracking import MlflowClient
 
 from amdahl.cli.commands import main
 from amdahl.errors import UserError
@@ -19,6 +21,8 @@ from amdahl.spec.load import validate_spec
 from amdahl.sweepdir.layout import SPEC_FILE
 from amdahl.sweepdir.lock import lock_sweep_dir
 from amdahl.sweepdir.table import append_rows
+from amdahl.track.mlflow_store import FAIL_FAST_HTTP
+from amdahl.track.tracker import Tracker
 
 TINY = {
     "name": "tiny",
@@ -126,85 +130,92 @@ def test_planning_loads_no_ray_tune_or_train(tmp_path):
 # --------------------------------------------------------------------------- mlflow-push
 
 
-class _FakeTracker:
-    """Stands in for track.Tracker: records what it was asked to push, fails as told."""
-
-    error: str | None = None
-    offline_reason: str | None = None
-    calls: list = []
-
-    def __init__(self, spec, sweep_dir, enabled: bool = True):
-        self.state_error = None
-        _FakeTracker.calls.append(sweep_dir)
-
-    def sync(self, rows):
-        logging.getLogger("amdahl.track.tracker").error("the tracker's own message")
-        return len(rows)
-
-    def close(self):
-        pass
-
-
 @pytest.fixture
-def tracker(monkeypatch):
-    import amdahl.track.push
+def store(tmp_path, monkeypatch) -> str:
+    """A real SQLite MLflow store that `mlflow-push` pushes into, and none of MLflow's HTTP
+    settings that the tracker sets for a push's duration."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    for name in FAIL_FAST_HTTP:
+        monkeypatch.delenv(name, raising=False)
+    return uri
 
-    monkeypatch.setattr(_FakeTracker, "calls", [])
-    monkeypatch.setattr(amdahl.track.push, "Tracker", _FakeTracker)
-    return _FakeTracker
+
+def _children(uri: str) -> list[str]:
+    """The row keys of the child runs the store holds for the tiny sweep."""
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name(TINY["name"])
+    runs = client.search_runs([experiment.experiment_id]) if experiment else []
+    return sorted(r.data.tags["amdahl.row"] for r in runs if "mlflow.parentRunId" in r.data.tags)
 
 
 @pytest.mark.parametrize("command", ["mlflow-push", "sync"])
-def test_mlflow_push_pushes_the_rows_and_the_old_name_still_works(tmp_path, tracker, command):
+def test_mlflow_push_pushes_the_rows_and_says_where_to_look(tmp_path, store, command):
     sweep_dir = _sweep_dir(tmp_path)
     result = CliRunner().invoke(main, [command, str(sweep_dir)])
     assert result.exit_code == 0, result.output
-    assert result.output.strip() == "1 rows pushed to MLflow, 0 were already there"
-    assert tracker.calls == [sweep_dir]
+    experiment = MlflowClient(tracking_uri=store).get_experiment_by_name(TINY["name"])
+    page = f"#/experiments/{experiment.experiment_id}/runs?workflowType=machine_learning"
+    assert result.stdout.splitlines() == [
+        "1 rows pushed to MLflow, 0 were already there",
+        f"MLflow: mlflow ui --backend-store-uri {store}",
+        f"        then open http://127.0.0.1:5000/{page}",
+    ]
+    assert _children(store) == ["t1:0"]
+    again = CliRunner().invoke(main, [command, str(sweep_dir)])
+    assert again.stdout.splitlines()[0] == "0 rows pushed to MLflow, 1 were already there"
+    assert _children(store) == ["t1:0"]
 
 
-def test_mlflow_push_is_refused_while_a_driver_writes_the_directory(tmp_path, tracker):
+def test_mlflow_push_is_refused_while_a_driver_writes_the_directory(tmp_path, store):
     sweep_dir = _sweep_dir(tmp_path)
     with lock_sweep_dir(sweep_dir):
         result = CliRunner().invoke(main, ["mlflow-push", str(sweep_dir)])
     assert result.exit_code == 2
     assert "is in use by another sweep driver (pid " in _one_error(result)
-    assert tracker.calls == []
+    assert _children(store) == []
 
 
-def test_a_driver_is_refused_while_a_push_holds_the_directory(tmp_path, tracker, monkeypatch):
+def test_a_driver_is_refused_while_a_push_holds_the_directory(tmp_path, store, monkeypatch):
     sweep_dir = _sweep_dir(tmp_path)
+    sync = Tracker.sync
 
-    def sync(self, rows):  # a second driver starts while the push runs
+    def sync_meanwhile(self, rows):  # a second driver starts while the push runs
         with pytest.raises(UserError, match="in use by another MLflow push"):
             lock_sweep_dir(sweep_dir)
-        return 0
+        return sync(self, rows)
 
-    monkeypatch.setattr(tracker, "sync", sync)
+    monkeypatch.setattr(Tracker, "sync", sync_meanwhile)
     assert CliRunner().invoke(main, ["mlflow-push", str(sweep_dir)]).exit_code == 0
+    assert _children(store) == ["t1:0"]
     lock_sweep_dir(sweep_dir).release()  # and let go after it
 
 
-def test_an_error_that_is_no_outage_exits_1_with_one_message(
-    tmp_path, tracker, caplog, monkeypatch
-):
+def test_an_error_that_is_no_outage_exits_1_with_one_message(tmp_path, store, caplog):
+    """The sweep's experiment was deleted in the store: MLflow refuses runs in it, which no
+    waiting fixes."""
     sweep_dir = _sweep_dir(tmp_path)
-    error = "logging a child run: MlflowException: INVALID_PARAMETER_VALUE"
-    monkeypatch.setattr(tracker, "error", error)
+    client = MlflowClient(tracking_uri=store)
+    client.delete_experiment(client.create_experiment(TINY["name"]))
     with caplog.at_level(logging.DEBUG, logger="amdahl.track.tracker"):
         result = CliRunner().invoke(main, ["mlflow-push", str(sweep_dir)])
     assert result.exit_code == 1
     line = _one_error(result)
-    assert "pushing to MLflow failed (logging a child run: MlflowException" in line
+    assert "error: pushing to MLflow failed (logging row t1:0: MlflowException" in line
     assert f"`platform mlflow-push {sweep_dir}` pushes what MLflow lacks" in line
-    assert "the tracker's own message" not in caplog.text  # said once, by the command
+    said = [r for r in caplog.records if r.name == "amdahl.track.tracker"]
+    assert not [r for r in said if r.levelno >= logging.WARNING]  # said once, by the command
 
 
-def test_an_outage_exits_2_saying_nothing_is_lost(tmp_path, tracker, monkeypatch):
+def test_an_outage_exits_2_saying_nothing_is_lost(tmp_path, store, monkeypatch):
+    """A tracking server on a port where nothing listens: the connection is refused."""
     sweep_dir = _sweep_dir(tmp_path)
-    monkeypatch.setattr(tracker, "offline_reason", "ConnectionError: refused")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")
     result = CliRunner().invoke(main, ["mlflow-push", str(sweep_dir)])
     assert result.exit_code == 2
     line = _one_error(result)
-    assert "MLflow unreachable: ConnectionError: refused; nothing lost" in line
+    assert line.startswith("error: MLflow unreachable: ") and "; nothing lost" in line
     assert f"`platform mlflow-push {sweep_dir}` again" in line

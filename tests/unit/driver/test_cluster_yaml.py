@@ -14,9 +14,11 @@ import copy
 import math
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -440,32 +442,86 @@ def test_a_tampered_or_foreign_uv_download_installs_nothing(config, tmp_path, ma
         assert "the pinned uv is the x86_64 build, this node is aarch64" in stderr
 
 
+def _group_cmdlines(pgid: int) -> dict[int, str]:
+    """The command lines of every live process in process group `pgid` (Linux /proc)."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text()
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue  # gone meanwhile
+        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
+        if int(fields[2]) == pgid:
+            found[int(proc.name)] = cmdline.replace(b"\0", b" ").decode(errors="replace")
+    return found
+
+
+def _wait_for(check, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+@pytest.mark.integration  # starts a real server: seconds on an idle machine, minutes on a busy one
 @pytest.mark.skipif(
-    shutil.which("bash") is None or shutil.which("setsid") is None, reason="needs bash, setsid"
+    shutil.which("bash") is None
+    or shutil.which("setsid") is None
+    or not Path("/proc/self/stat").exists(),
+    reason="needs bash, setsid and /proc",
 )
 def test_the_database_password_is_not_on_mlflows_command_line(config, tmp_path):
-    """ps shows every user a process's arguments; its environment only to its owner."""
-    secret = "postgresql://mlflow:s3cr3t-pw@db.internal:5432/mlflow"
+    """cluster.yaml's own start and stop commands run the real `mlflow server` (this venv's
+    entry point as ~/venv/bin/mlflow). ps shows every user a process's arguments, its
+    environment only to its owner: the backend store's URL (here a SQLite path whose directory
+    stands for a password) reaches the server, which creates its database there, yet is on no
+    command line of the server's process group (uvicorn's workers included)."""
+    secret = "s3cr3t-pw"
+    store = tmp_path / secret / "mlflow.db"
+    store.parent.mkdir()
     (tmp_path / ".amdahl").mkdir()
-    (tmp_path / ".amdahl" / "mlflow.env").write_text(f"AMDAHL_MLFLOW_BACKEND_URI='{secret}'\n")
-    (tmp_path / "mlflow").mkdir()
-    fake = tmp_path / "venv" / "bin" / "mlflow"
-    fake.parent.mkdir(parents=True)
-    fake.write_text(
-        '#!/bin/sh\nprintf "%s\\n" "$@" > "$HOME/argv.tmp"\n'
-        'printf "%s" "$MLFLOW_BACKEND_STORE_URI" > "$HOME/store"\n'
-        'mv "$HOME/argv.tmp" "$HOME/argv"\n'
+    (tmp_path / ".amdahl" / "mlflow.env").write_text(
+        f"AMDAHL_MLFLOW_BACKEND_URI='sqlite:///{store}'\n"
+        f"AMDAHL_MLFLOW_ARTIFACTS='{tmp_path / 'artifacts'}'\n"
+        "MLFLOW_WORKERS=1\n"  # mlflow.env is the user's: one server process, not four
     )
-    fake.chmod(0o755)
-    command = _one(config["head_start_ray_commands"], "bin/mlflow server")
+    (tmp_path / "mlflow").mkdir()
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin" / "mlflow").symlink_to(Path(sys.executable).parent / "mlflow")
+    start_cmd = _one(config["head_start_ray_commands"], "bin/mlflow server")
+    stop_cmd = _one(config["head_start_ray_commands"], "server.pgid 2>")
+    assert "--port 5000" in start_cmd
+    with socket.socket() as sock:  # 5000 on the head; a free one here, beside other tests
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    start_cmd = start_cmd.replace("--port 5000", f"--port {port}")
     env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
-    subprocess.run(["bash", "-c", command], check=True, env=env, timeout=30)
-    argv = tmp_path / "argv"
-    for _ in range(200):
-        if argv.exists():
-            break
-        time.sleep(0.05)
-    assert argv.exists(), (tmp_path / "mlflow" / "server.log").read_text()
-    assert "s3cr3t-pw" not in argv.read_text()
-    assert (tmp_path / "store").read_text() == secret
-    assert "--host\n127.0.0.1\n--port\n5000\n" in argv.read_text()
+    subprocess.run(["bash", "-c", start_cmd], check=True, env=env, timeout=30)
+    pgid_file = tmp_path / "mlflow" / "server.pgid"
+    log = tmp_path / "mlflow" / "server.log"
+    try:
+        assert _wait_for(pgid_file.exists, 30), log.read_text()
+        pgid = int(pgid_file.read_text())
+
+        def healthy() -> bool:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                    return True
+            except OSError:
+                return False
+
+        assert _wait_for(healthy, 120), log.read_text()[-3000:]
+        assert store.exists()  # the server opened the store the environment named
+        cmdlines = _group_cmdlines(pgid)
+        assert any("mlflow server" in c for c in cmdlines.values()), cmdlines
+        assert all(secret not in c for c in cmdlines.values()), cmdlines
+    finally:
+        # cluster.yaml's restart step: stops the previous server by its process group
+        subprocess.run(["bash", "-c", stop_cmd], env=env, timeout=60)
+    assert not pgid_file.exists()
+    assert _wait_for(lambda: not _group_cmdlines(pgid), 30), _group_cmdlines(pgid)

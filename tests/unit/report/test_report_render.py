@@ -27,11 +27,12 @@ CALIBRATION = {
 PLOTS = ("pareto", "throughput-0", "efficiency", "breakdown", "memory")
 
 
-def _terminal(sweep_dir: Path) -> str:
-    """The terminal view as `platform report` prints it (`print_report`), without colour."""
+def _terminal(sweep_dir: Path, full: bool = False) -> str:
+    """The terminal view as `platform report` prints it (`print_report`), without colour;
+    `full`: every section (`platform report --all`)."""
     buffer = io.StringIO()
     console = Console(file=buffer, width=140, color_system=None, force_terminal=False)
-    print_report(build_report(sweep_dir), console)
+    print_report(build_report(sweep_dir), console, full=full)
     return buffer.getvalue()
 
 
@@ -73,7 +74,9 @@ def test_write_reports_puts_markdown_and_html_in_the_sweep_directory(tmp_path):
 def test_html_is_self_contained_with_every_plot_drawn(tmp_path):
     d = write_sweep(tmp_path / "s", _rows(), CALIBRATION)
     html = write_reports(d)["html"].read_text()
-    assert "<script" not in html.lower()
+    # Inline script only (the overview's sort and filter): nothing loaded or fetched.
+    assert not re.search(r"<script[^>]*\bsrc\b", html, re.I)
+    assert "fetch(" not in html and "XMLHttpRequest" not in html and "import(" not in html
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
     assert "url(" not in html and "@import" not in html
     svgs = re.findall(r'<svg class="plot" data-plot="([^"]+)".*?</svg>', html, re.S)
@@ -87,9 +90,11 @@ def test_html_is_self_contained_with_every_plot_drawn(tmp_path):
 def test_terminal_view_puts_the_recommendation_first(tmp_path):
     d = write_sweep(tmp_path / "s", _rows())
     text = _terminal(d)
-    assert text.index("Recommendation") < text.index("Speedup against ideal")
+    assert text.index("Recommendation") < text.index("Scaling of the best")
     assert "Fastest: d4 b128 fp32 eager w1 ddp at 2,000 samples/s." in text
-    assert "no calibration.json" in text.lower()
+    full = _terminal(d, full=True)
+    assert full.index("Recommendation") < full.index("Speedup against ideal")
+    assert "no calibration.json" in full.lower()
 
 
 def test_cli_report_over_two_sweeps_writes_both_and_compares(tmp_path):

@@ -292,7 +292,7 @@ def test_the_reports_final_ranking_says_how_each_finalist_stands_against_the_bes
         for k, v in enumerate(runs)
     ]
     state = replay(rows, search, train)
-    section = search_section(SimpleNamespace(search=state, labels={"a": "A", "b": "B"}))
+    section = search_section(SimpleNamespace(search=state, labels={"a": "A", "b": "B"}, configs=[]))
     ranking = next(t for t in section.tables if t.title.startswith("Final ranking"))
     assert ranking.rows[0] == ["A", "1", "3,200", "2: 3,000-3,400", "best"]
     assert ranking.rows[1] == [

@@ -23,6 +23,7 @@ from amdahl.sweepdir.lock import lock_sweep_dir
 from amdahl.sweepdir.table import append_rows
 from amdahl.track.mlflow_store import FAIL_FAST_HTTP, MlflowBackend
 from amdahl.track.push import PushOutcome, push_results
+from amdahl.track.ui_link import tracking_link
 
 EXPERIMENT = "pushed"
 
@@ -81,7 +82,9 @@ def test_rows_are_pushed_once_and_a_new_row_alone_later(store, sweep_dir):
     first = push_results(sweep_dir)
     # the tracker's fail-fast HTTP settings last for the push only
     assert not set(FAIL_FAST_HTTP) & set(os.environ)
-    assert first == PushOutcome(results=sweep_dir / "results.parquet", rows=2, pushed=2)
+    experiment = MlflowClient(tracking_uri=store).get_experiment_by_name(EXPERIMENT)
+    link = tracking_link(store, experiment.experiment_id)  # where to look, on `mlflow ui`
+    assert first == PushOutcome(results=sweep_dir / "results.parquet", rows=2, pushed=2, link=link)
     assert first.ok and first.already_there == 0
     assert _children(store) == ["a:0", "b:0"]
 
@@ -140,7 +143,7 @@ def test_an_outage_is_in_the_outcome_not_raised(sweep_dir, store, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")
     outcome = push_results(sweep_dir)
     assert outcome.offline_reason and outcome.error is None and not outcome.ok
-    assert outcome.pushed == 0
+    assert outcome.pushed == 0 and outcome.link is None  # no link to a store that is down
 
 
 def test_an_error_that_is_no_outage_is_in_the_outcome(store, sweep_dir, monkeypatch):

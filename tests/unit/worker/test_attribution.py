@@ -1,6 +1,8 @@
 """Where each second of a step lands: the attribution rules on a fake device timeline, and on
 CPU with workloads whose forward or whose input is known to be slow."""
 
+import time
+
 import pytest
 import torch
 from trial_runner import PARAMS, SlowData, SlowForward, run
@@ -22,8 +24,8 @@ class FakeClock:
         return None
 
 
-def _step(start, forward, backward, end, host_wait=0.0, copies=(), gap_is_input=True):
-    return StepMarks(host_wait, [start, forward, backward, end], list(copies), gap_is_input)
+def _step(start, forward, backward, end, host_wait=0.0, copies=(), held=()):
+    return StepMarks(host_wait, [start, forward, backward, end], list(copies), list(held))
 
 
 def test_device_gap_between_steps_is_the_data_wait_and_hidden_host_waits_are_not():
@@ -67,9 +69,20 @@ def test_a_late_copy_shows_as_data_wait():
     assert attribute(steps, FakeClock())[1]["data_wait"] == 2.0
 
 
-def test_after_a_validation_pass_the_host_wait_stands_in_for_the_gap():
-    steps = [_step(0.0, 1.0, 2.0, 3.0), _step(50.0, 51.0, 52.0, 53.0, 0.25, gap_is_input=False)]
-    assert attribute(steps, FakeClock())[1]["data_wait"] == 0.25
+def test_a_span_the_harness_held_the_device_is_cut_out_of_the_gap():
+    # Step 0 ends at 3; the host finished the next step's input work and paused at 3.5 (0.5 s
+    # of data wait), validated until 49, and started step 1 at 50 (1 s more of data wait).
+    steps = [_step(0.0, 1.0, 2.0, 3.0), _step(50.0, 51.0, 52.0, 53.0, 0.25, held=[(3.5, 49.0)])]
+    assert attribute(steps, FakeClock())[1]["data_wait"] == 1.5
+    # Two holds before one step (a validation pass, then the window's opening synchronize).
+    held = [(3.0, 40.0), (41.0, 59.0)]
+    twice = [_step(0.0, 1.0, 2.0, 3.0), _step(60.0, 61.0, 62.0, 63.0, held=held)]
+    assert attribute(twice, FakeClock())[1]["data_wait"] == 2.0
+
+
+def test_the_first_step_has_no_gap_and_its_host_wait_stands_in():
+    phases = attribute([_step(7.0, 8.0, 9.0, 10.0, host_wait=0.75)], FakeClock())
+    assert phases[0]["data_wait"] == 0.75
 
 
 def test_micro_steps_add_up_per_phase():
@@ -82,9 +95,23 @@ def test_micro_steps_add_up_per_phase():
 def test_cpu_feed_passes_batches_through_without_copies():
     batches = iter([{"x": torch.ones(2)}, {"x": torch.zeros(2)}, {"x": torch.ones(1)}])
     feed = DeviceFeed(batches, torch.device("cpu"))
-    taken, copies = feed.take(2)
-    assert [b["x"].tolist() for b in taken] == [[1.0, 1.0], [0.0, 0.0]] and copies == []
-    assert HostClock().on_device is False
+    taken = feed.take(2)
+    assert [b["x"].tolist() for b in taken.batches] == [[1.0, 1.0], [0.0, 0.0]]
+    assert taken.copies == []
+
+
+def test_the_host_clock_counts_wall_time_a_sleeping_input_included():
+    """Data wait on CPU is often a sleep (a worker waiting on I/O): a clock of CPU time
+    (process_time) would read it as 0. The span between two marks lies inside a monotonic
+    bracket taken around them and covers the sleep between them."""
+    clock = HostClock()
+    outer_start = time.monotonic()
+    a = clock.mark()
+    time.sleep(0.05)
+    b = clock.mark()
+    outer = time.monotonic() - outer_start
+    clock.synchronize()
+    assert 0.05 <= clock.span(a, b) <= outer + 1e-3
 
 
 def test_a_slow_forward_lands_in_forward_not_in_data_wait():

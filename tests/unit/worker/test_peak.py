@@ -1,11 +1,14 @@
 """The peak-FLOP/s probe shared by the harness and `platform calibrate` (amdahl.worker.peak)."""
 
+import time
+
 import pytest
 import torch
 
 from amdahl.worker import peak
 
 CPU = torch.device("cpu")
+_MM = torch.mm  # the real matmul, for spies that replace torch.mm
 
 
 @pytest.fixture(autouse=True)
@@ -18,9 +21,66 @@ def fresh_probe(monkeypatch):
     torch.backends.cuda.matmul.allow_tf32 = saved
 
 
-def test_peak_is_positive_and_measured_once_per_process(monkeypatch):
+class _FakeClock:
+    """`time.perf_counter` for the probe, advanced only by the matmuls it makes (each `DT_S`)."""
+
+    DT_S = 2.0**-8  # exact in binary: the window adds up to MIN_SECONDS without rounding
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.sizes: list[int] = []
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def mm(self, a, b, **kw):
+        self.sizes.append(a.shape[0])
+        self.now += self.DT_S
+        return _MM(a, b, **kw)
+
+
+def test_peak_is_matmul_flops_over_the_timed_window(monkeypatch):
+    """Each timed n x n matmul is 2 n^3 FLOPs and the window is the clock's: on a clock that
+    moves DT_S per matmul the probe must give exactly 2 n^3 / DT_S (warmup matmuls excluded,
+    whatever the window length)."""
+    clock = _FakeClock()
+    monkeypatch.setattr(peak.time, "perf_counter", clock.perf_counter)
+    monkeypatch.setattr(peak.torch, "mm", clock.mm)
+    monkeypatch.setattr(peak, "MIN_SECONDS", 7 * _FakeClock.DT_S)
+    got = peak.measure_peak_flops(CPU, "fp32")
+    n = clock.sizes[0]
+    assert set(clock.sizes) == {n}
+    assert len(clock.sizes) == peak.WARMUP + 7
+    assert got == pytest.approx(2 * n**3 / _FakeClock.DT_S, rel=1e-9)
+
+
+def _independent_fp32_flops(n: int, seconds: float) -> float:
+    """Square fp32 matmuls timed here, apart from the probe: 2 n^3 FLOPs each, best of 3."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)
+    best = 0.0
+    for _ in range(3):
+        reps, start = 0, time.perf_counter()
+        while (elapsed := time.perf_counter() - start) < seconds / 3:
+            torch.mm(a, b)
+            reps += 1
+        best = max(best, 2 * n**3 * reps / elapsed)
+    return best
+
+
+def test_cpu_peak_agrees_with_an_independent_matmul_timing(monkeypatch):
+    """Against square matmuls of another size timed by this test: the same order of magnitude
+    (a wrong exponent, unit or count is off by 100x or more; the exact arithmetic is checked
+    above). Timings alternate with the probe so that a busy machine slows both alike."""
+    monkeypatch.setattr(peak, "MIN_SECONDS", 0.1)
+    before = _independent_fp32_flops(384, 0.15)
+    probe = peak.measure_peak_flops(CPU, "fp32")
+    after = _independent_fp32_flops(384, 0.15)
+    assert min(before, after) / 3 < probe < 3 * max(before, after), (before, probe, after)
+
+
+def test_peak_is_measured_once_per_process(monkeypatch):
     first = peak.measure_peak_flops(CPU, "fp32")
-    assert first > 0
     calls = []
     monkeypatch.setattr(peak, "_time_matmuls", lambda *a: calls.append(a) or 1.0)
     assert peak.measure_peak_flops(CPU, "fp32") == first  # cached: no second measurement
@@ -43,7 +103,7 @@ def test_half_precisions_run_in_their_own_dtype(monkeypatch, precision):
         return mm(a, b, **kw)
 
     monkeypatch.setattr(peak.torch, "mm", spy)
-    assert peak.measure_peak_flops(CPU, precision) > 0
+    peak.measure_peak_flops(CPU, precision)
     assert set(seen) == {peak.precision_dtype(precision)}
     assert len(seen) >= peak.WARMUP + 1
 
@@ -81,11 +141,6 @@ def test_unknown_precision_is_refused():
         peak.measure_peak_flops(CPU, "fp8")
 
 
-def test_matrix_sizes():
-    assert peak.matrix_size(CPU) == 512
-    assert peak.matrix_size(torch.device("cuda", 0)) == 8192
-
-
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_probe_uses_tf32_for_tf32_only_and_leaves_no_memory(monkeypatch):
     device = torch.device("cuda")
@@ -111,10 +166,42 @@ def test_cuda_probe_uses_tf32_for_tf32_only_and_leaves_no_memory(monkeypatch):
         (torch.float32, True),
     }
     assert torch.backends.cuda.matmul.allow_tf32 is False
-    assert all(v > 0 for v in peaks.values())
     assert peaks["tf32"] > peaks["fp32"]  # tensor cores: the reason tf32 needs its own peak
     # "cuda" and "cuda:<current>" are the same device: one cache entry each precision
     assert (
         peak.measure_peak_flops(torch.device("cuda", torch.cuda.current_device()), "fp32")
         == (peaks["fp32"])
     )
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_cuda_peak_agrees_with_matmuls_timed_by_cuda_events(precision):
+    """The probe's host clock + synchronize against the device's own timeline (CUDA events
+    around a burst of the same matmuls): within 1.5x either way. Also the reason for the size:
+    one matmul at `matrix_size` lasts long beside a synchronize (>= 0.3 ms even in bf16)."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    probe = peak.measure_peak_flops(device, precision)
+    n, dtype = peak.matrix_size(device), peak.precision_dtype(precision)
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    saved = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        for _ in range(3):
+            torch.mm(a, b)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        reps = 20
+        start.record()
+        for _ in range(reps):
+            torch.mm(a, b)
+        end.record()
+        end.synchronize()
+        seconds = start.elapsed_time(end) / 1e3
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
+        del a, b
+        torch.cuda.empty_cache()
+    events = 2 * n**3 * reps / seconds
+    assert events / 1.5 < probe < 1.5 * events, (probe, events)
+    assert seconds / reps >= 3e-4, seconds / reps

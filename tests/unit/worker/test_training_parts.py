@@ -6,6 +6,7 @@ import pytest
 import torch
 from trial_runner import trial_config
 
+from amdahl.worker.peak import precision_dtype
 from amdahl.worker.rows import failure_status
 from amdahl.worker.training import Precision, compile_caches, failure_kind, tf32_flags
 from amdahl.worker.worlds import COLLECTIVE_TIMEOUT_S, collective_timeout_s
@@ -90,12 +91,24 @@ def test_tf32_flags_hold_inside_and_come_back_after_an_error():
     assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
 
 
+@pytest.mark.parametrize("name", ["fp32", "tf32", "bf16", "fp16", "bf16_weights"])
+def test_a_precisions_matmuls_run_in_the_dtype_its_peak_is_measured_in(name):
+    """The loop's own path (weights cast, input cast, autocast) on a real Linear layer: the
+    dtype the layer computes in is `compute_dtype`, and it is the dtype the peak-FLOP/s probe
+    times for that precision (MFU divides one by the other)."""
+    precision, cpu = Precision.of(name), torch.device("cpu")
+    layer = torch.nn.Linear(3, 4)
+    if precision.weights_dtype is not None:
+        layer = layer.to(precision.weights_dtype)
+    with precision.autocast(cpu):
+        out = layer(precision.cast_input(torch.ones(2, 3)))
+    assert out.dtype == precision.compute_dtype == precision_dtype(name)
+
+
 def test_precision_casts_and_scales_as_its_name_says():
     x = torch.ones(2, 3)
     assert Precision.of("bf16_weights").cast_input(x).dtype == torch.bfloat16
     assert Precision.of("bf16").cast_input(x).dtype == torch.float32  # autocast, not a cast
-    assert Precision.of("bf16").compute_dtype == torch.bfloat16
-    assert Precision.of("tf32").compute_dtype == torch.float32
     assert Precision.of("fp16").scaler(torch.device("cpu")) is not None
     assert Precision.of("fp32").scaler(torch.device("cpu")) is None
     ids = torch.ones(2, dtype=torch.int64)

@@ -1,0 +1,313 @@
+"""One configuration as the lines a Ray Train (V2) script needs: `ScalingConfig`, precision
+(autocast, fp16's GradScaler, TF32, bf16 weights), `torch.jit.script` or `torch.compile`, the
+sync strategy's torch call (DDP and its communication hook, ZeroRedundancyOptimizer, FSDP2's
+`fully_shard`, `no_sync` accumulation, local SGD's periodic averaging) and the input.
+
+The report prints it under best.yaml (report/best.py) so that the configuration amdahl measured
+can be carried into a user's own training script. Every line is what the worker side does for
+that axis value (worker/training.py, worker/sync.py, worker/trial.py), written with the public
+torch and Ray Train names; tests/unit/report/test_best_config.py compiles the script for every
+strategy, precision and compile value and runs its training loop on a real gloo process group.
+Pure text: imports neither ray nor torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from amdahl.strategies import OPTION_DEFAULTS
+
+#: The DDP family: DistributedDataParallel with bucket_cap_mb, and what each adds.
+_DDP_FAMILY = ("ddp", "ddp_fp16", "ddp_bf16", "powersgd", "accumulate", "zero1")
+_AUTOCAST = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What the script must reproduce of one configuration."""
+
+    label: str
+    devices: int
+    #: samples per worker per forward/backward pass
+    batch_size: int
+    precision: str = "fp32"
+    compile: str = "eager"
+    compile_mode: str = "default"
+    sync: str = "ddp"
+    #: the sync strategy's options (strategies.OPTION_DEFAULTS fills what is absent)
+    options: dict[str, Any] = field(default_factory=dict)
+    input: str = "ray_data"
+    data_workers: int = 1
+    prefetch_batches: int = 4
+    optimizer: str = "sgd"
+    lr: float = 0.05
+    use_gpu: bool = False
+    cpus_per_device: float | None = None
+    gpus_per_device: float = 1.0
+    placement: str = "pack"
+
+    def option(self, name: str) -> Any:
+        return self.options.get(name, OPTION_DEFAULTS[name])
+
+
+class _Lines:
+    """Lines of Python at an indentation level."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.depth = 0
+
+    def add(self, *lines: str) -> None:
+        self.lines += [("    " * self.depth + line) if line else "" for line in lines]
+
+
+def ray_train_snippet(s: RunSettings) -> str:
+    """A complete script: imports, `train_loop_per_worker`, the TorchTrainer that runs it.
+    `build_model`, `loss_fn` and `train_dataset` are the user's (named in its first lines)."""
+    out = _Lines()
+    out.add(
+        f"# {s.label} as a Ray Train (V2) script. Yours: build_model() -> nn.Module,",
+        "# loss_fn(output, target), and train_dataset with 'x' and 'y' columns (a Ray Dataset;",
+        "# a torch Dataset of such dicts for input torch_loader).",
+        *_imports(s),
+        "",
+        "",
+        "def endless(make_batches):",
+        '    """Batches, epoch after epoch."""',
+        "    while True:",
+        "        yield from make_batches()",
+        "",
+        "",
+        "def train_loop_per_worker(config):",
+    )
+    out.depth = 1
+    _setup(s, out)
+    _loop(s, out)
+    if s.sync == "param_server":
+        out.add("strategy.close()  # ends the parameter-server actors")
+    out.depth = 0
+    out.add("", "")
+    _launcher(s, out)
+    return "\n".join(out.lines) + "\n"
+
+
+def _imports(s: RunSettings) -> list[str]:
+    lines = ["import contextlib", ""] if s.sync == "accumulate" else []
+    lines.append("import torch")
+    if s.sync in ("fsdp", "local_sgd"):
+        lines.append("import torch.distributed as dist")
+    if s.sync in _DDP_FAMILY:
+        lines.append("from torch.nn.parallel import DistributedDataParallel")
+    if s.sync in ("ddp_fp16", "ddp_bf16"):
+        lines.append("from torch.distributed.algorithms.ddp_comm_hooks import default_hooks")
+    if s.sync == "powersgd":
+        lines.append("from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook")
+    if s.sync == "zero1":
+        lines.append("from torch.distributed.optim import ZeroRedundancyOptimizer")
+    if s.sync == "fsdp":
+        lines.append("from torch.distributed.device_mesh import init_device_mesh")
+        lines.append("from torch.distributed.fsdp import fully_shard")
+    if s.sync == "local_sgd":
+        lines.append(
+            "from torch.distributed.algorithms.model_averaging.averagers import "
+            "PeriodicModelAverager"
+        )
+    lines += ["", "import ray.train", "import ray.train.torch"]
+    lines += ["from ray.train import ScalingConfig", "from ray.train.torch import TorchTrainer"]
+    if s.sync == "param_server":
+        lines.append("")
+        lines.append("from amdahl.worker.sync import make_strategy  # amdahl's, on the workers")
+    return lines
+
+
+def _optimizer(s: RunSettings, params: str) -> str:
+    if s.optimizer == "adamw":
+        return f"torch.optim.AdamW({params}, lr={s.lr!r})"
+    return f"torch.optim.SGD({params}, lr={s.lr!r}, momentum=0.9)"
+
+
+def _setup(s: RunSettings, out: _Lines) -> None:
+    """Device, precision, compilation and the sync strategy, in the harness's order
+    (worker/trial.py's build: weights cast, script, strategy, then torch.compile around it)."""
+    out.add("device = ray.train.torch.get_device()")
+    if s.precision == "tf32":
+        out.add(
+            "torch.backends.cuda.matmul.allow_tf32 = True  # tf32: float32 matmuls on tensor cores",
+            "torch.backends.cudnn.allow_tf32 = True",
+        )
+    out.add('model = config["build_model"]().to(device)')
+    if s.precision == "bf16_weights":
+        out.add("model = model.to(torch.bfloat16)  # bf16_weights: weights and float inputs")
+    if s.compile == "torchscript":
+        out.add(
+            "# before any wrapper (DDP cannot be scripted); torch deprecates TorchScript in",
+            "# favour of torch.compile",
+            "model = torch.jit.script(model)",
+        )
+    _sync_setup(s, out)
+    if s.compile == "inductor":
+        mode = "" if s.compile_mode == "default" else f", mode={s.compile_mode!r}"
+        out.add(f"model = torch.compile(model{mode})  # around the wrapper: sees DDP's buckets")
+    if s.precision == "fp16":
+        out.add("scaler = torch.amp.GradScaler(device.type)  # fp16 gradients underflow unscaled")
+    _input(s, out)
+
+
+def _sync_setup(s: RunSettings, out: _Lines) -> None:
+    """`model` wrapped and `optimizer` made as sync strategy `s.sync` does it (worker/sync.py)."""
+    if s.sync in _DDP_FAMILY:
+        out.add(
+            "model = DistributedDataParallel(",
+            '    model, device_ids=[device.index] if device.type == "cuda" else None,',
+            f"    bucket_cap_mb={float(s.option('bucket_cap_mb'))!r},",
+            ")",
+        )
+    if s.sync == "ddp_fp16":
+        out.add("model.register_comm_hook(None, default_hooks.fp16_compress_hook)")
+    elif s.sync == "ddp_bf16":
+        out.add("model.register_comm_hook(None, default_hooks.bf16_compress_hook)  # NCCL only")
+    elif s.sync == "powersgd":
+        out.add(
+            "state = powerSGD_hook.PowerSGDState(",
+            f"    process_group=None, matrix_approximation_rank={int(s.option('powersgd_rank'))},",
+            "    start_powerSGD_iter=1000,  # torch's default: 1000 plain all-reduce steps first",
+            ")",
+            "model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)",
+        )
+    elif s.sync == "accumulate":
+        out.add("ddp = model  # its no_sync() skips the all-reduce of all but the last micro-batch")
+    elif s.sync == "fsdp":
+        out.add(
+            "mesh = init_device_mesh(device.type, (dist.get_world_size(),))",
+            "for child in model.children():  # FSDP2: each child with parameters, then the root",
+            "    if any(True for _ in child.parameters()):",
+            "        fully_shard(child, mesh=mesh)",
+            "fully_shard(model, mesh=mesh)",
+        )
+    elif s.sync == "local_sgd":
+        out.add(
+            "for tensor in model.state_dict().values():  # every replica starts from rank 0's",
+            "    dist.broadcast(tensor, src=0)",
+            "# parameters averaged every `period` steps (amdahl also averages float buffers)",
+            f"averager = PeriodicModelAverager(period={int(s.option('local_sgd_every'))}, "
+            "warmup_steps=0)",
+        )
+    elif s.sync == "none":
+        out.add(
+            "# sync none: each worker trains its own model (no gradient communication)"
+            if s.devices > 1
+            else "# one worker: no gradient communication"
+        )
+    if s.sync == "zero1":
+        optimizer_class = "torch.optim.AdamW" if s.optimizer == "adamw" else "torch.optim.SGD"
+        kwargs = f"lr={s.lr!r}" + (", momentum=0.9" if s.optimizer != "adamw" else "")
+        out.add(
+            "optimizer = ZeroRedundancyOptimizer(  # ZeRO-1: optimizer state sharded over ranks",
+            f"    model.parameters(), optimizer_class={optimizer_class}, {kwargs}",
+            ")",
+        )
+    elif s.sync == "param_server":
+        out.add(
+            "# parameter shards on Ray actors: gradients pushed, parameters pulled each step",
+            'strategy = make_strategy("param_server", '
+            f'{{"ps_shards": {int(s.option("ps_shards"))}}}, device)',
+            "model, optimizer = strategy.prepare(",
+            f"    model, lambda params: {_optimizer(s, 'params')}",
+            ")",
+        )
+    else:
+        out.add(f"optimizer = {_optimizer(s, 'model.parameters()')}")
+
+
+def _input(s: RunSettings, out: _Lines) -> None:
+    if s.input == "torch_loader":
+        out.add(
+            "loader = ray.train.torch.prepare_data_loader(  # a DistributedSampler per worker",
+            "    torch.utils.data.DataLoader(",
+            f'        config["train_dataset"], batch_size={s.batch_size}, shuffle=True,',
+            f"        num_workers={s.data_workers}, drop_last=True,",
+            "    )",
+            ")",
+            "batches = endless(lambda: loader)",
+        )
+        return
+    out.add(
+        'shard = ray.train.get_dataset_shard("train")',
+        "batches = endless(",
+        "    lambda: shard.iter_torch_batches(",
+        f"        batch_size={s.batch_size}, prefetch_batches={s.prefetch_batches}, drop_last=True",
+        "    )",
+        ")",
+    )
+
+
+def _loop(s: RunSettings, out: _Lines) -> None:
+    """The step: micro-batches (accumulate: no_sync on all but the last), autocast around
+    forward and loss, backward through the scaler, the strategy's step, local SGD's average."""
+    micro = int(s.option("accumulate_steps")) if s.sync == "accumulate" else 1
+    out.add('for step in range(config["steps"]):')
+    out.depth += 1
+    if micro > 1:
+        out.add(f"for micro in range({micro}):")
+        out.depth += 1
+    out.add("batch = next(batches)")
+    out.add('x, y = batch["x"].to(device), batch["y"].to(device)')
+    if s.precision == "bf16_weights":
+        out.add("x = x.to(torch.bfloat16) if x.is_floating_point() else x")
+    if micro > 1:
+        out.add(f"with ddp.no_sync() if micro < {micro - 1} else contextlib.nullcontext():")
+        out.depth += 1
+    divide = f" / {micro}" if micro > 1 else ""
+    if s.precision in _AUTOCAST:
+        out.add(f"with torch.autocast(device.type, dtype={_AUTOCAST[s.precision]}):")
+        out.add(f'    loss = config["loss_fn"](model(x), y){divide}')
+    else:
+        out.add(f'loss = config["loss_fn"](model(x), y){divide}')
+    out.add("scaler.scale(loss).backward()" if s.precision == "fp16" else "loss.backward()")
+    out.depth -= 2 if micro > 1 else 0
+    if s.sync == "param_server":
+        out.add("strategy.step(optimizer, " + ("scaler)" if s.precision == "fp16" else "None)"))
+    elif s.precision == "fp16":
+        out.add("scaler.step(optimizer)", "scaler.update()")
+    else:
+        out.add("optimizer.step()")
+    if s.sync == "local_sgd":  # before zero_grad: it averages the parameters that have grads
+        out.add("averager.average_parameters(model.parameters())")
+    out.add("optimizer.zero_grad(set_to_none=True)")
+    out.depth -= 1
+
+
+def _launcher(s: RunSettings, out: _Lines) -> None:
+    """`ScalingConfig` with the workers, their resources and placement amdahl measured."""
+    per_worker = []
+    if s.cpus_per_device is not None:
+        per_worker.append(f'"CPU": {s.cpus_per_device!r}')
+    if s.use_gpu:
+        per_worker.append(f'"GPU": {s.gpus_per_device!r}')
+    config = '"build_model": build_model, "loss_fn": loss_fn, "steps": 1000'
+    datasets = ""
+    if s.input == "torch_loader":
+        config += ',\n            "train_dataset": train_dataset,\n        '
+    else:
+        datasets = '    datasets={"train": train_dataset},'
+    out.add(
+        'if __name__ == "__main__":',
+        "    trainer = TorchTrainer(",
+        "        train_loop_per_worker,",
+        f"        train_loop_config={{{config}}},",
+        "        scaling_config=ScalingConfig(",
+        f"            num_workers={s.devices},",
+        f"            use_gpu={s.use_gpu},",
+        *([f"            resources_per_worker={{{', '.join(per_worker)}}},"] if per_worker else []),
+        f'            placement_strategy="{s.placement.upper()}",',
+        "        ),",
+        *(["    " + datasets] if datasets else []),
+        "    )",
+        "    trainer.fit()",
+    )
+    if s.input == "ray_data" and s.data_workers > 1:
+        out.add(
+            f"# input: Ray Data preprocessing ran with concurrency {s.data_workers} "
+            "(train_dataset.map_batches(..., concurrency=...))"
+        )

@@ -1,0 +1,168 @@
+"""FLOPs per sample counted, not stated: the MFU numerator's work, as torch executes it.
+
+A hand-stated figure is easy to get wrong (the D2L MLP's 6 x MACs counts the first layer's
+input gradient, which autograd never computes: 1.36x too high) and nothing checks it. So every
+trial's figure is counted: torch's `FlopCounterMode` over what one training step executes on
+the trial's plain model (no compiler, no sync-strategy wrapper) on the trial's device and one of
+the trial's own batches, forward, loss and backward (not the optimizer: its element-wise
+updates are no matmul work), divided by the batch's rows. The workload's `flops_per_sample`
+stays as an optional stated figure: a cross-check the report compares with the count, and the
+figure MFU uses where the workload sets `flops_override` (work the counter cannot see) or where
+counting failed (`flops_figures`).
+
+What the count depends on, and so its cache key (one count per worker process, i.e. per launch,
+per key): the workload class and its params (they build the model and decide the data, so the
+per-sample input shapes). Not the trial's precision (autocast and bf16 weights
+change the dtype of a matmul, not its FLOPs), compilation (inductor fuses element-wise work,
+which the counter does not count, and keeps the matmuls), the sync strategy (a wrapper adds
+communication, not matmuls), the per-device batch (every counted op is linear in the rows) or
+micro-steps (FLOPs per sample are the same per micro-batch). A workload whose per-sample input
+shape changes from batch to batch (padded to each batch's longest sequence) is counted on one.
+
+What torch counts: matmuls, convolutions and attention, as 2 FLOPs per multiply-accumulate;
+element-wise work, norms and the loss's reductions are not counted, which is MFU's usual
+convention. Attention is counted as torch counts its fused kernels, the backward's
+recomputation of the scores included, and over the full (not the causal half) matrix. torch
+2.13 has no formula for the CPU flash-attention kernel, so attention on CPU would count as zero
+(8% of the GPT workload's work would vanish): `_CPU_ATTENTION` gives it torch's own formulas for
+the CUDA kernels, so a CPU and a GPU trial count the same figure.
+
+Runs after the trial's measured window and its side measurements (worker/trial.py), on rank 0
+only (only rank 0's figure reaches the row), never inside a timed phase; its seconds are the
+row's `flops_count_s`. A count that fails (say the plain, unsharded model does not fit on one
+device) leaves the trial measured, with the stated figure if the workload has one.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.utils.flop_counter as flop_counter
+from torch.utils._pytree import tree_leaves
+
+from amdahl.workload import Workload
+
+_CACHE: dict[tuple, float | None] = {}
+
+
+def _attention(query: Any, key: Any, value: Any, *_: Any, out_shape: Any = None, **__: Any) -> int:
+    return flop_counter.sdpa_flop_count(query, key, value)
+
+
+def _attention_backward(
+    grad_out: Any, query: Any, key: Any, value: Any, *_: Any, out_shape: Any = None, **__: Any
+) -> int:
+    return flop_counter.sdpa_backward_flop_count(grad_out, query, key, value)
+
+
+def _cpu_attention() -> dict[Any, Any]:
+    """torch's own SDPA formulas for the CPU flash-attention kernels it has none for (the
+    schemas: query, key, value first; the backward's grad_out before them)."""
+    aten = torch.ops.aten
+    ops = {
+        "_scaled_dot_product_flash_attention_for_cpu": _attention,
+        "_scaled_dot_product_flash_attention_for_cpu_backward": _attention_backward,
+    }
+    mapping = {}
+    for name, formula in ops.items():
+        op = getattr(aten, name, None)
+        if op is not None and op not in flop_counter.flop_registry:
+            mapping[op] = formula
+    return mapping
+
+
+_CPU_ATTENTION = _cpu_attention()
+
+
+def count_training_flops(workload: Workload, batch: dict[str, torch.Tensor]) -> float:
+    """FLOPs per sample of one training step's forward, loss and backward (not the optimizer)
+    on a fresh plain model of `workload`, in float32 and in training mode, on the device the
+    batch is on. Torch's random state is left as it was (the model's initialisation and any
+    dropout draw from a forked generator)."""
+    device = next(iter(batch.values())).device
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(0)
+        model = workload.build_model().to(device)
+        model.train()
+        inputs, targets = workload.split_batch(batch)
+        rows = _rows(inputs)
+        with flop_counter.FlopCounterMode(display=False, custom_mapping=_CPU_ATTENTION) as c:
+            workload.loss(model(inputs), targets).backward()
+    return c.get_total_flops() / rows
+
+
+def counted_flops(
+    workload: Workload, next_batch: Callable[[], dict[str, torch.Tensor]]
+) -> tuple[float | None, float]:
+    """(FLOPs per sample, seconds spent now): counted once per process and `count_key` on the
+    batch `next_batch()` gives (asked for only then), 0.0 seconds where it had been. None where
+    counting failed or counted nothing (no op with a FlopCounterMode formula), with the reason
+    on stderr: a side measurement never fails the trial it follows."""
+    key = count_key(workload)
+    if key in _CACHE:
+        return _CACHE[key], 0.0
+    start = time.perf_counter()
+    name = type(workload).__name__
+    per_sample: float | None = None
+    try:
+        batch = next_batch()
+        per_sample = count_training_flops(workload, batch) or None
+        if per_sample is None:
+            print(
+                f"amdahl: FlopCounterMode counted no FLOPs in {name}'s training step (no op "
+                "it has a formula for); MFU uses its stated flops_per_sample, if any",
+                file=sys.stderr,
+            )
+        device = next(iter(batch.values())).device
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    except Exception as e:  # noqa: BLE001 - a side measurement: the trial is measured already
+        print(
+            f"amdahl: counting {name}'s FLOPs failed ({type(e).__name__}: {e}); MFU uses its "
+            "stated flops_per_sample, if any",
+            file=sys.stderr,
+        )
+    _CACHE[key] = per_sample
+    return per_sample, time.perf_counter() - start
+
+
+def count_key(workload: Workload) -> tuple[str, str]:
+    """What decides the count: the workload class and its params, which build the model and
+    decide its data (see the module docstring for what does not)."""
+    cls = type(workload)
+    return f"{cls.__module__}:{cls.__qualname__}", json.dumps(
+        workload.params, sort_keys=True, default=repr
+    )
+
+
+def _rows(inputs: Any) -> int:
+    """The batch's rows: the leading dimension of the model's (first) input tensor."""
+    tensors = [t for t in tree_leaves(inputs) if isinstance(t, torch.Tensor) and t.dim() > 0]
+    if not tensors:
+        raise ValueError("split_batch gave no input tensor with a batch dimension")
+    return int(tensors[0].shape[0])
+
+
+def flops_figures(counted: float | None, stated: float | None, override: bool) -> dict[str, Any]:
+    """The row's FLOPs columns: the figure MFU uses (`flops_per_sample`), which one it is
+    (`flops_source`), and both figures. The counted one, unless the workload's stated figure
+    overrides it (`Workload.flops_override`) or nothing was counted; null where neither exists."""
+    stated = float(stated) if stated is not None and stated > 0 else None
+    if stated is not None and (override or counted is None):
+        used, source = stated, "stated"
+    elif counted is not None:
+        used, source = counted, "counted"
+    else:
+        used, source = None, None
+    return {
+        "flops_per_sample": used,
+        "flops_source": source,
+        "flops_counted": counted,
+        "flops_stated": stated,
+    }

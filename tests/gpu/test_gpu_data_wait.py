@@ -1,0 +1,93 @@
+"""Data wait's CUDA branches (tests/unit/worker/test_data_wait.py has the CPU and fake-clock
+side): the window's opening synchronize and a validation pass are not data wait on the device
+timeline, every micro-batch of the next step is copied while the current step computes, and a
+batch joined from two Ray Data chunks is pinned, so that its copy is asynchronous."""
+
+import torch
+from trial_runner import PARAMS, SlowData, SlowForward, launch_config, run, trial_config
+
+from amdahl.worker.feed import DeviceFeed
+from amdahl.worker.input import LaunchStream
+
+
+class HiddenInput(SlowForward, SlowData):
+    """GPU-bound: each forward keeps the GPU busy 40 ms, each batch costs the host 10 ms, a
+    wait the host does while the GPU computes (hidden, so no data wait)."""
+
+    FORWARD_S = 0.04
+    DATA_S = 0.01
+
+
+def test_the_windows_opening_synchronize_is_not_data_wait_on_the_device(cuda):
+    stats, error, _ = run(HiddenInput(**PARAMS), cuda)
+    assert error is None, error
+    warm = 2  # trial_runner.TRAIN's warmup_steps
+    waits = stats["history"]["data_wait_s"]
+    # Before the fix, the host fetched the next batch after the synchronize and before the
+    # first measured step's start: about DATA_S of device idle booked as data wait.
+    assert waits[warm] < HiddenInput.DATA_S / 4, waits
+    assert stats["data_wait_s"] < HiddenInput.DATA_S / 4
+    assert stats["data_wait_host_s"] >= 0.8 * HiddenInput.DATA_S  # the host did wait
+
+
+def test_a_validation_pass_is_not_data_wait_on_the_device(cuda):
+    target = {"metric": "val_loss", "value": -1.0, "max_steps": 8, "eval_every": 2}
+    trial = trial_config()
+    launch = launch_config((trial,), target=target)
+    stats, error, _ = run(HiddenInput(**PARAMS), cuda, launch)
+    assert error is None, error
+    assert max(stats["history"]["data_wait_s"][1:]) < HiddenInput.DATA_S / 4
+
+
+class _Counting:
+    def __init__(self, batches):
+        self.batches, self.fetched = batches, 0
+
+    def __iter__(self):
+        for batch in self.batches:
+            self.fetched += 1
+            yield batch
+
+
+def test_every_micro_batch_is_copied_while_the_step_before_computes(cuda):
+    host = _Counting([{"x": torch.full((1024,), float(i)).pin_memory()} for i in range(6)])
+    feed = DeviceFeed(iter(host), cuda)
+    first = feed.take(2)
+    compute = torch.cuda.current_stream(cuda)
+    busy_end = torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(int(0.05 * _cycles_per_second()))  # the step: 50 ms of GPU work
+    busy_end.record(compute)
+    feed.prefetch(2)  # the loop's call once the step is queued
+    assert host.fetched == 4
+    second = feed.take(2)
+    assert host.fetched == 4  # nothing left to fetch at the next step's start
+    torch.cuda.synchronize()
+    assert [b["x"][0].item() for b in first.batches + second.batches] == [0.0, 1.0, 2.0, 3.0]
+    assert len(second.copies) == 2
+    for _, end in second.copies:  # both copies were done before the step's work was
+        assert end.elapsed_time(busy_end) > 0
+
+
+class _PinnedShard:
+    def __init__(self, rows: int):
+        self.rows = rows
+
+    def iter_torch_batches(self, batch_size: int, pin_memory: bool, **_: object):
+        for start in range(0, self.rows, batch_size):
+            chunk = torch.arange(start, min(start + batch_size, self.rows)).float()
+            yield {"x": chunk.pin_memory() if pin_memory else chunk}
+
+
+def test_a_batch_joined_from_two_chunks_is_pinned(cuda):
+    stream = LaunchStream(_PinnedShard(20), chunk=5, prefetch_chunks=0, pin=True)
+    batches = stream.batches(3)
+    plain, joined = next(batches), next(batches)  # rows [0, 3) and [3, 5) + [5, 6)
+    assert plain["x"].is_pinned() and joined["x"].is_pinned()
+    feed = DeviceFeed(iter([joined]), cuda)
+    on_device = feed.take(1).batches[0]
+    torch.cuda.synchronize()
+    assert on_device["x"].tolist() == [3.0, 4.0, 5.0]
+
+
+def _cycles_per_second() -> float:
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).clock_rate * 1e3
