@@ -31,6 +31,9 @@ class Section:
     paras: list[str] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
     bullets: list[str] = field(default_factory=list)
+    #: (text, path relative to the sweep directory): files the reader opens (profiler traces);
+    #: links in report.md/html, the path beside the text in the terminal.
+    links: list[tuple[str, str]] = field(default_factory=list)
 
 
 #: Columns holding text (left-aligned by the renderers); the rest hold numbers.

@@ -17,6 +17,7 @@ from amdahl.analysis.stepmodel import Family, StepModel
 from amdahl.report.build import Report
 from amdahl.report.diagnose import Diagnosis
 from amdahl.report.document import Section, Table, mib, ms, pct, rate, spread, times
+from amdahl.sweepdir.layout import SweepDir
 
 # --------------------------------------------------------------------------- communication
 
@@ -59,12 +60,34 @@ def communication_section(r: Report) -> Section:
         "communication, which the others wait for, and their extra wait per step. Medians "
         "over ranks and repeats."
     )
+    sec.links = trace_links(compared)
+    if sec.links:
+        sec.paras.append(
+            "Each rank's trace of the first repeat profiled (gzip-compressed Chrome trace "
+            "JSON): open it in https://ui.perfetto.dev (Open trace file) or chrome://tracing; "
+            "the traces of every repeat are in traces/<trial id>/ and on the trial's MLflow run."
+        )
     if not any(d.grad_bytes for d in r.diagnoses):
         sec.paras.append(
             "Gradient bytes unknown (not in calibration.json): no prediction. "
             "`platform calibrate` records them when the sweep directory has spec.yaml."
         )
     return sec
+
+
+def trace_links(compared: list[Diagnosis]) -> list[tuple[str, str]]:
+    """One link per rank to the traces of each configuration's first profiled row (its
+    `trace_dir`, relative to the sweep directory, where the report files are)."""
+    links = []
+    for d in compared:
+        traced = [row for row in d.config.ok_rows if row.get("trace_dir")]
+        if not traced:
+            continue
+        row = traced[0]
+        for rank in range(int(row["devices"])):
+            path = f"{row['trace_dir']}/{SweepDir.trace_file(rank)}"
+            links.append((f"{d.config.label}: rank {rank} trace", path))
+    return links
 
 
 def _ring_model_text(r: Report) -> str:

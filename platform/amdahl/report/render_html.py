@@ -9,6 +9,7 @@ per configuration, peak memory vs batch size, and throughput against cost with i
 from __future__ import annotations
 
 from html import escape
+from urllib.parse import quote
 
 from amdahl.analysis.configs import NO_SYNC, SETTINGS
 from amdahl.report.build import Report
@@ -331,6 +332,18 @@ def to_html(report: Report, extra: list[Section] | None = None) -> str:
             items = "<ul>" + "".join(f"<li>{escape(b)}</li>" for b in sec.bullets) + "</ul>"
             if len(sec.bullets) > LONG_LIST:
                 items = details(f"{escape(sec.title)}: {len(sec.bullets)} notes", items)
+            body.append(items)
+        if sec.links:
+            items = (
+                "<ul>"
+                + "".join(
+                    f'<li><a href="{escape(quote(path))}">{escape(text)}</a></li>'
+                    for text, path in sec.links
+                )
+                + "</ul>"
+            )
+            if len(sec.links) > LONG_LIST:
+                items = details(f"{escape(sec.title)}: {len(sec.links)} files", items)
             body.append(items)
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'

@@ -4,6 +4,7 @@ short view (brief.py) unless asked for every section."""
 from __future__ import annotations
 
 import re
+from urllib.parse import quote
 
 from rich import box
 from rich.console import Console
@@ -29,6 +30,8 @@ def print_sections(secs: list[Section], console: Console, compact: bool = False)
                 console.print(f" - {escape(n)}")
         for b in sec.bullets:
             console.print(f" - {escape(b)}")
+        for text, path in sec.links:
+            console.print(f" - {escape(text)}: {escape(path)}")
         console.print()
 
 
@@ -96,7 +99,9 @@ def to_markdown(report: Report) -> str:
             out.append(markdown_table(t))
         for b in sec.bullets:
             out.append(f"- {md_block(b)}")
-        if sec.bullets:
+        for text, path in sec.links:
+            out.append(f"- [{md_escape(text)}]({quote(path)})")
+        if sec.bullets or sec.links:
             out.append("")
     return "\n".join(out).rstrip() + "\n"
 

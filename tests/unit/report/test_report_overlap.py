@@ -71,3 +71,20 @@ def test_overlap_threshold_is_the_stated_one(overlap):
     _, d = _report(comm_overlap=overlap)
     hidden = overlap >= THRESHOLDS["overlap_hidden"]
     assert d.advice[0].startswith("all-reduce already hidden" if hidden else "all-reduce not")
+
+
+def test_each_ranks_trace_is_linked_from_report_md_and_html():
+    from amdahl.report.render_html import to_html
+    from amdahl.report.render_text import to_markdown
+
+    report, _ = _report(comm_overlap=0.25, comm_trace_s=0.1, trace_dir="traces/abc123/0")
+    files = [f"traces/abc123/0/rank{k}.pt.trace.json.gz" for k in range(4)]
+    assert [path for _, path in communication_section(report).links] == files
+    md, html = to_markdown(report), to_html(report)
+    for k, path in enumerate(files):
+        assert f"- [{D4}: rank {k} trace]({path})" in md
+        assert f'<a href="{path}">{D4}: rank {k} trace</a>' in html
+    assert "ui.perfetto.dev" in md and "chrome://tracing" in html
+    untraced, _ = _report(comm_overlap=0.25)
+    assert communication_section(untraced).links == []
+    assert "ui.perfetto.dev" not in to_markdown(untraced)
