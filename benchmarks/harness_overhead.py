@@ -19,7 +19,8 @@ and prints per workload the median ratios of throughput:
 One local Ray (127.0.0.1 only) serves the whole run. Ratios are measured side by side in one
 run; nothing is asserted.
 
-    python benchmarks/harness_overhead.py [--rounds N] [--steps N (both workloads)]
+    python benchmarks/harness_overhead.py [--rounds N (default 5)] [--steps N (both workloads)]
+        [--workers 1 (the one-device arm; default 2)] [--workloads mlp]
 """
 
 from __future__ import annotations
@@ -166,11 +167,20 @@ def platform_throughput(name: str, warmup: int, steps: int, runs_dir: Path) -> f
 
 
 def main() -> None:
+    global WORKERS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--workers", type=int, default=WORKERS, help="devices per arm (1: the one-device arm)"
+    )
+    parser.add_argument(
+        "--workloads", default=",".join(WORKLOADS), help="comma-separated, e.g. mlp"
+    )
     parser.add_argument("--steps", type=int, default=None, help="default: per workload")
     parser.add_argument("--warmup", type=int, default=20)
     args = parser.parse_args()
+    WORKERS = args.workers  # every arm reads it (the spawned ranks get it as an argument)
+    workloads = {name: WORKLOADS[name] for name in args.workloads.split(",")}
 
     import ray
 
@@ -182,10 +192,10 @@ def main() -> None:
         "plain": lambda name, steps: plain_throughput(name, args.warmup, steps),
     }
     # samples/s per workload, arm and round
-    runs: dict[str, dict[str, list[float]]] = {n: {a: [] for a in ARMS} for n in WORKLOADS}
+    runs: dict[str, dict[str, list[float]]] = {n: {a: [] for a in ARMS} for n in workloads}
     for r in range(args.rounds):
         order = ARMS[r % len(ARMS) :] + ARMS[: r % len(ARMS)]  # no arm always runs first
-        for name, cfg in WORKLOADS.items():
+        for name, cfg in workloads.items():
             steps = args.steps or cfg["steps"]
             got = {arm: arms[arm](name, steps) for arm in order}
             for arm, value in got.items():
@@ -197,7 +207,10 @@ def main() -> None:
             )
     ray.shutdown()
 
-    print(f"\nmedian over {args.rounds} round(s) of the per-round ratios (min, max):")
+    print(
+        f"\n{WORKERS} worker(s); median over {args.rounds} round(s) of the per-round ratios "
+        "(min, max):"
+    )
     ratios = (
         ("platform / plain-on-ray", "platform", "plain-on-ray", "amdahl's own cost; goal >= 0.97"),
         ("plain-on-ray / plain", "plain-on-ray", "plain", "Ray's cost"),
