@@ -45,7 +45,15 @@ def start_mlflow(port: int, store: Path) -> subprocess.Popen:
         start_new_session=True,
     )
     log.close()  # the child holds its own copy
-    deadline = time.monotonic() + 120
+    return wait_until_healthy(proc, port, store / "server.log", timeout=120)
+
+
+def wait_until_healthy(
+    proc: subprocess.Popen, port: int, log: Path, timeout: float
+) -> subprocess.Popen:
+    """`proc` once its /health on 127.0.0.1:`port` answers; else stopped, and a RuntimeError
+    with the tail of its `log`."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
@@ -53,8 +61,8 @@ def start_mlflow(port: int, store: Path) -> subprocess.Popen:
         except OSError:
             time.sleep(0.5)
     stop(proc)
-    tail = (store / "server.log").read_text(errors="replace")[-3000:]
-    raise RuntimeError(f"mlflow server did not start (exit {proc.returncode}):\n{tail}")
+    tail = log.read_text(errors="replace")[-3000:]
+    raise RuntimeError(f"mlflow did not start (exit {proc.returncode}):\n{tail}")
 
 
 def stop(proc: subprocess.Popen) -> None:

@@ -29,14 +29,13 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from mlflow_server import free_port, stop
+from mlflow_server import free_port, stop, wait_until_healthy
 from report_rows import scaling_rows, write_sweep
 
 from amdahl.spec.load import validate_spec
@@ -96,15 +95,7 @@ def _start_ui(command: str, port: int, log: Path) -> subprocess.Popen:
     argv += ["--workers", "1"]
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
-                return proc
-        except OSError:
-            time.sleep(0.5)
-    stop(proc)
-    raise RuntimeError(f"mlflow ui did not start:\n{log.read_text(errors='replace')[-3000:]}")
+    return wait_until_healthy(proc, port, log, timeout=180)
 
 
 def _page_text(url: str, profile: Path) -> str:
