@@ -3,6 +3,8 @@ side): the window's opening synchronize and a validation pass are not data wait 
 timeline, every micro-batch of the next step is copied while the current step computes, and a
 batch joined from two Ray Data chunks is pinned, so that its copy is asynchronous."""
 
+import numpy as np
+import pyarrow as pa
 import torch
 from trial_runner import PARAMS, SlowData, SlowForward, launch_config, run, trial_config
 
@@ -68,18 +70,20 @@ def test_every_micro_batch_is_copied_while_the_step_before_computes(cuda):
         assert end.elapsed_time(busy_end) > 0
 
 
-class _PinnedShard:
+class _Shard:
+    """Ray Data's Arrow chunks (`iter_batches(batch_format="pyarrow")`), pageable as the object
+    store's are: the stream pins them itself."""
+
     def __init__(self, rows: int):
         self.rows = rows
 
-    def iter_torch_batches(self, batch_size: int, pin_memory: bool, **_: object):
+    def iter_batches(self, batch_size: int, **_: object):
         for start in range(0, self.rows, batch_size):
-            chunk = torch.arange(start, min(start + batch_size, self.rows)).float()
-            yield {"x": chunk.pin_memory() if pin_memory else chunk}
+            yield pa.table({"x": np.arange(start, min(start + batch_size, self.rows), dtype="f4")})
 
 
 def test_a_batch_joined_from_two_chunks_is_pinned(cuda):
-    stream = LaunchStream(_PinnedShard(20), chunk=5, prefetch_chunks=0, pin=True)
+    stream = LaunchStream(_Shard(20), chunk=5, prefetch_chunks=0, pin=True)
     batches = stream.batches(3)
     plain, joined = next(batches), next(batches)  # rows [0, 3) and [3, 5) + [5, 6)
     assert plain["x"].is_pinned() and joined["x"].is_pinned()

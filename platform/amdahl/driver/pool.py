@@ -251,7 +251,7 @@ class LaunchPool:
             run_config=tune.RunConfig(
                 name=f"tune-{self._round}",
                 storage_path=ray_storage(spec, self.sweep_dir),
-                callbacks=[self.watch],
+                callbacks=[self.watch, *_quiet_progress()],
                 stop=self.interrupt,
                 verbose=0,
             ),
@@ -272,3 +272,21 @@ class LaunchPool:
 
 def _launch_name(trial: Any) -> str:
     return f"launch-{trial.config['launch_id']}"
+
+
+def _quiet_progress() -> list[Any]:
+    """Tune's older output flow (connect_ray selects it unless `--verbose`, through
+    RAY_AIR_NEW_OUTPUT=0) prints "Trial launch-... completed. Last result:" for every launch
+    whatever RunConfig's `verbose` says, unless a TrialProgressCallback is already given: this
+    one prints nothing (the driver's own progress lines say what happened)."""
+    import os
+
+    if os.environ.get("RAY_AIR_NEW_OUTPUT", "1") != "0":
+        return []  # the newer flow follows `verbose`, and would ignore this callback with a warning
+    from ray.tune.progress_reporter import TrialProgressCallback
+
+    class QuietProgress(TrialProgressCallback):
+        def _print(self, msg: str) -> None:
+            pass
+
+    return [QuietProgress()]

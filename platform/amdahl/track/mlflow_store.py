@@ -344,11 +344,28 @@ def create_sqlite_store_atomically(uri: str) -> None:
             leftover.unlink(missing_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.creating")
     try:
-        MlflowClient(tracking_uri=f"sqlite:///{tmp}").search_experiments(max_results=1)
+        with _schema_logs_quiet():
+            MlflowClient(tracking_uri=f"sqlite:///{tmp}").search_experiments(max_results=1)
         with contextlib.suppress(FileExistsError):  # another process created it meanwhile
             os.link(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _schema_logs_quiet() -> Iterator[None]:
+    """MLflow and alembic log each step of a new store's schema at INFO ("Creating initial
+    MLflow database tables...", "Context impl SQLiteImpl."), into the sweep's terminal; inside
+    the block only their warnings get through."""
+    loggers = [logging.getLogger(name) for name in ("mlflow.store.db.utils", "alembic")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(max(logger.getEffectiveLevel(), logging.WARNING))
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 def _process_alive(pid: int) -> bool:

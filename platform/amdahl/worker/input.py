@@ -5,8 +5,9 @@ Two inputs (the `input` axis), the same preprocessing (`Workload.preprocess`) in
   without preprocessing has static, equal per-rank shards, each fetched onto its rank's node
   before the rank's first trial (`local_shard`); one with preprocessing streams through Ray
   Train's split of the launch's one pass (`LaunchStream`), started before the first trial.
-  Each rank takes block-sized chunks through `iter_torch_batches`, `prefetch_batches` ahead,
-  and slices them into batches (pinned memory on GPU, copied to the device by feed.py);
+  Each rank takes block-sized Arrow chunks through Ray Data's `iter_batches`,
+  `prefetch_batches` ahead, converts them to tensors itself (`arrow_chunks`) and slices them
+  into batches (pinned memory on GPU, copied to the device by feed.py);
 - torch_loader: each rank reads its own slice of the stored rows into a torch DataLoader with
   `num_workers = data_workers`, pinned memory on GPU and persistent workers (`LoaderSource`).
 The validation split, preprocessed for evaluation, is read once per launch (`validation_rows`).
@@ -17,6 +18,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -258,23 +260,15 @@ def _ray_batches(
     Each batch Ray Data forms costs a fixed ~1-3 ms here (a round trip to the split
     coordinator, block slicing and concatenation, conversion), which a rank waits for on every
     step when batches are small: the D2L MLP waited 2.7 ms of an 11 ms step. Fetching one
-    block-sized chunk and slicing it into batches (views, no copies) pays that once per chunk.
-    `prefetch` batches ahead become ceil(prefetch * batch / chunk) chunks ahead (0 stays 0).
-    Chunks stay on the host (pinned for a GPU); the feed copies one batch at a time, so a chunk
-    never costs device memory beyond a batch.
+    block-sized chunk (`arrow_chunks`) and slicing it into batches (views, no copies) pays that
+    once per chunk. `prefetch` batches ahead become ceil(prefetch * batch / chunk) chunks ahead
+    (0 stays 0). Chunks stay on the host (pinned for a GPU); the feed copies one batch at a
+    time, so a chunk never costs device memory beyond a batch.
     """
     chunk = max(batch_size, ROWS_PER_BLOCK // batch_size * batch_size)
     while True:
         yielded = False
-        epoch = iter(
-            shard.iter_torch_batches(
-                batch_size=chunk,
-                prefetch_batches=math.ceil(prefetch * batch_size / chunk),
-                drop_last=False,
-                device="cpu",  # the default, "auto", would copy whole chunks to the GPU
-                pin_memory=pin,
-            )
-        )
+        epoch = arrow_chunks(shard, chunk, math.ceil(prefetch * batch_size / chunk), pin)
         try:
             for rows in epoch:
                 n = len(next(iter(rows.values())))
@@ -282,13 +276,48 @@ def _ray_batches(
                     yielded = True
                     yield {k: v[start : start + batch_size] for k, v in rows.items()}
         finally:
-            # A trial that stops mid-epoch stops its preprocessing now, not when the
-            # iterator is garbage-collected (its prefetch threads keep it alive).
-            close = getattr(epoch, "close", None)
-            if close is not None:
-                close()
+            # A trial that stops mid-epoch stops its prefetching now, not when the iterator
+            # is garbage-collected (its prefetch threads keep it alive).
+            epoch.close()
         if not yielded:
             raise RuntimeError(_too_few_rows(batch_size))
+
+
+def arrow_chunks(
+    shard: Any, chunk: int, prefetch_chunks: int, pin: bool
+) -> Iterator[dict[str, torch.Tensor]]:
+    """One pass over a Ray Data shard in `chunk`-row pieces, as torch tensors: Arrow batches
+    from Ray Data's prefetching iterator, converted here by `torch_columns`.
+
+    Why not `iter_torch_batches`: its conversion (tensor-extension unwrapping, per-column
+    numpy and torch steps) runs in Ray Data's threads inside the training process, 6-10 ms
+    per 2048-row MLP chunk measured here against ~0.3 ms for `torch_columns`, and those threads
+    hold the GIL the training thread needs: at one device the D2L MLP trained 18% slower than
+    the same loop on in-memory tensors (benchmarks/harness_overhead.py; docs/architecture.md,
+    "Input pipeline")."""
+    batches = shard.iter_batches(
+        batch_size=chunk, prefetch_batches=prefetch_chunks, batch_format="pyarrow"
+    )
+    try:
+        for table in batches:
+            yield torch_columns(table, pin)
+    finally:
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()
+
+
+def torch_columns(table: pa.Table, pin: bool) -> dict[str, torch.Tensor]:
+    """A chunk's columns as tensors (`storage.table_columns`): views of the Arrow buffers
+    where the layout allows (read-only memory: a workload must not write into its batch),
+    or, with `pin` (a CUDA trial), one copy into pinned memory so that the feed's copies to the
+    device are asynchronous."""
+    import torch
+
+    with warnings.catch_warnings():  # torch warns once that the Arrow buffer is read-only
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        columns = {k: torch.from_numpy(v) for k, v in table_columns(table).items()}
+    return join_rows([columns], pin) if pin else columns
 
 
 class LaunchStream:
@@ -342,13 +371,7 @@ class LaunchStream:
     def _epochs(self) -> Iterator[dict[str, torch.Tensor]]:
         while True:  # a launch longer than its pass starts another (never expected)
             yielded = False
-            for rows in self._shard.iter_torch_batches(
-                batch_size=self._chunk,
-                prefetch_batches=self._prefetch,
-                drop_last=False,
-                device="cpu",  # the feed copies one batch at a time to the device
-                pin_memory=self._pin,
-            ):
+            for rows in arrow_chunks(self._shard, self._chunk, self._prefetch, self._pin):
                 yielded = True
                 yield rows
             if not yielded:

@@ -12,6 +12,10 @@ peak reset, compile caches). Timing rules (asynchronous execution needs synchron
   stream while the step before computes; data wait is the device's idle gap between steps,
   less the spans the harness itself holds the device (the window's opening synchronize, a
   validation pass) (docs/architecture.md, "What a step's columns mean");
+- the measured window runs with the heap that existed before it frozen (`gc.freeze`): a full
+  collection otherwise rescans every object of the worker process (Ray's, torch's; ~0.2 s
+  for 330k objects without Ray), a pause the loop's own per-step records would trigger and a
+  plain training loop would not;
 - FLOPs per sample are counted after all of that, on rank 0, never inside a timed phase
   (worker/flops.py).
 """
@@ -19,6 +23,7 @@ peak reset, compile caches). Timing rules (asynchronous execution needs synchron
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import statistics
 import time
@@ -156,6 +161,7 @@ def run_trial(
             clean = True
         finally:
             t.utilisation.stop()
+            gc.unfreeze()  # a loop that raised inside its window left the heap frozen
             t.strategy.close(clean=clean)
         stats["model_state_bytes"] = sum(model_state_bytes(t.model, t.optimizer))
         # After every timed phase and the memory peak, on rank 0 (whose figure the row takes):
@@ -241,6 +247,7 @@ def _train(t: _Trial, val: dict[str, np.ndarray], setup_s: float) -> dict[str, A
     for step in range(launch.steps_per_trial):
         if step == warm:
             with hold(clock, run.held):  # cut out of this step's data wait (stepclock.py)
+                gc.freeze()  # collections in the window skip what existed before it
                 window_start = time.perf_counter()
                 t.utilisation.start()
         taken = feed.take(micro_steps)
@@ -271,6 +278,7 @@ def _train(t: _Trial, val: dict[str, np.ndarray], setup_s: float) -> dict[str, A
     clock.synchronize()
     run.window_s = time.perf_counter() - window_start - run.eval_s
     t.utilisation.stop()
+    gc.unfreeze()
     run.lr_peak = lr.peak
     return _trial_stats(t, run, val, setup_s)
 

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import numpy as np
+import pyarrow as pa
 import torch
 from torch import nn
 from trial_runner import PARAMS, launch_config, run, trial_config
 
+from amdahl.data.storage import arrow_column
 from amdahl.worker.feed import DeviceFeed
 from amdahl.worker.input import LaunchStream
 from workloads.mlp import MLP
@@ -166,22 +169,27 @@ def test_on_cpu_a_steps_batches_are_fetched_when_taken():
 
 
 class _Shard:
-    """Ray Data's `iter_torch_batches` over `rows` rows in chunks of `batch_size` rows."""
+    """Ray Data's `iter_batches(batch_format="pyarrow")` over `rows` rows in chunks of
+    `batch_size` rows (a 2-column fixed-size-list column, as the stored rows are)."""
 
     def __init__(self, rows: int):
         self.rows = rows
 
-    def iter_torch_batches(self, batch_size: int, **_: object):
+    def iter_batches(self, batch_size: int, batch_format: str, **_: object):
+        assert batch_format == "pyarrow"
         for start in range(0, self.rows, batch_size):
             stop = min(start + batch_size, self.rows)
-            yield {"x": torch.arange(start, stop).reshape(-1, 1).repeat(1, 2)}
+            x = np.arange(start, stop).reshape(-1, 1).repeat(2, axis=1)
+            yield pa.table({"x": arrow_column(x)})
 
 
-def _stream_batches(monkeypatch, pin: bool, batches: int) -> tuple[list, list[bool]]:
-    asked: list[bool] = []
+def _stream_batches(monkeypatch, pin: bool, batches: int) -> tuple[list, list[tuple[int, bool]]]:
+    """`batches` batches of 3 rows from a LaunchStream over 5-row chunks, and the (rows, pinned)
+    of every host buffer it asked for."""
+    asked: list[tuple[int, bool]] = []
 
     def buffer(shape, dtype, pin_memory):
-        asked.append(pin_memory)
+        asked.append((shape[0], pin_memory))
         return torch.empty(shape, dtype=dtype)  # no CUDA here: tests/gpu pins for real
 
     monkeypatch.setattr("amdahl.worker.input._host_buffer", buffer)
@@ -197,7 +205,9 @@ def test_a_batch_spanning_two_chunks_is_joined_into_a_buffer_pinned_as_the_chunk
     rows = [b["x"][:, 0].tolist() for b in out]
     assert rows == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 10, 11], [12, 13, 14]]
     assert all(b["x"].shape == (3, 2) for b in out)
-    # Batches 1 and 3 span chunks [0, 5) | [5, 10) and [5, 10) | [10, 15): one buffer each.
-    assert asked == [True, True]
+    # For a GPU each 5-row chunk is copied once into pinned memory as it arrives, and batches
+    # 1 and 3, spanning chunks [0, 5) | [5, 10) and [5, 10) | [10, 15), get a pinned 3-row
+    # buffer each.
+    assert asked == [(5, True), (5, True), (3, True), (5, True), (3, True)]
     _, unpinned = _stream_batches(monkeypatch, pin=False, batches=5)
-    assert unpinned == [False, False]
+    assert unpinned == [(3, False), (3, False)]  # on CPU: only the joins copy
