@@ -292,9 +292,8 @@ def arrow_chunks(
     Why not `iter_torch_batches`: its conversion (tensor-extension unwrapping, per-column
     numpy and torch steps) runs in Ray Data's threads inside the training process, 6-10 ms
     per 2048-row MLP chunk measured here against ~0.3 ms for `torch_columns`, and those threads
-    hold the GIL the training thread needs: at one device the D2L MLP trained 18% slower than
-    the same loop on in-memory tensors (benchmarks/harness_overhead.py; docs/architecture.md,
-    "Input pipeline")."""
+    hold the GIL the training thread needs (py-spy: 30% of the GIL-holding samples of a
+    one-device MLP trial; docs/architecture.md, "What the loop costs beside a plain loop")."""
     batches = shard.iter_batches(
         batch_size=chunk, prefetch_batches=prefetch_chunks, batch_format="pyarrow"
     )
