@@ -60,13 +60,24 @@ ARMS = ("platform", "plain-on-ray", "plain")
 def _plain_loop(
     rank: int, world: int, port: int, name: str, params: dict, batch: int, warmup: int, steps: int
 ) -> float:
-    """One rank of the plain DDP loop; returns this rank's samples per second."""
-    from amdahl.workload import make_workload
-
-    torch.set_num_threads(THREADS)
+    """One rank of the plain DDP loop on its own process group; this rank's samples/s."""
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
     )
+    try:
+        return ddp_loop(rank, world, name, params, batch, warmup, steps)
+    finally:
+        dist.destroy_process_group()
+
+
+def ddp_loop(
+    rank: int, world: int, name: str, params: dict, batch: int, warmup: int, steps: int
+) -> float:
+    """The plain DDP loop on the default process group, timed from the end of warmup only
+    (benchmarks/loop_overhead.py runs it too); this rank's samples/s."""
+    from amdahl.workload import make_workload
+
+    torch.set_num_threads(THREADS)
     workload = make_workload(name, params)
     data = {
         k: torch.from_numpy(v)
@@ -89,9 +100,7 @@ def _plain_loop(
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     dist.barrier()
-    elapsed = time.perf_counter() - start
-    dist.destroy_process_group()
-    return batch * steps / elapsed
+    return batch * steps / (time.perf_counter() - start)
 
 
 def _plain_worker(rank: int, *args) -> None:

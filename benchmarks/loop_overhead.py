@@ -8,7 +8,8 @@ round:
             (`input.arrow_chunks` over Arrow chunks of the rows, sliced into batches), with
             its marks, feed, learning-rate schedule, utilisation sampler and everything after
             the window; throughput from its window, as the results row computes it
-  plain     the loop of benchmarks/harness_overhead.py over the same rows as tensors
+  plain     the loop of benchmarks/harness_overhead.py (`ddp_loop`) over the same rows as
+            tensors
   harness-no-sampler / harness-bare (with --ablate): the harness with its utilisation
             sampler off, and with the sampler off and a no-op step clock, to show where a
             difference comes from
@@ -25,13 +26,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import torch
 import torch.distributed as dist
+from harness_overhead import ddp_loop
 
 from amdahl.data.storage import ROWS_PER_BLOCK, arrow_column
 from amdahl.worker import trial as trial_module
@@ -87,23 +88,8 @@ def harness(workload: MLP, batch: int, steps: int, variant: str) -> float:
 
 
 def plain(workload: MLP, batch: int, steps: int) -> float:
-    torch.set_num_threads(THREADS)
-    data = {k: torch.from_numpy(v) for k, v in _rows(workload).items()}
-    n = len(data["y"])
-    torch.manual_seed(0)
-    model = torch.nn.parallel.DistributedDataParallel(workload.build_model())
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    start = 0.0
-    for step in range(WARMUP + steps):
-        if step == WARMUP:
-            start = time.perf_counter()
-        i = (step * batch) % (n - batch)
-        x, y = workload.split_batch({k: v[i : i + batch] for k, v in data.items()})
-        loss = workload.loss(model(x), y)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-    return batch * steps / (time.perf_counter() - start)
+    """harness_overhead.py's plain loop, on this process's one-rank group."""
+    return ddp_loop(0, 1, "mlp", workload.params, batch, WARMUP, steps)
 
 
 class _NoSampler:

@@ -8,10 +8,7 @@ per-row arrays; both inputs convert the stored Arrow rows with `storage.table_co
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
-import pytest
 import torch
 
 from amdahl.data.prepare import ray_dataset, with_preprocessing
@@ -59,19 +56,6 @@ class Reporting(Workload):
 
     def loss(self, output, target):
         return torch.nn.functional.cross_entropy(output, target)
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    ray = pytest.importorskip("ray")
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
-    # Ray's workers do not have tests/ on their path: ship this module's workload by value.
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    yield
-    if started:
-        ray.shutdown()
 
 
 def test_preprocess_is_handed_the_same_columns_under_ray_data_and_torch_loader(tmp_path, local_ray):

@@ -5,10 +5,7 @@ extension columns), through a real local Ray Data pipeline."""
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
-import pytest
 import torch
 
 from amdahl.data.prepare import ray_dataset, with_preprocessing
@@ -45,19 +42,6 @@ class Scaled(Workload):
 
     def loss(self, output, target):
         return torch.nn.functional.cross_entropy(output, target)
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    ray = pytest.importorskip("ray")
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
-    # Ray's workers do not have tests/ on their path: ship this module's workload by value.
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    yield
-    if started:
-        ray.shutdown()
 
 
 def _assert_same_chunks(dataset) -> None:
