@@ -4,8 +4,8 @@ No Ray, no other process: one rank (a one-rank gloo group, DDP-wrapped as a `ddp
 device is), the D2L MLP, the same per-device batch, torch threads, optimizer (SGD, momentum
 0.9), warmup and measured steps, and the same rows in memory. Arms, their order rotating each
 round:
-  harness   `worker.trial.run_trial`, input through the ray_data path's own code
-            (`input.arrow_chunks` over Arrow chunks of the rows, sliced into batches), with
+  harness   `worker.trial.run_trial`, input through the ray_data path's own code for a static
+            shard (`input.LocalShard` over block-sized Arrow tables of the rows), with
             its marks, feed, learning-rate schedule, utilisation sampler and everything after
             the window; throughput from its window, as the results row computes it
   plain     the loop of benchmarks/harness_overhead.py (`ddp_loop`) over the same rows as
@@ -27,7 +27,6 @@ import argparse
 import statistics
 import sys
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import torch
@@ -36,6 +35,7 @@ from harness_overhead import ddp_loop
 
 from amdahl.data.storage import ROWS_PER_BLOCK, arrow_column
 from amdahl.worker import trial as trial_module
+from amdahl.worker.input import LocalShard
 from amdahl.worker.trial import Placement, run_trial
 from workloads.mlp import MLP
 
@@ -47,17 +47,6 @@ THREADS = 1
 WARMUP = 20
 
 
-class _ArrowShard:
-    """What a rank's Ray Data shard hands `input.arrow_chunks`: Arrow chunks of its rows."""
-
-    def __init__(self, table: pa.Table):
-        self.table = table
-
-    def iter_batches(self, batch_size: int, **_: Any):
-        for start in range(0, len(self.table), batch_size):
-            yield self.table.slice(start, batch_size)
-
-
 def _rows(workload: MLP) -> dict:
     return workload.generate("train", workload.params["train_rows"], seed=0)
 
@@ -65,6 +54,7 @@ def _rows(workload: MLP) -> dict:
 def harness(workload: MLP, batch: int, steps: int, variant: str) -> float:
     rows = _rows(workload)
     table = pa.table({k: arrow_column(v) for k, v in rows.items()})
+    blocks = [table.slice(i, ROWS_PER_BLOCK) for i in range(0, len(table), ROWS_PER_BLOCK)]
     trial = trial_config(
         settings(params=workload.params, sync="ddp", input="ray_data"),
         batch_size=batch,
@@ -80,7 +70,12 @@ def harness(workload: MLP, batch: int, steps: int, variant: str) -> float:
     try:
         torch.set_num_threads(THREADS)
         stats = run_trial(
-            workload, trial, launch, _ArrowShard(table), val, Placement(torch.device("cpu"), 0, 1)
+            workload,
+            trial,
+            launch,
+            LocalShard(blocks, 0.0),
+            val,
+            Placement(torch.device("cpu"), 0, 1),
         )
     finally:
         trial_module.UtilisationSampler, trial_module.clock_for = sampler, clock
@@ -128,7 +123,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--ablate", action="store_true", help="also the ablated harness arms")
     args = parser.parse_args()
-    assert ROWS_PER_BLOCK % args.batch == 0, "a batch that divides a chunk: no joined batches"
+    assert ROWS_PER_BLOCK % args.batch == 0, "a batch that divides a block: no joined batches"
     workload = MLP()
     one_rank_group("gloo")
     arms = ["harness", "plain"]

@@ -1,15 +1,19 @@
 """Data wait's CUDA branches (tests/unit/worker/test_data_wait.py has the CPU and fake-clock
 side): the window's opening synchronize and a validation pass are not data wait on the device
 timeline, every micro-batch of the next step is copied while the current step computes, and a
-batch joined from two Ray Data chunks is pinned, so that its copy is asynchronous."""
+batch joined from two Ray Data chunks is pinned, so that its copy is asynchronous, as are a
+static shard's batches (`LocalShard`: each table pinned, ahead in a thread or inline)."""
+
+import threading
 
 import numpy as np
 import pyarrow as pa
+import pytest
 import torch
 from trial_runner import PARAMS, SlowData, SlowForward, launch_config, run, trial_config
 
 from amdahl.worker.feed import DeviceFeed
-from amdahl.worker.input import LaunchStream
+from amdahl.worker.input import LaunchStream, LocalShard, host_batches
 
 
 class HiddenInput(SlowForward, SlowData):
@@ -91,6 +95,19 @@ def test_a_batch_joined_from_two_chunks_is_pinned(cuda):
     on_device = feed.take(1).batches[0]
     torch.cuda.synchronize()
     assert on_device["x"].tolist() == [3.0, 4.0, 5.0]
+
+
+@pytest.mark.parametrize("prefetch", [0, 4])
+def test_a_local_shards_batches_are_pinned_ahead_or_inline(cuda, prefetch):
+    tables = [pa.table({"x": np.arange(a, a + 5, dtype="f4")}) for a in range(0, 20, 5)]
+    batches = host_batches(LocalShard(tables, fetch_s=0.0), 3, prefetch=prefetch, pin=True)
+    got = [next(batches) for _ in range(8)]  # 24 rows: the 20 rows, then around again
+    assert all(b["x"].is_pinned() for b in got)  # views of a pinned table, or pinned joins
+    assert [v for b in got for v in b["x"].tolist()] == [float(i % 20) for i in range(24)]
+    pinning = [t for t in threading.enumerate() if t.name.startswith("amdahl-pin")]
+    assert bool(pinning) == (prefetch > 0)
+    batches.close()  # a trial's end stops the thread
+    assert not any(t.is_alive() for t in pinning)
 
 
 def _cycles_per_second() -> float:

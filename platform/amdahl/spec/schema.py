@@ -131,9 +131,9 @@ class GridSpec(_Section):
     input: list[Input] = Field(
         ["ray_data"],
         min_length=1,
-        description="Input pipeline: ray_data (Ray Data map_batches, Arrow chunks through "
-        "iter_batches) or torch_loader (a torch DataLoader per device), with the same "
-        "preprocessing.",
+        description="Input pipeline: ray_data (blocks in Ray's object store; with "
+        "preprocessing, Ray Data map_batches and Arrow chunks through iter_batches) or "
+        "torch_loader (a torch DataLoader per device), with the same preprocessing.",
     )
     prefetch_batches: list[_NonNegative] = Field(
         [4], min_length=1, description="Batches each device's input prefetches ahead of the step."

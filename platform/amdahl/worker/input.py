@@ -3,11 +3,12 @@
 Two inputs (the `input` axis), the same preprocessing (`Workload.preprocess`) in both:
 - ray_data: the driver put the stored rows into the object store (data/prepare.py). A workload
   without preprocessing has static, equal per-rank shards, each fetched onto its rank's node
-  before the rank's first trial (`local_shard`); one with preprocessing streams through Ray
-  Train's split of the launch's one pass (`LaunchStream`), started before the first trial.
-  Each rank takes block-sized Arrow chunks through Ray Data's `iter_batches`,
-  `prefetch_batches` ahead, converts them to tensors itself (`arrow_chunks`) and slices them
-  into batches (pinned memory on GPU, copied to the device by feed.py);
+  before the rank's first trial and then read as the Arrow tables this process holds
+  (`local_shard`, `LocalShard`); one with preprocessing streams through Ray Train's split of
+  the launch's one pass (`LaunchStream`), started before the first trial, taking block-sized
+  Arrow chunks through Ray Data's `iter_batches`, `prefetch_batches` ahead (`arrow_chunks`).
+  Either way the Arrow columns become tensors here (`torch_columns`) and are cut into each
+  trial's batches (`Rebatcher`; pinned memory on GPU, copied to the device by feed.py);
 - torch_loader: each rank reads its own slice of the stored rows into a torch DataLoader with
   `num_workers = data_workers`, pinned memory on GPU and persistent workers (`LoaderSource`).
 The validation split, preprocessed for evaluation, is read once per launch (`validation_rows`).
@@ -15,11 +16,14 @@ The validation split, preprocessed for evaluation, is read once per launch (`val
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import time
 import warnings
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -73,23 +77,27 @@ def as_stored(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def local_shard(shard: Any) -> Any:
-    """A rank's static shard (`rank_shards`, `repeat_to_cover`) as the DataIterator its timed loop
-    reads, with every block already in this node's object store. Called in the train worker
+    """A rank's static shard (`rank_shards`, `repeat_to_cover`) held in this process as a
+    `LocalShard`, every block fetched onto this node. Called in the train worker
     (`train_source`) when the rank first gets a world size's shard, before that trial starts.
 
-    Why: local training data becomes blocks in the driver's object store (`ray_dataset`) and
-    the equal split leaves them there, so a rank on another node would pull its shard over
+    Why fetch: local training data becomes blocks in the driver's object store (`ray_dataset`)
+    and the equal split leaves them there, so a rank on another node would pull its shard over
     the head node's link inside its first timed epoch; the d1 baseline that every speedup
     divides by, which reads the whole training set, most of all.
 
     How: one `ray.get` of the shard's distinct blocks (`shard_blocks`): the same objects, not
-    copies, pulled onto this node in parallel from wherever copies are. The values are kept
-    on the iterator (`local_blocks`) for the launch: a value read from the object store is
-    zero-copy, and an object in use is never evicted, so the local copies stay pinned and the
-    loop's own `ray.get` of the same references reads them here (the multi-node test checks
-    that Ray Data counts every block local, none remote). `local_fetch_s` is how long the
-    fetch took, None when nothing was fetched. Cost: this node's store holds the shard for
-    the launch; shards of several world sizes share their whole blocks.
+    copies, pulled onto this node in parallel from wherever copies are. A value read from the
+    object store is zero-copy, and an object in use is never evicted, so the LocalShard's
+    tables stay pinned in this node's store for the launch. Cost: this node's store holds the
+    shard for the launch; shards of several world sizes share their whole blocks.
+
+    Why the loop then reads the tables itself (`LocalShard.batches`), not through Ray Data's
+    iterator: with every block already here, that iterator's threads only slice and hand over
+    memory this process holds, yet they run beside the training thread and take its GIL: a
+    one-device MLP trial's data wait (the gap between steps, the loop's bookkeeping in it)
+    was 0.22-0.28 ms of a 3.5-4.3 ms step through them, 0.085-0.09 ms reading the tables here
+    (docs/architecture.md, "What the loop costs beside a plain loop").
 
     Not chosen: copying the blocks with a task pinned to the rank's node
     (NodeAffinitySchedulingStrategy) makes new objects (twice the memory, new datasets) and
@@ -97,16 +105,16 @@ def local_shard(shard: Any) -> Any:
     the shards; `ray.wait(fetch_local=True)` fetches too but pins nothing, so a busy store
     could evict the copy before the loop reads it.
 
-    Not done: a shard over `_MAX_PINNED_SHARE` of this node's object store is read as before
-    (pinning it would make the store spill). Ray Train's streaming split of a preprocessing
-    workload (`get_dataset_shard`) cannot be fetched ahead like this: its blocks are made by
-    the map tasks while the ranks iterate, and the split hands them to ranks as it goes.
+    Not done: a shard over `_MAX_PINNED_SHARE` of this node's object store, or one whose blocks
+    are not Arrow tables, is read through Ray Data's iterator (the DataIterator is returned),
+    each block fetched when the loop reaches it (pinning it would make the store spill). Ray
+    Train's streaming split of a preprocessing workload (`get_dataset_shard`) cannot be fetched
+    ahead like this: its blocks are made by the map tasks while the ranks iterate, and the
+    split hands them to ranks as it goes (`LaunchStream`).
     """
     import ray
 
     blocks = shard_blocks(shard)
-    iterator = shard.iterator()
-    iterator.local_blocks, iterator.local_fetch_s = None, None
     size, store = sum(blocks.values()), _object_store_bytes(ray.get_runtime_context().get_node_id())
     if size > _MAX_PINNED_SHARE * store:
         _log.warning(
@@ -116,27 +124,97 @@ def local_shard(shard: Any) -> Any:
             100 * _MAX_PINNED_SHARE,
             store / 1e6,
         )
-        return iterator
+        return shard.iterator()
     start = time.perf_counter()
-    iterator.local_blocks = ray.get(list(blocks))
-    iterator.local_fetch_s = time.perf_counter() - start
-    return iterator
+    values = dict(zip(blocks, ray.get(list(blocks)), strict=True))
+    fetch_s = time.perf_counter() - start
+    if not all(isinstance(v, pa.Table) for v in values.values()):
+        return shard.iterator()
+    tables = []
+    for bundle in _bundles(shard):
+        for entry, piece in zip(bundle.blocks, _slices(bundle), strict=True):
+            table = values[entry.ref]
+            tables.append(
+                table if piece is None else table.slice(piece.start_offset, piece.num_rows)
+            )
+    return LocalShard(tables, fetch_s)
 
 
 def shard_blocks(dataset: Any) -> dict[Any, int]:
     """A materialised dataset's distinct blocks, in reading order: reference -> bytes (a
-    `repeat_to_cover` shard lists each block several times). Read from the dataset's plan, which
-    holds them; the DeveloperAPI `iter_internal_ref_bundles` gives the same bundles but starts
-    a streaming executor for them (0.2 s and a log line per worker, measured here)."""
-    dag = getattr(getattr(dataset, "_logical_plan", None), "dag", None)
-    bundles = dag.output_data() if hasattr(dag, "output_data") else None
-    if bundles is None:
-        bundles = dataset.iter_internal_ref_bundles()
+    `repeat_to_cover` shard lists each block several times)."""
     blocks: dict[Any, int] = {}
-    for bundle in bundles:
+    for bundle in _bundles(dataset):
         for entry in bundle.blocks:
             blocks.setdefault(entry.ref, entry.metadata.size_bytes or 0)
     return blocks
+
+
+def _bundles(dataset: Any) -> list[Any]:
+    """A materialised dataset's block bundles in reading order, read from its plan, which holds
+    them; the DeveloperAPI `iter_internal_ref_bundles` gives the same bundles but starts a
+    streaming executor for them (0.2 s and a log line per worker, measured here)."""
+    dag = getattr(getattr(dataset, "_logical_plan", None), "dag", None)
+    bundles = dag.output_data() if hasattr(dag, "output_data") else None
+    return list(bundles if bundles is not None else dataset.iter_internal_ref_bundles())
+
+
+def _slices(bundle: Any) -> tuple[Any, ...]:
+    """Each block's row slice in `bundle` (None: the whole block)."""
+    return getattr(bundle, "slices", None) or (None,) * len(bundle.blocks)
+
+
+@dataclass
+class LocalShard:
+    """A rank's static shard as Arrow tables in this process, in reading order (`local_shard`);
+    `fetch_s`: how long fetching them onto this node took."""
+
+    tables: list[pa.Table] = field(repr=False)
+    fetch_s: float
+
+    @property
+    def rows(self) -> int:
+        return sum(len(t) for t in self.tables)
+
+    def batches(
+        self, batch_size: int, prefetch: int, pin: bool
+    ) -> Iterator[dict[str, torch.Tensor]]:
+        """Endless `batch_size`-row batches from the shard's start, the tables read in order
+        and again (`Rebatcher`). On CPU a table's tensors are views of its buffers, converted
+        when the loop reaches it (~0.3 ms per 2048-row MLP block): nothing to hide. With `pin`
+        (a CUDA trial) each table gets one pinned copy, made `prefetch` batches ahead (in
+        tables) in one thread, so that the copy to pinned memory is not the step's wait."""
+        if self.rows < batch_size:
+            raise RuntimeError(_too_few_rows(batch_size))
+        tables = itertools.cycle([t for t in self.tables if len(t)])
+        if not pin or prefetch == 0:
+            chunks: Iterator[dict[str, torch.Tensor]] = (torch_columns(t, pin) for t in tables)
+        else:
+            rows = self.rows / len(self.tables)
+            chunks = _converted_ahead(tables, math.ceil(prefetch * batch_size / rows), pin)
+        try:
+            yield from Rebatcher(chunks, pin).batches(batch_size)
+        finally:
+            chunks.close()  # a trial that stops stops its conversion thread now
+
+
+def _converted_ahead(
+    tables: Iterator[pa.Table], ahead: int, pin: bool
+) -> Iterator[dict[str, torch.Tensor]]:
+    """`torch_columns` of each table, `ahead` tables converted ahead in one thread (the copy
+    into pinned memory releases the GIL)."""
+    with ThreadPoolExecutor(1, thread_name_prefix="amdahl-pin") as pool:
+        pending: deque[Future] = deque()
+        try:
+            for table in tables:
+                pending.append(pool.submit(torch_columns, table, pin))
+                if len(pending) > ahead:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for future in pending:
+                future.cancel()
 
 
 def _object_store_bytes(node_id: str) -> float:
@@ -249,13 +327,16 @@ def host_batches(
         return _loader_batches(source, batch_size, prefetch, pin)
     if isinstance(source, LaunchStream):
         return source.batches(batch_size)
+    if isinstance(source, LocalShard):
+        return source.batches(batch_size, prefetch, pin)
     return _ray_batches(source, batch_size, prefetch, pin)
 
 
 def _ray_batches(
     shard: Any, batch_size: int, prefetch: int, pin: bool
 ) -> Iterator[dict[str, torch.Tensor]]:
-    """Training batches sliced from block-sized chunks of the shard.
+    """Training batches sliced from block-sized chunks of a shard read through Ray Data's
+    iterator (a shard too large to hold, `local_shard`).
 
     Each batch Ray Data forms costs a fixed ~1-3 ms here (a round trip to the split
     coordinator, block slicing and concatenation, conversion), which a rank waits for on every
@@ -319,39 +400,30 @@ def torch_columns(table: pa.Table, pin: bool) -> dict[str, torch.Tensor]:
     return join_rows([columns], pin) if pin else columns
 
 
-class LaunchStream:
-    """One rank's training input for a whole launch whose workload preprocesses (input
-    ray_data): one pass of the launch's Ray Data pipeline, started once before the first trial
-    (`warm`), from which each trial slices batches of its own size (`batches`).
+class Rebatcher:
+    """Batches of any size cut from an endless stream of chunks (dicts of tensors): views of a
+    chunk, or, for a batch spanning chunks, the rows it needs copied once into a buffer of its
+    own, pinned when the chunks are (`join_rows`), so that its copy to the device is
+    asynchronous too. The rows a batch leaves in a chunk go to the next batch, also to the
+    first batch of a later `batches` call (a LaunchStream's next trial)."""
 
-    Why: every new pass over Ray Train's streaming split starts the pipeline again (a barrier
-    across ranks, new preprocessing tasks, their first blocks): seconds that used to land in
-    each trial's first step. The pass covers every trial of the launch (`with_preprocessing`), and
-    the rows a trial leaves in a chunk go to the next one.
-    """
+    def __init__(self, chunks: Iterator[dict[str, torch.Tensor]], pin: bool):
+        self._chunks, self._pin = chunks, pin
+        self._rest: dict[str, torch.Tensor] | None = None  # rows not yet handed out
 
-    def __init__(self, shard: Any, chunk: int, prefetch_chunks: int, pin: bool):
-        self._shard, self._chunk, self._prefetch, self._pin = shard, chunk, prefetch_chunks, pin
-        self._chunks: Iterator[dict[str, torch.Tensor]] | None = None
-        self._rest: dict[str, torch.Tensor] | None = None  # rows not yet handed to a trial
-
-    def warm(self) -> float:
-        """Start the pipeline and wait for its first chunk; returns the seconds it took."""
-        start = time.perf_counter()
+    def fill(self) -> None:
+        """Take the first chunk now, if none was taken yet."""
         if self._rest is None:
-            self._rest = self._next_chunk()
-        return time.perf_counter() - start
+            self._rest = next(self._chunks)
 
     def batches(self, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
-        """Endless `batch_size`-row batches: views of a chunk, or, for a batch spanning chunks,
-        the rows it needs copied once into a buffer of its own, pinned when the chunks are
-        (`join_rows`), so that its copy to the device is asynchronous too."""
+        """Endless `batch_size`-row batches."""
         while True:
             rest = self._rest
             parts = [rest] if rest is not None and _rows(rest) else []
             have = sum(_rows(part) for part in parts)
             while have < batch_size:
-                parts.append(self._next_chunk())
+                parts.append(next(self._chunks))
                 have += _rows(parts[-1])
             last = parts[-1]
             keep = _rows(last) - (have - batch_size)  # rows of the last chunk this batch takes
@@ -362,10 +434,31 @@ class LaunchStream:
                 parts[-1] = {k: v[:keep] for k, v in last.items()}
                 yield join_rows(parts, self._pin)
 
-    def _next_chunk(self) -> dict[str, torch.Tensor]:
-        if self._chunks is None:
-            self._chunks = self._epochs()
-        return next(self._chunks)
+
+class LaunchStream:
+    """One rank's training input for a whole launch whose workload preprocesses (input
+    ray_data): one pass of the launch's Ray Data pipeline, started once before the first trial
+    (`warm`), from which each trial slices batches of its own size (`batches`).
+
+    Why: every new pass over Ray Train's streaming split starts the pipeline again (a barrier
+    across ranks, new preprocessing tasks, their first blocks): seconds that used to land in
+    each trial's first step. The pass covers every trial of the launch (`with_preprocessing`), and
+    the rows a trial leaves in a chunk go to the next one (`Rebatcher`).
+    """
+
+    def __init__(self, shard: Any, chunk: int, prefetch_chunks: int, pin: bool):
+        self._shard, self._chunk, self._prefetch, self._pin = shard, chunk, prefetch_chunks, pin
+        self._batcher = Rebatcher(self._epochs(), pin)
+
+    def warm(self) -> float:
+        """Start the pipeline and wait for its first chunk; returns the seconds it took."""
+        start = time.perf_counter()
+        self._batcher.fill()
+        return time.perf_counter() - start
+
+    def batches(self, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
+        """Endless `batch_size`-row batches, continuing where the previous trial stopped."""
+        return self._batcher.batches(batch_size)
 
     def _epochs(self) -> Iterator[dict[str, torch.Tensor]]:
         while True:  # a launch longer than its pass starts another (never expected)

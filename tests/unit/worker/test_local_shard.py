@@ -1,0 +1,114 @@
+"""A static ray_data shard read as the Arrow tables the rank holds (`input.local_shard`,
+`LocalShard`): the same rows in the same order as Ray Data's own iterator over that shard (the
+independent reference), through a real local Ray; batches cut across table ends; the fallback
+to Ray Data's iterator for a shard too large to hold."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+
+from amdahl.data.prepare import rank_shards, repeat_to_cover
+from amdahl.data.storage import arrow_column
+from amdahl.worker import input as worker_input
+from amdahl.worker.input import LocalShard, host_batches, local_shard
+
+
+def _table(start: int, stop: int) -> pa.Table:
+    """Rows start..stop-1: a (rows, 2) fixed-size-list column, as stored rows are, and labels."""
+    x = np.arange(start, stop, dtype=np.float32).reshape(-1, 1).repeat(2, axis=1)
+    return pa.table({"x": arrow_column(x), "y": np.arange(start, stop, dtype=np.int64)})
+
+
+def _ray_shards(world: int, rows_per_pass: int) -> list:
+    """Shards made as a sweep makes them: uneven blocks, an equal split, repeated to cover."""
+    import ray.data
+
+    cuts = [0, 70, 75, 200, 333]
+    base = ray.data.from_blocks([_table(a, b) for a, b in zip(cuts, cuts[1:], strict=False)])
+    return [repeat_to_cover(s, rows_per_pass) for s in rank_shards(base, world)]
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_a_local_shard_holds_the_rows_ray_data_reads_in_its_order(local_ray, world):
+    for shard in _ray_shards(world, rows_per_pass=700):
+        held = local_shard(shard)
+        assert isinstance(held, LocalShard) and held.fetch_s >= 0
+        reference = pa.concat_tables(shard.iter_batches(batch_size=None, batch_format="pyarrow"))
+        assert held.rows == len(reference) == shard.count()
+        assert pa.concat_tables(held.tables).equals(reference)
+
+
+def test_batches_run_through_the_tables_in_order_and_around_again(monkeypatch):
+    joins: list[int] = []  # rows of each joined buffer, one per column
+
+    def buffer(shape, dtype, pin_memory):
+        joins.append(shape[0])
+        return torch.empty(shape, dtype=dtype)
+
+    monkeypatch.setattr("amdahl.worker.input._host_buffer", buffer)
+    shard = LocalShard([_table(0, 10), _table(10, 13), _table(13, 30)], fetch_s=0.0)
+    batches = host_batches(shard, batch_size=4, prefetch=4, pin=False)
+    got, joined = [], []
+    for _ in range(9):  # 36 rows: the 30 rows, then around again
+        got.append(next(batches))
+        joined.append(len(joins) // 2)
+    expected = np.tile(np.arange(30), 2)[:36].reshape(9, 4)
+    assert [b["y"].tolist() for b in got] == expected.tolist()
+    assert [b["x"][:, 1].tolist() for b in got] == expected.astype(np.float32).tolist()
+    assert all(b["x"].shape == (4, 2) and b["x"].dtype == torch.float32 for b in got)
+    # Views inside a table; joined copies only for the batches spanning tables: rows 8-11,
+    # 12-15 and 28-1 (across the end of the shard).
+    assert joined == [0, 0, 1, 2, 2, 2, 2, 3, 3]
+    assert set(joins) == {4}
+
+
+def test_a_shard_smaller_than_a_batch_is_refused():
+    shard = LocalShard([_table(0, 3)], fetch_s=0.0)
+    with pytest.raises(RuntimeError, match="fewer than batch_size=4"):
+        next(host_batches(shard, batch_size=4, prefetch=0, pin=False))
+
+
+def test_tables_converted_ahead_match_those_converted_inline_and_the_thread_stops():
+    tables = [_table(a, a + 4) for a in range(0, 40, 4)]
+    ahead = worker_input._converted_ahead(iter(tables), ahead=3, pin=False)
+    got = [next(ahead) for _ in range(8)]
+    assert any(t.name.startswith("amdahl-pin") for t in threading.enumerate())
+    ahead.close()
+    assert not any(t.name.startswith("amdahl-pin") for t in threading.enumerate())
+    inline = [worker_input.torch_columns(t, pin=False) for t in tables[:8]]
+    for mine, theirs in zip(got, inline, strict=True):
+        assert all(torch.equal(mine[k], theirs[k]) for k in theirs)
+
+
+def test_a_shard_too_large_to_hold_is_read_through_ray_datas_iterator(local_ray, monkeypatch):
+    monkeypatch.setattr(worker_input, "_MAX_PINNED_SHARE", 0.0)
+    (shard,) = _ray_shards(1, rows_per_pass=700)
+    source = local_shard(shard)
+    assert not isinstance(source, LocalShard)
+    batches = host_batches(source, batch_size=10, prefetch=2, pin=False)
+    # Ray Data's 330-row chunks (whole 10-row batches) cut into batches: rows 0..329 in order.
+    assert [next(batches)["y"].tolist() for _ in range(3)] == [
+        list(range(i, i + 10)) for i in (0, 10, 20)
+    ]
+
+
+def test_a_one_chunk_column_is_read_in_place_and_a_chunked_one_joined():
+    """`table_columns` reads a block's (or a slice's) one-chunk columns in place: a copy there
+    is paid on every pass over the block. Columns of several chunks are joined (a copy)."""
+    from amdahl.data.storage import table_columns
+
+    table = _table(0, 6).slice(2, 3)
+    columns = table_columns(table)
+    assert columns["x"].tolist() == [[2.0, 2.0], [3.0, 3.0], [4.0, 4.0]]
+    assert columns["y"].tolist() == [2, 3, 4]
+    x_values = table["x"].chunk(0).values.buffers()[1].address
+    y_values = table["y"].chunk(0).buffers()[1].address
+    assert columns["x"].ctypes.data == x_values + 2 * 2 * 4  # row 2 of (rows, 2) float32
+    assert columns["y"].ctypes.data == y_values + 2 * 8  # row 2 of int64
+    joined = table_columns(pa.concat_tables([_table(0, 2), _table(2, 4)]))
+    assert joined["y"].tolist() == [0, 1, 2, 3] and joined["x"].shape == (4, 2)
