@@ -1,6 +1,6 @@
 """What does the harness's timed loop itself cost? `run_trial` against a plain loop, one process.
 
-No Ray, no other process: one rank (a one-rank gloo group, DDP-wrapped as a `ddp` trial at one
+One process: one rank (a one-rank gloo group, DDP-wrapped as a `ddp` trial at one
 device is), the D2L MLP, the same per-device batch, torch threads, optimizer (SGD, momentum
 0.9), warmup and measured steps, and the same rows in memory. Arms, their order rotating each
 round:
@@ -13,25 +13,33 @@ round:
   harness-no-sampler / harness-bare (with --ablate): the harness with its utilisation
             sampler off, and with the sampler off and a no-op step clock, to show where a
             difference comes from
-Prints the median and range of the per-round ratios harness / plain. What is left between
-this ratio and harness_overhead.py's platform / plain-on-ray is Ray's and the input's (Ray
-Train's worker, Ray Data's prefetching), not the loop's.
+Prints the median and range of the per-round ratios harness / plain. `--in` says which process
+runs the rounds, both arms always in the same one:
+  process     this one, no Ray (the default)
+  ray-actor   one Ray actor holding the CPUs a platform train worker holds
+  ray-train   one Ray Train worker (a one-worker TorchTrainer), the process a platform trial's
+              loop runs in, in Ray Train's training thread
+Where harness / plain is at parity inside a Ray Train worker, what is left between
+harness_overhead.py's platform / plain-on-ray is the process around the loop (Ray Train's
+worker, Tune's trainable, the Train controller), not the loop.
 
     python benchmarks/loop_overhead.py [--rounds N (5)] [--steps N (2000)] [--batch N (256)]
-        [--ablate]
+        [--ablate] [--in process|ray-actor|ray-train]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 
 import pyarrow as pa
 import torch
 import torch.distributed as dist
-from harness_overhead import ddp_loop
+from harness_overhead import CPUS_PER_DEVICE, ddp_loop
 
 from amdahl.data.storage import ROWS_PER_BLOCK, arrow_column
 from amdahl.worker import trial as trial_module
@@ -116,33 +124,88 @@ class _NoClock:
         pass
 
 
+def measure(rounds: int, steps: int, batch: int, arms: list[str]) -> dict[str, list[float]]:
+    """Every arm's samples/s per round, in this process, the arm order rotating each round, on
+    the process group that is up (Ray Train's) or a one-rank gloo group of its own."""
+    own_group = not dist.is_initialized()
+    if own_group:
+        one_rank_group("gloo")
+    workload = MLP()
+    runs: dict[str, list[float]] = {a: [] for a in arms}
+    for r in range(rounds):
+        for arm in arms[r % len(arms) :] + arms[: r % len(arms)]:
+            if arm == "plain":
+                runs[arm].append(plain(workload, batch, steps))
+            else:
+                runs[arm].append(harness(workload, batch, steps, arm))
+    if own_group:
+        dist.destroy_process_group()
+    return runs
+
+
+def _measure_here(here: str, *args) -> dict[str, list[float]]:
+    """`measure` in a Ray worker, which has benchmarks/ on no path: run by value."""
+    sys.path.insert(0, here)
+    import loop_overhead
+
+    return loop_overhead.measure(*args)
+
+
+def _train_fn(config: dict) -> None:
+    # Ray Train V2 keeps reported metrics only with a checkpoint: the runs go to a file (a
+    # local Ray: the driver's machine).
+    runs = _measure_here(config["here"], *config["args"])
+    Path(config["out"]).write_text(json.dumps(runs))
+
+
+def measure_in_ray(where: str, *args) -> dict[str, list[float]]:
+    """`measure` in one Ray actor or one Ray Train worker holding a platform train worker's
+    CPUs (harness_overhead.CPUS_PER_DEVICE), on a local Ray (127.0.0.1 only)."""
+    import ray
+
+    here = str(Path(__file__).resolve().parent)
+    ray.init(address="local", include_dashboard=False, log_to_driver=False)
+    try:
+        if where == "ray-actor":
+            task = ray.remote(_measure_here).options(num_cpus=CPUS_PER_DEVICE)
+            return ray.get(task.remote(here, *args))
+        from ray.train import RunConfig, ScalingConfig
+        from ray.train.torch import TorchTrainer
+
+        work = Path(tempfile.mkdtemp(prefix="amdahl-bench-"))
+        trainer = TorchTrainer(
+            _train_fn,
+            train_loop_config={"here": here, "args": list(args), "out": str(work / "runs.json")},
+            scaling_config=ScalingConfig(
+                num_workers=1, resources_per_worker={"CPU": CPUS_PER_DEVICE}
+            ),
+            run_config=RunConfig(storage_path=str(work)),
+        )
+        trainer.fit()
+        return json.loads((work / "runs.json").read_text())
+    finally:
+        ray.shutdown()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--ablate", action="store_true", help="also the ablated harness arms")
+    parser.add_argument(
+        "--in", dest="where", choices=("process", "ray-actor", "ray-train"), default="process"
+    )
     args = parser.parse_args()
     assert ROWS_PER_BLOCK % args.batch == 0, "a batch that divides a block: no joined batches"
-    workload = MLP()
-    one_rank_group("gloo")
     arms = ["harness", "plain"]
     if args.ablate:
         arms += ["harness-no-sampler", "harness-bare"]
-    runs: dict[str, list[float]] = {a: [] for a in arms}
+    job = (args.rounds, args.steps, args.batch, arms)
+    runs = measure(*job) if args.where == "process" else measure_in_ray(args.where, *job)
     for r in range(args.rounds):
-        order = arms[r % len(arms) :] + arms[: r % len(arms)]
-        for arm in order:
-            if arm == "plain":
-                runs[arm].append(plain(workload, args.batch, args.steps))
-            else:
-                runs[arm].append(harness(workload, args.batch, args.steps, arm))
-        print(
-            f"round {r}: " + ", ".join(f"{a} {runs[a][-1]:,.0f} samples/s" for a in arms),
-            flush=True,
-        )
-    dist.destroy_process_group()
-    print(f"\nmedian over {args.rounds} rounds of the per-round ratios (min, max):")
+        print(f"round {r}: " + ", ".join(f"{a} {runs[a][r]:,.0f} samples/s" for a in arms))
+    print(f"\nin {args.where}: median over {args.rounds} rounds of the per-round ratios:")
     for arm in arms:
         if arm == "plain":
             continue
