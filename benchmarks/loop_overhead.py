@@ -151,6 +151,13 @@ def _measure_here(here: str, *args) -> dict[str, list[float]]:
     return loop_overhead.measure(*args)
 
 
+class _Runner:
+    """The Ray actor of `--in ray-actor`."""
+
+    def run(self, here: str, *args) -> dict[str, list[float]]:
+        return _measure_here(here, *args)
+
+
 def _train_fn(config: dict) -> None:
     # Ray Train V2 keeps reported metrics only with a checkpoint: the runs go to a file (a
     # local Ray: the driver's machine).
@@ -167,8 +174,8 @@ def measure_in_ray(where: str, *args) -> dict[str, list[float]]:
     ray.init(address="local", include_dashboard=False, log_to_driver=False)
     try:
         if where == "ray-actor":
-            task = ray.remote(_measure_here).options(num_cpus=CPUS_PER_DEVICE)
-            return ray.get(task.remote(here, *args))
+            runner = ray.remote(_Runner).options(num_cpus=CPUS_PER_DEVICE).remote()
+            return ray.get(runner.run.remote(here, *args))
         from ray.train import RunConfig, ScalingConfig
         from ray.train.torch import TorchTrainer
 
