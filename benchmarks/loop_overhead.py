@@ -13,8 +13,10 @@ round:
   harness-no-sampler / harness-bare (with --ablate): the harness with its utilisation
             sampler off, and with the sampler off and a no-op step clock, to show where a
             difference comes from
-Prints the median and range of the per-round ratios harness / plain. `--in` says which process
-runs the rounds, both arms always in the same one:
+Prints the median and range of the per-round ratios harness / plain, and of the per-round
+differences in microseconds per step (the harness's own per-step cost: `--hidden 8 --batch 32`,
+a tiny MLP with ~0.6 ms steps, shows it best). `--in` says which process runs the rounds, both
+arms always in the same one:
   process     this one, no Ray (the default)
   ray-actor   one Ray actor holding the CPUs a platform train worker holds
   ray-train   one Ray Train worker (a one-worker TorchTrainer), the process a platform trial's
@@ -24,6 +26,7 @@ harness_overhead.py's platform / plain-on-ray is the process around the loop (Ra
 worker, Tune's trainable, the Train controller), not the loop.
 
     python benchmarks/loop_overhead.py [--rounds N (5)] [--steps N (2000)] [--batch N (256)]
+        [--hidden 8 (the MLP's hidden widths, comma-separated; default D2L's 256,128)]
         [--ablate] [--in process|ray-actor|ray-train]
 """
 
@@ -124,13 +127,15 @@ class _NoClock:
         pass
 
 
-def measure(rounds: int, steps: int, batch: int, arms: list[str]) -> dict[str, list[float]]:
+def measure(
+    rounds: int, steps: int, batch: int, arms: list[str], hidden: list[int]
+) -> dict[str, list[float]]:
     """Every arm's samples/s per round, in this process, the arm order rotating each round, on
     the process group that is up (Ray Train's) or a one-rank gloo group of its own."""
     own_group = not dist.is_initialized()
     if own_group:
         one_rank_group("gloo")
-    workload = MLP()
+    workload = MLP(hidden=hidden)
     runs: dict[str, list[float]] = {a: [] for a in arms}
     for r in range(rounds):
         for arm in arms[r % len(arms) :] + arms[: r % len(arms)]:
@@ -199,6 +204,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--hidden", default="256,128", help="the MLP's hidden widths")
     parser.add_argument("--ablate", action="store_true", help="also the ablated harness arms")
     parser.add_argument(
         "--in", dest="where", choices=("process", "ray-actor", "ray-train"), default="process"
@@ -208,7 +214,8 @@ def main() -> None:
     arms = ["harness", "plain"]
     if args.ablate:
         arms += ["harness-no-sampler", "harness-bare"]
-    job = (args.rounds, args.steps, args.batch, arms)
+    hidden = [int(w) for w in args.hidden.split(",")]
+    job = (args.rounds, args.steps, args.batch, arms, hidden)
     runs = measure(*job) if args.where == "process" else measure_in_ray(args.where, *job)
     for r in range(args.rounds):
         print(f"round {r}: " + ", ".join(f"{a} {runs[a][r]:,.0f} samples/s" for a in arms))
@@ -217,9 +224,15 @@ def main() -> None:
         if arm == "plain":
             continue
         ratios = [a / b for a, b in zip(runs[arm], runs["plain"], strict=True)]
+        extra = [
+            (args.batch / a - args.batch / b) * 1e6
+            for a, b in zip(runs[arm], runs["plain"], strict=True)
+        ]
         print(
             f"{arm} / plain: {statistics.median(ratios):.3f} "
-            f"(min {min(ratios):.3f}, max {max(ratios):.3f})"
+            f"(min {min(ratios):.3f}, max {max(ratios):.3f}); "
+            f"{arm} - plain per step: {statistics.median(extra):+.1f} us "
+            f"(min {min(extra):+.1f}, max {max(extra):+.1f})"
         )
 
 

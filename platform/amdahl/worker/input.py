@@ -180,22 +180,37 @@ class LocalShard:
         self, batch_size: int, prefetch: int, pin: bool
     ) -> Iterator[dict[str, torch.Tensor]]:
         """Endless `batch_size`-row batches from the shard's start, the tables read in order
-        and again (`Rebatcher`). On CPU a table's tensors are views of its buffers, converted
-        when the loop reaches it (~0.3 ms per 2048-row MLP block): nothing to hide. With `pin`
-        (a CUDA trial) each table gets one pinned copy, made `prefetch` batches ahead (in
-        tables) in one thread, so that the copy to pinned memory is not the step's wait."""
+        and again (`Rebatcher`). On CPU a table's tensors are views of its buffers, made when
+        the loop first reaches it (~17 us per 2048-row MLP block) and kept: nothing to hide.
+        With `pin` (a CUDA trial) each table gets one pinned copy on each pass, made `prefetch`
+        batches ahead (in tables) in one thread, so that the copy to pinned memory is not the
+        step's wait; pinned copies of the whole shard are not kept (pinned memory is scarce)."""
         if self.rows < batch_size:
             raise RuntimeError(_too_few_rows(batch_size))
-        tables = itertools.cycle([t for t in self.tables if len(t)])
-        if not pin or prefetch == 0:
-            chunks: Iterator[dict[str, torch.Tensor]] = (torch_columns(t, pin) for t in tables)
+        tables = [t for t in self.tables if len(t)]
+        chunks: Iterator[dict[str, torch.Tensor]]
+        if not pin:
+            chunks = _views_kept(tables)
+        elif prefetch == 0:
+            chunks = (torch_columns(t, pin) for t in itertools.cycle(tables))
         else:
             rows = self.rows / len(self.tables)
-            chunks = _converted_ahead(tables, math.ceil(prefetch * batch_size / rows), pin)
+            ahead = math.ceil(prefetch * batch_size / rows)
+            chunks = _converted_ahead(itertools.cycle(tables), ahead, pin)
         try:
             yield from Rebatcher(chunks, pin).batches(batch_size)
         finally:
             chunks.close()  # a trial that stops stops its conversion thread now
+
+
+def _views_kept(tables: list[pa.Table]) -> Iterator[dict[str, torch.Tensor]]:
+    """Each table's tensors (`torch_columns`, views), made on the first pass, then reused."""
+    views = []
+    for table in tables:
+        views.append(torch_columns(table, pin=False))
+        yield views[-1]
+    while True:
+        yield from views
 
 
 def _converted_ahead(
@@ -335,32 +350,43 @@ def host_batches(
 def _ray_batches(
     shard: Any, batch_size: int, prefetch: int, pin: bool
 ) -> Iterator[dict[str, torch.Tensor]]:
-    """Training batches sliced from block-sized chunks of a shard read through Ray Data's
-    iterator (a shard too large to hold, `local_shard`).
+    """Training batches cut from block-sized chunks of a shard read through Ray Data's
+    iterator (a shard too large to hold, `local_shard`), pass after pass (`_passes`).
 
     Each batch Ray Data forms costs a fixed ~1-3 ms here (a round trip to the split
     coordinator, block slicing and concatenation, conversion), which a rank waits for on every
     step when batches are small: the D2L MLP waited 2.7 ms of an 11 ms step. Fetching one
-    block-sized chunk (`arrow_chunks`) and slicing it into batches (views, no copies) pays that
-    once per chunk. `prefetch` batches ahead become ceil(prefetch * batch / chunk) chunks ahead
-    (0 stays 0). Chunks stay on the host (pinned for a GPU); the feed copies one batch at a
-    time, so a chunk never costs device memory beyond a batch.
+    block-sized chunk (`arrow_chunks`) and cutting it into batches (`Rebatcher`: views inside
+    a chunk, one joined copy across a chunk's end) pays that once per chunk. `prefetch`
+    batches ahead become ceil(prefetch * batch / chunk) chunks ahead (0 stays 0). Chunks stay
+    on the host (pinned for a GPU); the feed copies one batch at a time, so a chunk never
+    costs device memory beyond a batch.
     """
     chunk = max(batch_size, ROWS_PER_BLOCK // batch_size * batch_size)
+    chunks = _passes(shard, chunk, math.ceil(prefetch * batch_size / chunk), pin, batch_size)
+    try:
+        yield from Rebatcher(chunks, pin).batches(batch_size)
+    finally:
+        # A trial that stops mid-pass stops its prefetching now, not when the iterator is
+        # garbage-collected (its prefetch threads keep it alive).
+        chunks.close()
+
+
+def _passes(
+    shard: Any, chunk: int, prefetch_chunks: int, pin: bool, batch_size: int
+) -> Iterator[dict[str, torch.Tensor]]:
+    """Endless chunks: one pass over the shard (`arrow_chunks`) after another. A pass with
+    fewer than `batch_size` rows is refused: its batches would repeat rows within a batch."""
     while True:
-        yielded = False
-        epoch = arrow_chunks(shard, chunk, math.ceil(prefetch * batch_size / chunk), pin)
+        rows = 0
+        one_pass = arrow_chunks(shard, chunk, prefetch_chunks, pin)
         try:
-            for rows in epoch:
-                n = len(next(iter(rows.values())))
-                for start in range(0, n - batch_size + 1, batch_size):
-                    yielded = True
-                    yield {k: v[start : start + batch_size] for k, v in rows.items()}
+            for columns in one_pass:
+                rows += _rows(columns)
+                yield columns
         finally:
-            # A trial that stops mid-epoch stops its prefetching now, not when the iterator
-            # is garbage-collected (its prefetch threads keep it alive).
-            epoch.close()
-        if not yielded:
+            one_pass.close()
+        if rows < batch_size:
             raise RuntimeError(_too_few_rows(batch_size))
 
 
@@ -409,30 +435,38 @@ class Rebatcher:
 
     def __init__(self, chunks: Iterator[dict[str, torch.Tensor]], pin: bool):
         self._chunks, self._pin = chunks, pin
-        self._rest: dict[str, torch.Tensor] | None = None  # rows not yet handed out
+        # The chunk being cut ({}: none taken yet), its first row not handed out, its rows.
+        self._chunk: dict[str, torch.Tensor] = {}
+        self._at = self._end = 0
 
     def fill(self) -> None:
         """Take the first chunk now, if none was taken yet."""
-        if self._rest is None:
-            self._rest = next(self._chunks)
+        if not self._chunk:
+            self._take(next(self._chunks), 0)
 
     def batches(self, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
         """Endless `batch_size`-row batches."""
         while True:
-            rest = self._rest
-            parts = [rest] if rest is not None and _rows(rest) else []
-            have = sum(_rows(part) for part in parts)
-            while have < batch_size:
-                parts.append(next(self._chunks))
-                have += _rows(parts[-1])
-            last = parts[-1]
-            keep = _rows(last) - (have - batch_size)  # rows of the last chunk this batch takes
-            self._rest = {k: v[keep:] for k, v in last.items()}
-            if len(parts) == 1:
-                yield {k: v[:batch_size] for k, v in last.items()}
-            else:
-                parts[-1] = {k: v[:keep] for k, v in last.items()}
-                yield join_rows(parts, self._pin)
+            while self._at == self._end:
+                self._take(next(self._chunks), 0)
+            chunk, at = self._chunk, self._at
+            if self._end - at >= batch_size:  # inside this chunk: a view, one slice a column
+                self._at = at + batch_size
+                yield {k: v[at : at + batch_size] for k, v in chunk.items()}
+                continue
+            parts = [{k: v[at:] for k, v in chunk.items()}]
+            need = batch_size - (self._end - at)  # rows still wanted from the chunks after it
+            chunk = next(self._chunks)
+            while _rows(chunk) < need:
+                parts.append(chunk)
+                need -= _rows(chunk)
+                chunk = next(self._chunks)
+            parts.append({k: v[:need] for k, v in chunk.items()})
+            self._take(chunk, need)
+            yield join_rows(parts, self._pin)
+
+    def _take(self, chunk: dict[str, torch.Tensor], at: int) -> None:
+        self._chunk, self._at, self._end = chunk, at, _rows(chunk)
 
 
 class LaunchStream:
@@ -443,11 +477,15 @@ class LaunchStream:
     Why: every new pass over Ray Train's streaming split starts the pipeline again (a barrier
     across ranks, new preprocessing tasks, their first blocks): seconds that used to land in
     each trial's first step. The pass covers every trial of the launch (`with_preprocessing`), and
-    the rows a trial leaves in a chunk go to the next one (`Rebatcher`).
+    the rows a trial leaves in a chunk go to the next one (`Rebatcher`). `batch_size`: the
+    launch's largest batch (default `chunk`); a pass with fewer rows is refused.
     """
 
-    def __init__(self, shard: Any, chunk: int, prefetch_chunks: int, pin: bool):
+    def __init__(
+        self, shard: Any, chunk: int, prefetch_chunks: int, pin: bool, batch_size: int = 0
+    ):
         self._shard, self._chunk, self._prefetch, self._pin = shard, chunk, prefetch_chunks, pin
+        self._batch_size = batch_size or chunk
         self._batcher = Rebatcher(self._epochs(), pin)
 
     def warm(self) -> float:
@@ -461,13 +499,8 @@ class LaunchStream:
         return self._batcher.batches(batch_size)
 
     def _epochs(self) -> Iterator[dict[str, torch.Tensor]]:
-        while True:  # a launch longer than its pass starts another (never expected)
-            yielded = False
-            for rows in arrow_chunks(self._shard, self._chunk, self._prefetch, self._pin):
-                yielded = True
-                yield rows
-            if not yielded:
-                raise RuntimeError(_too_few_rows(self._chunk))
+        # A launch longer than its pass starts another (never expected).
+        return _passes(self._shard, self._chunk, self._prefetch, self._pin, self._batch_size)
 
 
 def _rows(batch: dict[str, Any]) -> int:
@@ -500,7 +533,7 @@ def launch_stream(shard: Any, launch: LaunchConfig, pin: bool) -> LaunchStream:
     largest = max(t.per_device_batch for t in launch.trials)
     chunk = max(largest, ROWS_PER_BLOCK // largest * largest)
     prefetch = max(t.prefetch_batches for t in launch.trials)
-    return LaunchStream(shard, chunk, math.ceil(prefetch * largest / chunk), pin)
+    return LaunchStream(shard, chunk, math.ceil(prefetch * largest / chunk), pin, largest)
 
 
 def _loader_batches(

@@ -51,8 +51,11 @@ class Precision:
         return x
 
     def autocast(self, device: torch.device) -> contextlib.AbstractContextManager:
-        enabled = self.autocast_dtype is not None
-        return torch.autocast(device.type, dtype=self.autocast_dtype, enabled=enabled)
+        """torch.autocast for bf16 and fp16; else no context at all: entering a disabled
+        autocast still costs ~3 us a forward on CPU, beside a plain loop that has none."""
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device.type, dtype=self.autocast_dtype)
 
     def scaler(self, device: torch.device) -> torch.amp.GradScaler | None:
         return torch.amp.GradScaler(device.type) if self.name == "fp16" else None

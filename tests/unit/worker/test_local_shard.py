@@ -51,6 +51,11 @@ def test_batches_run_through_the_tables_in_order_and_around_again(monkeypatch):
         return torch.empty(shape, dtype=dtype)
 
     monkeypatch.setattr("amdahl.worker.input._host_buffer", buffer)
+    converted: list[int] = []  # rows of each table converted to tensors
+    convert = worker_input.torch_columns
+    monkeypatch.setattr(
+        worker_input, "torch_columns", lambda t, pin: converted.append(len(t)) or convert(t, pin)
+    )
     shard = LocalShard([_table(0, 10), _table(10, 13), _table(13, 30)], fetch_s=0.0)
     batches = host_batches(shard, batch_size=4, prefetch=4, pin=False)
     got, joined = [], []
@@ -65,6 +70,35 @@ def test_batches_run_through_the_tables_in_order_and_around_again(monkeypatch):
     # 12-15 and 28-1 (across the end of the shard).
     assert joined == [0, 0, 1, 2, 2, 2, 2, 3, 3]
     assert set(joins) == {4}
+    assert converted == [10, 3, 17]  # on CPU each table's views are made once, then reused
+
+
+def test_rebatched_rows_follow_the_chunks_across_calls_sizes_and_empty_chunks(monkeypatch):
+    """The reference: the chunks' rows one after another. A later `batches` call (a launch's
+    next trial) goes on where the last one stopped, at its own batch size. Batches that fit
+    their chunk are views: chunks of whole batches are never joined."""
+    sizes = [5, 0, 3, 7, 1]
+    chunks, start = [], 0
+    for n in sizes * 4:
+        chunks.append({"y": torch.arange(start, start + n)})
+        start += n
+    batcher = worker_input.Rebatcher(iter(chunks), pin=False)
+    got = []
+    for batch_size, count in ((4, 5), (6, 3), (1, 4), (7, 2)):
+        batches = batcher.batches(batch_size)
+        got += [next(batches)["y"].tolist() for _ in range(count)]
+    assert [len(b) for b in got] == [4] * 5 + [6] * 3 + [1] * 4 + [7] * 2
+    assert sum(got, []) == list(range(sum(len(b) for b in got)))
+
+    joins: list[tuple[int, ...]] = []
+    monkeypatch.setattr(
+        "amdahl.worker.input._host_buffer",
+        lambda shape, dtype, pin: joins.append(shape) or torch.empty(shape, dtype=dtype),
+    )
+    whole = [{"y": torch.arange(i, i + 4)} for i in range(0, 40, 4)]
+    batches = worker_input.Rebatcher(iter(whole), pin=False).batches(4)
+    assert [next(batches)["y"].tolist() for _ in range(10)] == [c["y"].tolist() for c in whole]
+    assert joins == []
 
 
 def test_a_shard_smaller_than_a_batch_is_refused():
@@ -90,11 +124,18 @@ def test_a_shard_too_large_to_hold_is_read_through_ray_datas_iterator(local_ray,
     (shard,) = _ray_shards(1, rows_per_pass=700)
     source = local_shard(shard)
     assert not isinstance(source, LocalShard)
+    # The reference: the rows Ray Data's own iterator reads, one pass after another.
+    one_pass = pa.concat_tables(shard.iter_batches(batch_size=None, batch_format="pyarrow"))
+    rows = len(one_pass)
+    assert rows % 10  # a pass's last batch runs into the next pass
     batches = host_batches(source, batch_size=10, prefetch=2, pin=False)
-    # Ray Data's 330-row chunks (whole 10-row batches) cut into batches: rows 0..329 in order.
-    assert [next(batches)["y"].tolist() for _ in range(3)] == [
-        list(range(i, i + 10)) for i in (0, 10, 20)
-    ]
+    got = [next(batches) for _ in range(rows // 10 + 2)]
+    batches.close()
+    expected = np.tile(one_pass["y"].to_numpy(), 2)[: 10 * len(got)].reshape(-1, 10)
+    assert [b["y"].tolist() for b in got] == expected.tolist()
+    assert [b["x"][:, 0].tolist() for b in got] == expected.astype(np.float32).tolist()
+    with pytest.raises(RuntimeError, match=f"fewer than batch_size={rows + 1}"):
+        next(host_batches(source, batch_size=rows + 1, prefetch=0, pin=False))
 
 
 def test_a_one_chunk_column_is_read_in_place_and_a_chunked_one_joined():
