@@ -162,13 +162,16 @@ class LiveProgress:
 
 
 def print_outcome(outcome: Any) -> None:
+    """The closing summary, one unwrapped line per item (`soft_wrap`): piped into a log, rich
+    assumes 80 columns and would break sentences and paths where a reader greps or copies."""
     rows = outcome.rows
     ok = [r for r in rows if r["status"] == "ok"]
     measured = sum(r.get("measured_s") or 0.0 for r in ok)
     console.print(
         f"\n{len(ok)} of {len(rows)} trial runs ok in {outcome.wall_s:.1f} s "
         f"({measured:.1f} s inside measured steps, "
-        f"{(outcome.wall_s - measured) / max(len(rows), 1):.1f} s per trial outside them)."
+        f"{(outcome.wall_s - measured) / max(len(rows), 1):.1f} s per trial outside them).",
+        soft_wrap=True,
     )
     if outcome.group_starts:
         first = outcome.first_measured_s
@@ -176,18 +179,20 @@ def print_outcome(outcome: Any) -> None:
             f"{outcome.group_starts} worker group{'s' if outcome.group_starts > 1 else ''} "
             "started"
             + (f"; first measured step {first:.1f} s after the start" if first else "")
-            + "."
+            + ".",
+            soft_wrap=True,
         )
     files = SweepDir(outcome.sweep_dir)
-    console.print(f"results: {files.results}", markup=False)
+    console.print(f"results: {files.results}", markup=False, soft_wrap=True)
     if files.report_html.exists():
         console.print(
             f"report:  {files.report_html} (and {files.report_md.name}); "
             f"terminal view: platform report {outcome.sweep_dir}",
             markup=False,
+            soft_wrap=True,
         )
     else:
-        console.print(f"report:  platform report {outcome.sweep_dir}", markup=False)
+        console.print(f"report:  platform report {outcome.sweep_dir}", markup=False, soft_wrap=True)
     if files.best.exists():  # written with the report where it recommends a configuration
         from amdahl.report.best import sweep_command
 
@@ -199,7 +204,8 @@ def print_outcome(outcome: Any) -> None:
     if outcome.failed:
         console.print(
             f"[red]{len(outcome.failed)} trial runs did not succeed[/]; reasons are in "
-            f"the results table and `platform report`."
+            f"the results table and `platform report`.",
+            soft_wrap=True,
         )
 
 

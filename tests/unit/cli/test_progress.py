@@ -226,3 +226,43 @@ def test_a_halving_search_ends_with_its_pick_and_the_finalists_it_cannot_separat
     text = out.getvalue()
     assert f"search: best {labels[b]}: 1,000 samples/s\n" in text
     assert f"the runner-up, {labels[a]}, is 5.0% below); search.final_repeats: 3" in text
+
+
+def test_the_outcome_lines_stay_whole_in_a_narrow_log(monkeypatch, tmp_path):
+    """Piped into a log or CI (no terminal: rich assumes 80 columns), every summary line is one
+    line: sentences and paths are not broken where a reader greps or copies them."""
+    buf = io.StringIO()
+    monkeypatch.setattr(
+        progress, "console", Console(file=buf, width=80, color_system=None, force_terminal=False)
+    )
+    sweep_dir = tmp_path / ("a-sweep-directory-with-a-long-name-" * 2)
+    sweep_dir.mkdir()
+    (sweep_dir / "report.html").write_text("<html/>")
+    rows = [{"trial_id": "a", "status": "ok", "measured_s": 53.5}, {"trial_id": "b"}]
+    rows[1] |= {"status": "failed", "error": "boom"}
+    progress.print_outcome(
+        SimpleNamespace(
+            rows=rows,
+            wall_s=105.5,
+            sweep_dir=sweep_dir,
+            failed=rows[1:],
+            search=None,
+            group_starts=1,
+            first_measured_s=41.4,
+        )
+    )
+    lines = buf.getvalue().splitlines()
+    assert (
+        "1 of 2 trial runs ok in 105.5 s (53.5 s inside measured steps, 26.0 s per trial "
+        "outside them)." in lines
+    )
+    assert "1 worker group started; first measured step 41.4 s after the start." in lines
+    assert f"results: {sweep_dir}/results.parquet" in lines
+    assert (
+        f"report:  {sweep_dir}/report.html (and report.md); terminal view: platform report "
+        f"{sweep_dir}" in lines
+    )
+    assert (
+        "1 trial runs did not succeed; reasons are in the results table and `platform report`."
+        in lines
+    )
