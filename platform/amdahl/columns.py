@@ -258,7 +258,7 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "host": (pa.string(), "hostname of rank 0"),
     "nodes": (pa.string(), "Ray node id of each rank, in rank order, as JSON"),
     "versions": (pa.string(), "library versions as JSON"),
-    "started_at": (pa.string(), "UTC ISO time the trial started"),
+    "started_at": (pa.string(), "UTC ISO time the trial started, to the millisecond"),
     "history": (
         pa.string(),
         "per-step training curves of rank 0, as JSON: `step` (the optimizer step, 1-based, "

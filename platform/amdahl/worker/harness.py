@@ -155,7 +155,7 @@ def _run_item(
     import ray
 
     started = time.perf_counter()
-    stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
     where = Placement(device, rank, trial.devices)
     own = (
         workload

@@ -36,7 +36,7 @@ def row_identity(
         "steps": train.steps,
         "target": target_label(train.target),
         "warmup_steps": train.warmup_steps,
-        "started_at": started_at or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "started_at": started_at or datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
     }
 
 

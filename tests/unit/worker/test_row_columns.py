@@ -87,3 +87,16 @@ def test_the_drivers_rows_have_only_results_columns(made_by, extra):
 def test_the_check_names_a_key_that_is_no_column():
     with pytest.raises(AssertionError, match="'not_a_column'"):
         _assert_all_columns({"trial_id": "t", "not_a_column": 1}, "a test")
+
+
+def test_started_at_has_milliseconds_and_gives_the_mlflow_start_time_to_the_millisecond():
+    """Trials of one worker group start within a second of each other: a whole-second stamp
+    left their MLflow child runs (ordered by start time) in no defined order."""
+    from amdahl.track.child_run import trial_start_ms
+
+    trial = trial_config()
+    first = row_identity(launch_config((trial,)), trial, 0)["started_at"]
+    time.sleep(0.01)
+    second = row_identity(launch_config((trial,)), trial, 0)["started_at"]
+    assert len(first.split(".")[1].split("+")[0]) == 3  # "...T12:00:00.123+00:00"
+    assert trial_start_ms({"started_at": second}) > trial_start_ms({"started_at": first})
