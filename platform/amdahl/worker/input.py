@@ -114,7 +114,8 @@ def local_shard(shard: Any) -> Any:
     """
     import ray
 
-    blocks = shard_blocks(shard)
+    bundles = _bundles(shard)  # read once: without a plan, listing them starts an executor
+    blocks = _distinct_blocks(bundles)
     size, store = sum(blocks.values()), _object_store_bytes(ray.get_runtime_context().get_node_id())
     if size > _MAX_PINNED_SHARE * store:
         _log.warning(
@@ -131,7 +132,7 @@ def local_shard(shard: Any) -> Any:
     if not all(isinstance(v, pa.Table) for v in values.values()):
         return shard.iterator()
     tables = []
-    for bundle in _bundles(shard):
+    for bundle in bundles:
         for entry, piece in zip(bundle.blocks, _slices(bundle), strict=True):
             table = values[entry.ref]
             tables.append(
@@ -143,8 +144,12 @@ def local_shard(shard: Any) -> Any:
 def shard_blocks(dataset: Any) -> dict[Any, int]:
     """A materialised dataset's distinct blocks, in reading order: reference -> bytes (a
     `repeat_to_cover` shard lists each block several times)."""
+    return _distinct_blocks(_bundles(dataset))
+
+
+def _distinct_blocks(bundles: list[Any]) -> dict[Any, int]:
     blocks: dict[Any, int] = {}
-    for bundle in _bundles(dataset):
+    for bundle in bundles:
         for entry in bundle.blocks:
             blocks.setdefault(entry.ref, entry.metadata.size_bytes or 0)
     return blocks
@@ -194,8 +199,7 @@ class LocalShard:
         elif prefetch == 0:
             chunks = (torch_columns(t, pin) for t in itertools.cycle(tables))
         else:
-            rows = self.rows / len(self.tables)
-            ahead = math.ceil(prefetch * batch_size / rows)
+            ahead = math.ceil(prefetch * batch_size / (self.rows / len(tables)))
             chunks = _converted_ahead(itertools.cycle(tables), ahead, pin)
         try:
             yield from Rebatcher(chunks, pin).batches(batch_size)
