@@ -205,6 +205,10 @@ def test_read_trace_plain_or_compressed():
 # --------------------------------------------------------------------------- real gloo traces
 
 SLEEP_S = 0.1
+# The hidden all-reduce runs beside MATMULS products of N x N, ~0.1 s a step: long beside the
+# few milliseconds a gloo thread can wait for a core when two ranks share two, and each product
+# long beside the Python between products (not an op, so not compute).
+MATMULS, N = 40, 512
 
 
 def _free_port() -> int:
@@ -220,11 +224,11 @@ def _traced_rank(rank: int, port: int, out: str) -> None:
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    x, grad = torch.randn(256, 256), torch.ones(1 << 10)
+    x, grad = torch.randn(N, N), torch.ones(1 << 10)
 
     def hidden() -> None:
         work = dist.all_reduce(grad, async_op=True)
-        for _ in range(40):
+        for _ in range(MATMULS):
             x @ x
         work.wait()
 
@@ -270,10 +274,12 @@ def _figures(folder: Path, name: str):
 def test_real_gloo_trace_hidden_all_reduce(gloo_traces):
     ranks, fig = _figures(gloo_traces, "hidden")
     assert all(r.steps == 2 and r.comm_s > 0 for r in ranks)
-    # The rank that joins the all-reduce last waits for no one: all of its collective runs
-    # beside its matmuls. The other may wait for it after its own matmuls (on a loaded
-    # machine, noticeably), so the median is held only to be well above the exposed case's.
-    assert max(r.overlap for r in ranks) > 0.9
+    # One rank's collective runs all but entirely beside its matmuls. Which one varies: the rank
+    # that posts first may wait for the other past its own matmuls, and on a loaded two-core
+    # machine the one that posts last can be held off the core inside the post (measured: the
+    # better rank 0.885-1.0 over 14 runs, 6 of them beside a busy process; 0.88 once in CI with
+    # 40 products of 256 x 256). So the bar is the better rank well above the exposed case's ~0.
+    assert max(r.overlap for r in ranks) > 0.75
     assert fig.comm_overlap > _figures(gloo_traces, "exposed")[1].comm_overlap + 0.3
 
 
