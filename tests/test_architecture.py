@@ -27,7 +27,7 @@ ALLOWED: dict[str, set[str]] = {
     "strategies": set(),
     "workload": {"errors"},
     "spec": BASE,
-    "plan": BASE | {"spec"},
+    "plan": BASE | {"spec", "analysis"},
     "sweepdir": BASE | {"spec", "plan"},
     "data": BASE,
     "worker": BASE | {"spec.schema", "data.storage"},

@@ -29,7 +29,9 @@ def print_plan(plan: SweepPlan) -> None:
         table.add_column(col)
     for t in plan.trials:
         status = "[green]will run[/]" if t.refused is None else "[red]refused[/]"
-        table.add_row(Text(t.trial_id), Text(t.label()), Text(t.resources.describe()), status)
+        table.add_row(
+            Text(t.trial_id), Text(plan.labels[t.trial_id]), Text(t.resources.describe()), status
+        )
     console.print(table)
     nodes = ", ".join(f"{n.name} {n.cpus:g} CPU {n.gpus:g} GPU" for n in plan.nodes)
     console.print(f"cluster: {nodes}", soft_wrap=True, markup=False)
@@ -39,7 +41,7 @@ def print_plan(plan: SweepPlan) -> None:
         console.print("will not run:")
         for t in plan.refused:  # one unwrapped line each, so the reason stays greppable
             console.print(
-                f"  {t.trial_id} {t.label()}: {t.refused}",
+                f"  {t.trial_id} {plan.labels[t.trial_id]}: {t.refused}",
                 soft_wrap=True,
                 markup=False,
                 highlight=False,
@@ -103,7 +105,7 @@ class LiveProgress:
                 key = f"{t.trial_id}:{r}"
                 self.order.append(key)
                 self.rows[key] = {
-                    "label": t.label() + (f" r{r}" if r else ""),
+                    "label": plan.labels[t.trial_id] + (f" r{r}" if r else ""),
                     "status": "refused"
                     if t.refused
                     else "earlier"
@@ -224,7 +226,7 @@ def search_summary(outcome: Any) -> list[str]:
     state = outcome.search
     if state is None or not state.rungs:
         return []
-    labels = {t.trial_id: t.label() for t in outcome.plan.trials}
+    labels = outcome.plan.labels
     search = outcome.plan.spec.search
     last = state.rungs[-1]
     if last.index != len(state.steps) - 1 or not last.measured:

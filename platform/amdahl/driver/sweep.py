@@ -232,7 +232,7 @@ def _write_report(sweep_dir: Path) -> Report | None:
 
 def _nothing_runs(plan: SweepPlan) -> str:
     lines = ["no trial of this sweep can run here:"]
-    lines += [f"  {t.label()}: {t.refused}" for t in plan.refused[:10]]
+    lines += [f"  {plan.labels[t.trial_id]}: {t.refused}" for t in plan.refused[:10]]
     if len(plan.refused) > 10:
         lines.append(f"  ... and {len(plan.refused) - 10} more")
     return "\n".join(lines)

@@ -13,8 +13,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
+from amdahl.analysis.configs import group_configs
 from amdahl.columns import TrialSettings
 from amdahl.plan.checks import capability_problem
 from amdahl.plan.resources import (
@@ -57,6 +59,15 @@ class SweepPlan:
     preprocesses: bool = False
     #: what `resources: auto` chose and why (resources.auto_resources), None when nothing was auto
     resource_note: str | None = None
+
+    @cached_property
+    def labels(self) -> dict[str, str]:
+        """Each trial's label by trial id, made as the report and the MLflow runs make a
+        configuration's (analysis.configs: `d2 b256 fp32 eager w1 ddp`, then every axis some
+        trial sets away from its default, defaults included, then the workload parameters that
+        vary), so the plan, the live view, plan.json and the report name a trial alike."""
+        rows = [t.identity(self.spec) for t in self.trials]
+        return {r["trial_id"]: c.label for c in group_configs(rows) for r in c.rows}
 
     @property
     def runnable(self) -> list[Trial]:

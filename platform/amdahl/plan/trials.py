@@ -19,13 +19,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from amdahl.columns import AXES, TrialSettings
+from amdahl.columns import AXES, SETTING_COLUMNS, TrialSettings, per_device_batch
 from amdahl.plan.resources import ResourcePlan
-from amdahl.spec.schema import GridSpec, SweepSpec
+from amdahl.spec.schema import SweepSpec
 from amdahl.strategies import STRATEGIES
-
-#: grid.prefetch_batches' default; trial labels name other values.
-DEFAULT_PREFETCH = GridSpec.model_fields["prefetch_batches"].default[0]
 
 
 @dataclass(frozen=True)
@@ -54,17 +51,18 @@ class Trial:
             key.insert(0, s.devices)
         return stable_hash([*key, self.input_key or s.params])
 
-    def label(self) -> str:
+    def identity(self, spec: SweepSpec) -> dict[str, Any]:
+        """The columns its results rows will name its configuration by (as
+        worker/rows.row_identity writes them): what a label is made of."""
         s = self.settings
-        extra = "".join(f" {k}={v}" for k, v in s.axis_params.items())
-        if s.input != "ray_data":
-            extra = f" {s.input}{extra}"
-        if s.prefetch_batches != DEFAULT_PREFETCH:
-            extra = f" p{s.prefetch_batches}{extra}"
-        return (
-            f"d{s.devices} b{s.batch_size} {s.precision} {s.compile} "
-            f"w{s.data_workers} {s.sync}{extra}"
-        )
+        return {
+            "trial_id": self.trial_id,
+            "workload": spec.workload,
+            "params": json.dumps(s.params, sort_keys=True),
+            **{k: getattr(s, k) for k in SETTING_COLUMNS},
+            "batch_size": int(per_device_batch(s.batch_size, s.devices, spec.train.scaling)),
+            "scaling": spec.train.scaling,
+        }
 
 
 def expand_grid(spec: SweepSpec, workload_defaults: dict[str, Any]) -> list[TrialSettings]:

@@ -38,7 +38,7 @@ def plan_summary(plan: SweepPlan) -> dict[str, Any]:
     def trial(t: Trial) -> dict[str, Any]:
         return {
             "trial_id": t.trial_id,
-            "label": t.label(),
+            "label": plan.labels[t.trial_id],
             "settings": t.settings.as_dict(),
             "resources": t.resources.describe(),
             "refused": t.refused,

@@ -27,8 +27,9 @@ def out(monkeypatch) -> io.StringIO:
 
 
 def _plan(tag: str = "[/x] [batch, 784]"):
+    """Two trials; the first's label names `tag` (a label names the parameters that vary)."""
     spec = validate_spec(
-        {"name": "t", "workload": "mlp", "grid": {"devices": [1], "params.tag": [tag]}}
+        {"name": "t", "workload": "mlp", "grid": {"devices": [1], "params.tag": [tag, "b"]}}
     )
     return plan_sweep(spec, [Node(cpus=4)], {})
 
@@ -50,14 +51,14 @@ def test_an_error_with_brackets_is_shown_as_text(out, tmp_path):
         text = _text(live._table())
     assert "cannot open [/data] for shape [batch, 784]" in text
     assert "second line" not in text  # the note is the error's first line
-    assert "tag=[/x] [batch, 784]" in text  # the label
+    assert 'tag="[/x] [batch, 784]"' in text  # the label
     assert "failed" in text and "[run]" in text
     assert "[/data]" in out.getvalue()  # the live display itself rendered it
 
 
 def test_the_plan_table_shows_labels_and_names_as_text(out):
     progress.print_plan(_plan("[red]x[/red] [/y]"))
-    assert "tag=[red]x[/red] [/y]" in out.getvalue()
+    assert 'tag="[red]x[/red] [/y]"' in out.getvalue()
 
 
 def test_the_outcome_prints_paths_with_brackets(out, tmp_path):
@@ -116,7 +117,10 @@ def test_the_plan_table_lists_what_will_not_run_with_the_reason(out):
     assert "cluster: node 2 CPU 0 GPU" in text
     assert plan.resource_note and plan.resource_note in text  # what `resources: auto` chose
     [refused] = plan.refused
-    assert f"will not run:\n  {refused.trial_id} {refused.label()}: {refused.refused}" in text
+    assert (
+        f"will not run:\n  {refused.trial_id} {plan.labels[refused.trial_id]}: {refused.refused}"
+        in text
+    )
 
 
 def test_the_outcome_sums_up_time_inside_and_outside_measured_steps(out, tmp_path):
@@ -197,7 +201,7 @@ def test_a_halving_search_ends_with_its_pick_and_the_finalists_it_cannot_separat
             group_starts=0,
         )
     )
-    labels = {t.trial_id: t.label() for t in plan.trials}
+    labels = plan.labels
     text = out.getvalue()
     assert f"search: best {labels[b]}: 1,020 samples/s (median of 2 runs: 1,000 to 1,040)" in text
     assert f"not measurably different from it (their ranges overlap): {labels[a]}" in text

@@ -44,9 +44,13 @@ def test_input_splits_launches_and_prefetch_does_not():
         {"ray_data"},
         {"torch_loader"},
     ]
-    labels = sorted(t.label() for t in plan.trials)
-    assert "d1 b256 fp32 eager w1 ddp" in labels  # defaults keep the familiar label
-    assert "d1 b256 fp32 eager w1 ddp p0 torch_loader" in labels
+    # Both axes leave their defaults somewhere, so every label names both, defaults included.
+    assert sorted(plan.labels.values()) == [
+        "d1 b256 fp32 eager w1 ddp ray_data p0",
+        "d1 b256 fp32 eager w1 ddp ray_data p4",
+        "d1 b256 fp32 eager w1 ddp torch_loader p0",
+        "d1 b256 fp32 eager w1 ddp torch_loader p4",
+    ]
 
 
 def test_two_devices_on_two_cpus_keep_cpus_for_one_or_two_data_workers():

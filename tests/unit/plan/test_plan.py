@@ -5,8 +5,10 @@ from dataclasses import dataclass
 import pytest
 from pydantic import Field
 
+from amdahl.analysis.configs import group_configs
 from amdahl.columns import AXES, TrialSettings
 from amdahl.driver.planning import make_plan
+from amdahl.driver.trainable import launch_config
 from amdahl.errors import UserError
 from amdahl.plan import trials as planner
 from amdahl.plan.launches import plan_sweep
@@ -22,6 +24,7 @@ from amdahl.spec.schema import (
 )
 from amdahl.sweepdir.driver_files import ray_storage
 from amdahl.worker.contract import TrialConfig
+from amdahl.worker.rows import row_identity
 from workloads.mlp import MLP
 
 TWO_CPUS = [Node(cpus=2.0)]
@@ -442,3 +445,28 @@ def test_resources_auto_is_a_valid_setting_and_other_words_are_not():
         _spec(resources="manual")
     with pytest.raises(UserError, match="cpus_per_device: got 'lots': give a number"):
         _spec(resources={"cpus_per_device": "lots"})
+
+
+@pytest.mark.parametrize("scaling", ["weak", "strong"])
+def test_plan_labels_are_what_the_report_makes_of_the_trials_rows(tmp_path, scaling):
+    """The plan table, the live view and plan.json name a trial as the report and the MLflow
+    runs will: the report's grouping (analysis.configs) over the rows the worker writes for
+    each planned trial (worker/rows.row_identity) gives the plan's labels."""
+    plan = _plan(
+        grid={
+            "devices": [1, 2],
+            "batch_size": [64],
+            "prefetch_batches": [4, 8],
+            "params.classes": [2, 3],
+        },
+        train={"scaling": scaling},
+        resources={"cpus_per_device": 0.5, "cpus_per_data_worker": 0.5},
+    )
+    rows = []
+    for launch in plan.launches():
+        config = launch_config(plan.spec, launch, tmp_path, "plan")
+        rows += [row_identity(config, trial, 0) for trial in config.trials]
+    assert {r["trial_id"]: c.label for c in group_configs(rows) for r in c.rows} == plan.labels
+    batch = "gb64" if scaling == "strong" else "b64"
+    # prefetch 4 is the default: named because another trial sets 8
+    assert f"d2 {batch} fp32 eager w1 ddp p4 classes=3" in plan.labels.values()
