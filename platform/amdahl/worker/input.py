@@ -488,9 +488,9 @@ class LaunchStream:
     def __init__(
         self, shard: Any, chunk: int, prefetch_chunks: int, pin: bool, batch_size: int = 0
     ):
-        self._shard, self._chunk, self._prefetch, self._pin = shard, chunk, prefetch_chunks, pin
-        self._batch_size = batch_size or chunk
-        self._batcher = Rebatcher(self._epochs(), pin)
+        # A launch longer than its pass starts another (never expected).
+        passes = _passes(shard, chunk, prefetch_chunks, pin, batch_size or chunk)
+        self._batcher = Rebatcher(passes, pin)
 
     def warm(self) -> float:
         """Start the pipeline and wait for its first chunk; returns the seconds it took."""
@@ -501,10 +501,6 @@ class LaunchStream:
     def batches(self, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
         """Endless `batch_size`-row batches, continuing where the previous trial stopped."""
         return self._batcher.batches(batch_size)
-
-    def _epochs(self) -> Iterator[dict[str, torch.Tensor]]:
-        # A launch longer than its pass starts another (never expected).
-        return _passes(self._shard, self._chunk, self._prefetch, self._pin, self._batch_size)
 
 
 def _rows(batch: dict[str, Any]) -> int:
