@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Everything a lent GPU machine is for, in one run (docs/performance.md, "GPU"): the CUDA suite,
+# the step-time model on 16 real CPU ranks, the GPU smoke sweep and its report, and halving over
+# compilation against the grid. Each step has its own time limit, so one hang costs only itself;
+# every figure is printed, and the sweeps' files come back as $OUT/runs.tgz.
+#
+#   bash benchmarks/device_check.sh            # on the GPU machine, from the repository root
+#
+# The machine's image has torch (CUDA) but neither Ray nor pydantic: their wheels travel in
+# .whl/ (Ray's without its Java jars and dashboard UI, binaries stripped, to fit a call) and are
+# unpacked onto PYTHONPATH. MLflow is not needed: every sweep runs with tracking off.
+set -u
+OUT=${OUT:-/tmp/device-check}
+mkdir -p "$OUT" /tmp/site /tmp/runs
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+if ! python3 -c "import ray, pydantic" 2>/dev/null; then
+  for w in .whl/*.whl .whl/*.zip; do
+    [ -e "$w" ] && python3 -m zipfile -e "$w" /tmp/site
+  done
+  chmod +x /tmp/site/ray/core/src/ray/raylet/raylet /tmp/site/ray/core/src/ray/gcs/gcs_server
+  export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD/platform:$PWD
+amdahl() { python3 -c 'from amdahl.cli.commands import main; main()' "$@"; }
+step() { echo; echo "=== $* ($(date +%T))"; }
+started=$(date +%s)
+
+step "machine"
+nproc
+python3 - <<'EOF'
+import torch, ray, pydantic
+print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))
+print("ray", ray.__version__, "pydantic", pydantic.__version__)
+EOF
+
+step "1. pytest tests/gpu"
+timeout 200 python3 -m pytest tests/gpu -q -p no:cacheprovider -ra 2>&1 \
+  | tee "$OUT/gpu_tests.log" | tail -40
+echo "exit ${PIPESTATUS[0]}"
+
+step "3. platform sweep sweeps/gpu_smoke.yaml, then platform report"
+timeout 120 bash -c 'python3 -c "from amdahl.cli.commands import main; main()" sweep \
+  sweeps/gpu_smoke.yaml --no-tracking --local --runs-dir /tmp/runs' 2>&1 | tail -25
+echo "sweep exit ${PIPESTATUS[0]}"
+smoke=$(ls -d /tmp/runs/gpu_smoke-* 2>/dev/null | tail -1)
+if [ -n "$smoke" ]; then
+  amdahl report "$smoke" 2>&1 | head -40
+  echo "report exit ${PIPESTATUS[0]}"
+fi
+
+step "2. step-time model, fit at ${FIT:=1,2,4} CPU ranks, predict ${TRUTH:=8,12,16}"
+timeout 230 python3 benchmarks/scale_check.py --fit "$FIT" --truth "$TRUTH" --batches 64,256 \
+  --syncs ddp,none --steps 100 --repeats 2 --cpus-per-device 0.9 --out /tmp/runs/scale 2>&1 \
+  | grep -v -E "WARNING|INFO" | tail -40
+rc=${PIPESTATUS[0]}
+echo "exit $rc"
+fit=$(ls -d /tmp/runs/scale/fit-* 2>/dev/null | tail -1)
+truth=$(ls -d /tmp/runs/scale/truth-* 2>/dev/null | tail -1)
+if [ "$rc" != 0 ] && [ -f "$truth/results.parquet" ]; then
+  echo "the rows so far:"
+  python3 benchmarks/scale_check.py --fit "$FIT" --truth "$TRUTH" --evaluate "$fit" "$truth"
+fi
+
+step "4. halving over eager/inductor against the grid (elapsed $(( $(date +%s) - started )) s)"
+if [ $(( $(date +%s) - started )) -lt ${STEP4_BEFORE_S:-320} ]; then
+  for method in halving grid; do
+    s=$(date +%s)
+    set_search=""
+    [ $method = halving ] && set_search="--set search.method=halving --set search.min_steps=30"
+    timeout 90 bash -c "python3 -c 'from amdahl.cli.commands import main; main()' sweep \
+      sweeps/gpu_compile_search.yaml $set_search --no-tracking --local \
+      --runs-dir /tmp/runs/$method" 2>&1 | tail -8
+    echo "$method: exit ${PIPESTATUS[0]}, wall $(( $(date +%s) - s )) s"
+  done
+  python3 benchmarks/compile_per_config.py /tmp/runs/halving/gpu_compile_search-* \
+    /tmp/runs/grid/gpu_compile_search-*
+else
+  echo "skipped: too little time left"
+fi
+
+tar czf "$OUT/runs.tgz" --exclude=ray --exclude='*.log' -C /tmp runs
+echo "total $(( $(date +%s) - started )) s"

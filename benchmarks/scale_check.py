@@ -1,0 +1,209 @@
+"""The step-time model on device counts it never saw: fit a sweep at small device counts, predict
+larger ones with `platform predict`'s own function, and measure those larger ones.
+
+Two sweeps of the same configurations on one local Ray sized to this machine (MLflow off):
+the fit sweep at `--fit` device counts (default 1, 2, 4; its closing calibration measures the
+all-reduce at its widest launch, as a user's sweep would), then the truth sweep at `--truth`
+device counts (default 8, 12, 16). Each held-out configuration's measured median (over
+`--repeats` runs) is compared with
+
+- the model: `report.predict.predict_sweep(fit_dir, truth_devices)`, what `platform predict`
+  prints (a prediction the model withholds as a failed fit is made anyway, and marked);
+- naive A: the Amdahl fit (analysis.scaling.fit_amdahl) over the fit sweep's speedups of that
+  configuration, extrapolated;
+- naive B: the largest fitted device count's per-device throughput times p.
+
+It prints every held-out point, then the median and p90 |relative error| of each predictor at
+each held-out device count, and the wall seconds of each sweep. Nothing is asserted.
+
+Needs as many cores as the largest device count (gloo on CPU, one torch thread per rank): run
+it on a 16-core machine for the default counts.
+
+    python benchmarks/scale_check.py [--fit 1,2,4] [--truth 8,12,16] [--batches 64,256]
+        [--syncs ddp,none] [--steps 150] [--repeats 2] [--workload mlp] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+
+def _ints(text: str) -> list[int]:
+    return sorted(int(x) for x in text.split(",") if x.strip())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fit", default="1,2,4", help="device counts the model is fitted on")
+    parser.add_argument("--truth", default="8,12,16", help="device counts it must predict")
+    parser.add_argument("--batches", default="64,256", help="per-device batch sizes")
+    parser.add_argument("--syncs", default="ddp,none", help="sync strategies")
+    parser.add_argument("--steps", type=int, default=150, help="measured steps per trial")
+    parser.add_argument("--warmup", type=int, default=10, help="warmup steps per trial")
+    parser.add_argument("--repeats", type=int, default=2, help="runs per configuration")
+    parser.add_argument("--workload", default="mlp")
+    parser.add_argument("--cpus-per-device", type=float, default=None, help="default: auto")
+    parser.add_argument("--out", type=Path, default=None, help="where the two sweeps go")
+    parser.add_argument(
+        "--evaluate",
+        nargs=2,
+        type=Path,
+        metavar=("FIT_DIR", "TRUTH_DIR"),
+        help="only evaluate two existing sweep directories (rows so far)",
+    )
+    args = parser.parse_args()
+    fit_devices, truth_devices = _ints(args.fit), _ints(args.truth)
+    if args.evaluate:
+        evaluate(*args.evaluate, truth_devices)
+        return
+    syncs = [s.strip() for s in args.syncs.split(",") if s.strip()]
+    if "none" not in syncs:
+        syncs.append("none")  # the model's compute term is fitted on sync none
+
+    import ray
+
+    from amdahl import run_sweep, validate_spec
+
+    out = args.out or Path(tempfile.mkdtemp(prefix="amdahl-scale-"))
+    resources = {}
+    if args.cpus_per_device is not None:
+        resources = {"cpus_per_device": args.cpus_per_device}
+
+    def spec(name: str, devices: list[int]):
+        return validate_spec(
+            {
+                "name": name,
+                "workload": args.workload,
+                "train": {
+                    "steps": args.steps,
+                    "warmup_steps": args.warmup,
+                    "repeats": args.repeats,
+                },
+                "grid": {"devices": devices, "batch_size": _ints(args.batches), "sync": syncs},
+                "resources": resources or "auto",
+                "tracking": {"enabled": False},
+            }
+        )
+
+    ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    dirs, walls = {}, {}
+    try:
+        for name, devices in (("fit", fit_devices), ("truth", truth_devices)):
+            start = time.perf_counter()
+            outcome = run_sweep(spec(name, devices), runs_dir=out, tracking=False, on_event=None)
+            walls[name] = time.perf_counter() - start
+            dirs[name] = outcome.sweep_dir
+            ok = sum(1 for r in outcome.rows if r.get("status") == "ok")
+            print(
+                f"{name} sweep at devices {devices}: {len(outcome.rows)} rows ({ok} ok) in "
+                f"{walls[name]:.0f} s -> {outcome.sweep_dir}",
+                flush=True,
+            )
+    finally:
+        ray.shutdown()
+    evaluate(dirs["fit"], dirs["truth"], truth_devices)
+
+
+def evaluate(fit_dir: Path, truth_dir: Path, truth_devices: list[int]) -> None:
+    """Print each held-out point against the model and the two naive predictors."""
+    from amdahl.analysis.stepmodel import fit as fit_model
+    from amdahl.report.predict import load_model_inputs
+
+    fit_inputs = load_model_inputs(fit_dir)
+    truth_inputs = load_model_inputs(truth_dir)
+    model = fit_model(fit_inputs)
+    comm = model.comm.intra
+    if comm is not None:
+        print(
+            f"calibration: alpha {comm.alpha_s * 1e6:.1f} us, B {comm.bandwidth_Bps / 1e9:.3f} GB/s"
+        )
+    fitted: dict[tuple, dict[int, float]] = {}
+    for c in fit_inputs.configs:
+        if c.ok and c.throughput:
+            fitted.setdefault(_key(c), {})[c.devices] = c.throughput.median
+    errors: dict[str, dict[int, list[float]]] = {"model": {}, "amdahl": {}, "linear": {}}
+    print(
+        f"\n{'held-out':24s} {'measured':>10s} {'spread':>7s} {'model':>10s} {'err':>7s} "
+        f"{'amdahl':>10s} {'err':>7s} {'linear':>10s} {'err':>7s}"
+    )
+    for c in sorted(truth_inputs.configs, key=lambda c: (_key(c), c.devices)):
+        if c.ok and c.throughput and c.devices in truth_devices:
+            _print_point(c, model, fitted.get(_key(c), {}), errors)
+    _print_summary(errors, truth_devices)
+
+
+def _key(c) -> tuple:
+    from amdahl.analysis.configs import scale_batch
+
+    return (c.sync, scale_batch(c.settings))
+
+
+def _naive(curve: dict[int, float], p: int) -> tuple[float | None, float | None]:
+    """(Amdahl fit over the measured speedups, extrapolated; the largest measured device
+    count's per-device throughput times p)."""
+    from amdahl.analysis.scaling import amdahl_speedup, fit_amdahl
+
+    naive_a = naive_b = None
+    if 1 in curve and len(curve) >= 2:
+        amdahl = fit_amdahl([(q, x / curve[1]) for q, x in sorted(curve.items())])
+        if amdahl is not None:
+            naive_a = curve[1] * amdahl_speedup(amdahl.serial_fraction, p)
+    if curve:
+        p_max = max(curve)
+        naive_b = curve[p_max] / p_max * p
+    return naive_a, naive_b
+
+
+def _print_point(c, model, curve: dict[int, float], errors) -> None:
+    measured = c.throughput.median
+    fam = model.family_of(c)
+    batch = float(_key(c)[1])
+    pred = model.predict(fam, c.devices, batch, 1, withhold=False) if fam else None
+    naive_a, naive_b = _naive(curve, c.devices)
+    cells = []
+    for name, value in (
+        ("model", pred.throughput if pred else None),
+        ("amdahl", naive_a),
+        ("linear", naive_b),
+    ):
+        if value is None:
+            cells.append(f"{'n/a':>10s} {'':>7s}")
+            continue
+        err = (value - measured) / measured
+        errors[name].setdefault(c.devices, []).append(abs(err))
+        cells.append(f"{value:10,.0f} {err:+7.1%}")
+    mark = " FAILED FIT" if pred and pred.failed_fit else ""
+    if pred and pred.unknown:
+        mark += f" ({pred.unknown})"
+    spread = f"{c.throughput.rel_spread:7.1%}" if c.throughput.n > 1 else f"{'n=1':>7s}"
+    label = f"{c.sync} b{_key(c)[1]} p{c.devices}"
+    print(f"{label:24s} {measured:10,.0f} {spread} {' '.join(cells)}{mark}")
+
+
+def _print_summary(errors, truth_devices: list[int]) -> None:
+    from amdahl.analysis.prediction import quantile
+
+    print("\n|relative error| by held-out device count (median / p90):")
+    for p in truth_devices:
+        parts = []
+        for name, by_p in errors.items():
+            xs = sorted(by_p.get(p, []))
+            if xs:
+                parts.append(f"{name} {statistics.median(xs):.1%} / {quantile(xs, 0.9):.1%}")
+        print(f"  p={p:<3d} " + "   ".join(parts))
+    for name, by_p in errors.items():
+        xs = sorted(x for v in by_p.values() for x in v)
+        if xs:
+            print(
+                f"  all held-out, {name}: median {statistics.median(xs):.1%}, "
+                f"p90 {quantile(xs, 0.9):.1%} over {len(xs)} points"
+            )
+
+
+if __name__ == "__main__":
+    main()
