@@ -5,6 +5,10 @@
 # every figure is printed, and the sweeps' files come back as $OUT/runs.tgz.
 #
 #   bash benchmarks/device_check.sh            # on the GPU machine, from the repository root
+#   STEPS=14 bash benchmarks/device_check.sh   # only steps 1 and 4
+#
+# All four steps take about 12 minutes on an H200 (tests/gpu alone about 5), more than one
+# device call may run (10): pick STEPS to fit what the session has left.
 #
 # The machine's image has torch (CUDA) but neither Ray nor pydantic: their wheels travel in
 # .whl/ (Ray's without its Java jars and dashboard UI, binaries stripped, to fit a call) and are
@@ -33,11 +37,21 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_dev
 print("ray", ray.__version__, "pydantic", pydantic.__version__)
 EOF
 
+[[ ${STEPS:=1234} == *1* ]] && {
 step "1. pytest tests/gpu"
-timeout 200 python3 -m pytest tests/gpu -q -p no:cacheprovider -ra 2>&1 \
-  | tee "$OUT/gpu_tests.log" | tail -40
-echo "exit ${PIPESTATUS[0]}"
+# One pytest per file, the long matrix last: pytest prints tracebacks only when it ends, so a
+# time limit that cuts one run short must not take the other files' tracebacks with it.
+gpu_tests() {
+  timeout "${LIMIT:-150}" python3 -m pytest "$@" -q -p no:cacheprovider --tb=short -ra 2>&1 \
+    | tee -a "$OUT/gpu_tests.log" | tail -30
+  echo "$*: exit ${PIPESTATUS[0]}"
+}
+for f in data_wait flops traces utilisation; do gpu_tests "tests/gpu/test_gpu_$f.py"; done
+gpu_tests tests/gpu/test_gpu_trials.py -k "not every_precision"
+LIMIT=260 gpu_tests tests/gpu/test_gpu_trials.py -k every_precision  # ~220 s on an H200
+}
 
+[[ $STEPS == *3* ]] && {
 step "3. platform sweep sweeps/gpu_smoke.yaml, then platform report"
 timeout 120 bash -c 'python3 -c "from amdahl.cli.commands import main; main()" sweep \
   sweeps/gpu_smoke.yaml --no-tracking --local --runs-dir /tmp/runs' 2>&1 | tail -25
@@ -47,7 +61,9 @@ if [ -n "$smoke" ]; then
   amdahl report "$smoke" 2>&1 | head -40
   echo "report exit ${PIPESTATUS[0]}"
 fi
+}
 
+[[ $STEPS == *2* ]] && {
 step "2. step-time model, fit at ${FIT:=1,2,4} CPU ranks, predict ${TRUTH:=8,12,16}"
 timeout 230 python3 benchmarks/scale_check.py --fit "$FIT" --truth "$TRUTH" --batches 64,256 \
   --syncs ddp,none --steps 100 --repeats 2 --cpus-per-device 0.9 --out /tmp/runs/scale 2>&1 \
@@ -60,7 +76,9 @@ if [ "$rc" != 0 ] && [ -f "$truth/results.parquet" ]; then
   echo "the rows so far:"
   python3 benchmarks/scale_check.py --fit "$FIT" --truth "$TRUTH" --evaluate "$fit" "$truth"
 fi
+}
 
+[[ $STEPS == *4* ]] && {
 step "4. halving over eager/inductor against the grid (elapsed $(( $(date +%s) - started )) s)"
 if [ $(( $(date +%s) - started )) -lt ${STEP4_BEFORE_S:-320} ]; then
   for method in halving grid; do
@@ -77,6 +95,7 @@ if [ $(( $(date +%s) - started )) -lt ${STEP4_BEFORE_S:-320} ]; then
 else
   echo "skipped: too little time left"
 fi
+}
 
 tar czf "$OUT/runs.tgz" --exclude=ray --exclude='*.log' -C /tmp runs
 echo "total $(( $(date +%s) - started )) s"

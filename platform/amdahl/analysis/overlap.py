@@ -148,8 +148,10 @@ def rank_figures(trace: Mapping[str, Any], rank: int) -> RankFigures:
             start = float(e["ts"])
             spans[kind].append((start, start + float(e["dur"])))
     comm, compute = merge(spans[COMM]), merge(spans[COMPUTE])
-    # The profiler's step annotations; a trace without them (not the pass's) counts as one step.
-    steps = sum(1 for e in events if _STEP.match(str(e.get("name", ""))))
+    # The profiler's step annotations, counted by name: a GPU trace holds each one twice (the
+    # host's `user_annotation` and its `gpu_user_annotation` copy on the device timeline). A
+    # trace without them (not the pass's) counts as one step.
+    steps = len({str(e["name"]) for e in events if _STEP.match(str(e.get("name", "")))})
     info = trace.get("distributedInfo") or {}
     own_rank = info.get("rank") if isinstance(info.get("rank"), int) else rank
     return RankFigures(

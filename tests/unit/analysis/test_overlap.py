@@ -144,6 +144,21 @@ def test_overlap_of_a_hand_made_gpu_trace():
     assert fig.exposed_per_step == pytest.approx(75e-6)
 
 
+def test_a_gpu_trace_counts_each_step_once():
+    # Kineto writes each ProfilerStep#N twice on a GPU: the host's annotation and its copy on
+    # the device timeline; counting both would halve every per-step figure.
+    trace = _gpu_rank(0, [(50, 150), (700, 100)])
+    device_copies = [
+        {**e, "cat": "gpu_user_annotation", "tid": 9}
+        for e in trace["traceEvents"]
+        if str(e.get("name", "")).startswith("ProfilerStep")
+    ]
+    trace = {**trace, "traceEvents": trace["traceEvents"] + device_copies}
+    fig = rank_figures(trace, rank=0)
+    assert fig.steps == 2
+    assert fig.exposed_per_step == pytest.approx(75e-6)
+
+
 def test_overlap_of_a_hand_made_cpu_trace():
     # gloo's all-reduce on its thread 99 over [0, 100) us, a copy gloo makes on that thread
     # (the collective's own work, not computation), the main thread's operators [50, 80) and
