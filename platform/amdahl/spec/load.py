@@ -201,6 +201,15 @@ def _check_cross_fields(spec: SweepSpec) -> None:
             f"must exceed train.warmup_steps ({spec.train.warmup_steps}), got "
             f"{target.max_steps}: the target is checked only after warmup",
         )
+    compiled = [c for c in spec.grid.compile if c != "eager"]
+    if compiled and spec.train.warmup_steps == 0:
+        raise _SpecProblem(
+            ("train", "warmup_steps"),
+            f"is 0 while grid.compile has {', '.join(compiled)}: the measured window would "
+            "open before the first step, so compilation (seconds to minutes) would land in "
+            "the throughput; set train.warmup_steps to 1 or more (compile_s is recorded "
+            "apart either way)",
+        )
     if spec.train.scaling == "strong":
         for b in spec.grid.batch_size:
             for d in spec.grid.devices:

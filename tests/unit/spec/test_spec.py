@@ -211,3 +211,20 @@ def test_the_cli_refuses_bad_yaml_with_one_line_and_exit_2(tmp_path):
 def test_an_unusable_workload_path_is_one_message(tmp_path, value):
     message = _error(tmp_path, GOOD + f"workload_path: {value}\n")
     assert "workload_path: " in message and "is not a usable directory path" in message
+
+
+def test_compiled_trials_need_a_warmup_step():
+    """With warmup_steps 0 the window would open before the first step, and compilation would
+    land in the throughput: refused, naming the path, the value and the fix."""
+    with pytest.raises(UserError) as e:
+        validate_spec(
+            {
+                "workload": "mlp",
+                "train": {"warmup_steps": 0},
+                "grid": {"compile": ["eager", "inductor"]},
+            }
+        )
+    assert "train.warmup_steps: is 0 while grid.compile has inductor" in str(e.value)
+    assert "set train.warmup_steps to 1 or more" in str(e.value)
+    eager = validate_spec({"workload": "mlp", "train": {"warmup_steps": 0}})
+    assert eager.train.warmup_steps == 0  # eager trials compile nothing: 0 stays allowed
