@@ -374,11 +374,12 @@ class SweepSpec(_Section):
     report: ReportSpec = ReportSpec()
     storage: str | None = Field(
         None,
-        description="Where Ray keeps a sweep's run state (Tune's experiment, rank 0's "
-        "checkpoint of finished trials): a URI (s3://bucket/amdahl, gs://...) or an absolute "
-        "path on a filesystem every node mounts (NFS, EFS); each sweep writes under "
-        "<storage>/<sweep directory name>/. null: the sweep directory, on the driver's disk, "
-        "which a plan spanning several nodes refuses.",
+        description="Where Ray Tune and Train keep a sweep's run state (Tune's experiment, "
+        "each launch's Train run; no checkpoint: the work queue and results.parquet are the "
+        "record): a URI (s3://bucket/amdahl, gs://...) or an absolute path on a filesystem "
+        "every node mounts (NFS, EFS); each sweep writes under <storage>/<sweep directory "
+        "name>/. null: <sweep directory>/ray/ on each node's own disk, enough on any number "
+        "of nodes (no node reads back what another wrote).",
     )
 
     #: The sweep file's directory (load_spec), searched for the workload's code.
