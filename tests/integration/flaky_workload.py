@@ -8,6 +8,7 @@ import torch.distributed as dist
 from torch import nn
 
 from workloads.mlp import MLP
+from workloads.simulated import SimulatedAccelerator
 
 
 class OneRankFails(MLP):
@@ -56,5 +57,17 @@ class KillsItsWorker(MLP):
 
     def build_model(self) -> nn.Module:
         if self.params["kill"]:
+            os._exit(1)
+        return super().build_model()
+
+
+class SimulatedRankDies(SimulatedAccelerator):
+    """The simulated accelerator whose rank `kill_rank` ends its worker process while building
+    the model (as a segfault or the OOM killer would), on every delivery of the trial."""
+
+    defaults = {**SimulatedAccelerator.defaults, "kill_rank": None}
+
+    def build_model(self) -> nn.Module:
+        if self.params["kill_rank"] is not None and dist.get_rank() == self.params["kill_rank"]:
             os._exit(1)
         return super().build_model()

@@ -1,0 +1,161 @@
+"""A simulated accelerator: a what-if and scale-testing workload, not a hardware benchmark.
+
+A GPU rank is, to its host, mostly idle while its kernels run; what the host does is
+communication, input and orchestration. This workload keeps exactly that and replaces the
+kernels with host sleeps of a stated length, so 8-16 ranks fit on a 2-core box and every part of
+amdahl around the compute runs for real: each layer has real parameters (`params_per_layer`
+float32 values) and real gradients, so DDP's buckets and hooks, gloo's all-reduces, every sync
+strategy's bytes, per-trial worlds, stragglers and overlap analysis are what they would be.
+
+Each of `layers` layers sleeps, per step and micro-batch,
+
+    forward   forward_fixed_ms + forward_per_sample_us * rows        (milliseconds / microseconds)
+    backward  backward_factor x the forward
+
+times a precision factor (`bf16_factor`, `fp16_factor` for autocast or bf16 weights; 1 in
+fp32), times `straggler_factor` on rank `straggler_rank`, times a uniform jitter of +-`jitter`
+(seeded per rank). The numbers say what the simulated device would take; they are not measured.
+`stated_tflops` states the simulated device's peak: the workload's FLOPs per sample are what
+that peak would execute in the per-sample sleeps, so MFU reads as the share of the step spent
+in the simulated kernels.
+
+Only eager execution: a sleep is not a kernel that TorchScript or torch.compile can take (the
+planner refuses the other values with this reason). The task (a linear teacher's labels) is
+learnable, so validation loss and accuracy still say the training is correct.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from amdahl import Workload
+
+
+class _SleepLayer(torch.autograd.Function):
+    """y = x * (1 + mean(w)), with the forward's and the backward's sleeps. The parameter's
+    gradient is real (d loss / d w_i = sum(grad_y * x) / n for every i), cheap beside the
+    sleeps, and the same on every rank only where the data are."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor, forward_s: float, backward_s: float):
+        time.sleep(forward_s)
+        scale = 1.0 + w.float().mean()
+        ctx.save_for_backward(x, w)
+        ctx.backward_s = backward_s
+        return x * scale.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, grad_y: torch.Tensor):
+        time.sleep(ctx.backward_s)
+        x, w = ctx.saved_tensors
+        scale = 1.0 + w.float().mean()
+        grad_x = grad_y * scale.to(grad_y.dtype)
+        grad_w = (grad_y.float() * x.float()).sum() / w.numel()
+        return grad_x, grad_w.to(w.dtype).expand(w.shape).contiguous(), None, None
+
+
+class SimulatedLayer(nn.Module):
+    """One layer of the simulated device: `size` real parameters, a stated time."""
+
+    def __init__(self, size: int, timing: SimulatedTiming):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(size))
+        self.timing = timing
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        forward_s, backward_s = self.timing.seconds(x, self.weight)
+        return _SleepLayer.apply(x, self.weight, forward_s, backward_s)
+
+
+class SimulatedTiming:
+    """The stated times of one layer, and the factors that apply to this call."""
+
+    def __init__(self, params: dict[str, Any]):
+        self.fixed_s = params["forward_fixed_ms"] / 1e3
+        self.per_sample_s = params["forward_per_sample_us"] / 1e6
+        self.backward_factor = params["backward_factor"]
+        self.factors = {torch.bfloat16: params["bf16_factor"], torch.float16: params["fp16_factor"]}
+        self.straggler_rank = params["straggler_rank"]
+        self.straggler_factor = params["straggler_factor"]
+        self.jitter = params["jitter"]
+        self._rng: random.Random | None = None
+
+    def seconds(self, x: torch.Tensor, w: torch.Tensor) -> tuple[float, float]:
+        forward = (self.fixed_s + self.per_sample_s * x.shape[0]) * self._factor(x, w)
+        return forward, forward * self.backward_factor
+
+    def _factor(self, x: torch.Tensor, w: torch.Tensor) -> float:
+        rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+        dtype = w.dtype
+        if torch.is_autocast_enabled(x.device.type):
+            dtype = torch.get_autocast_dtype(x.device.type)
+        factor = self.factors.get(dtype, 1.0)
+        if self.straggler_rank is not None and rank == self.straggler_rank:
+            factor *= self.straggler_factor
+        if self.jitter:
+            if self._rng is None:
+                self._rng = random.Random(rank)
+            factor *= 1.0 + self.jitter * self._rng.uniform(-1.0, 1.0)
+        return factor
+
+
+class SimulatedAccelerator(Workload):
+    defaults = {
+        "layers": 8,
+        "params_per_layer": 32768,
+        "features": 16,
+        "classes": 4,
+        "forward_fixed_ms": 1.0,
+        "forward_per_sample_us": 20.0,
+        "backward_factor": 2.0,
+        "bf16_factor": 0.5,
+        "fp16_factor": 0.5,
+        "straggler_rank": None,
+        "straggler_factor": 1.0,
+        "jitter": 0.0,
+        "stated_tflops": 100.0,
+        "train_rows": 8192,
+        "val_rows": 512,
+    }
+    #: The counter sees no kernels (sleeps): MFU uses the stated figure.
+    flops_override = True
+    #: The stored rows depend only on these; the timings are not data.
+    data_params = ("features", "classes", "train_rows", "val_rows")
+    #: Compilation values it cannot honour (the planner refuses them with the reason).
+    eager_only = (
+        "the simulated accelerator's layers are host sleeps, which neither TorchScript nor "
+        "torch.compile can compile; sweep compile: [eager]"
+    )
+
+    def build_model(self) -> nn.Module:
+        p = self.params
+        timing = SimulatedTiming(p)
+        body = [SimulatedLayer(p["params_per_layer"], timing) for _ in range(p["layers"])]
+        return nn.Sequential(*body, nn.Linear(p["features"], p["classes"]))
+
+    def generate(self, split: str, num_rows: int, seed: int) -> dict[str, np.ndarray]:
+        features, classes = self.params["features"], self.params["classes"]
+        teacher = np.random.default_rng(seed).standard_normal((features, classes))
+        rng = np.random.default_rng([seed, 0 if split == "train" else 1])
+        x = rng.standard_normal((num_rows, features), dtype=np.float32)
+        return {"x": x, "y": (x @ teacher).argmax(axis=1).astype(np.int64)}
+
+    def split_batch(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        return batch["x"], batch["y"]
+
+    def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return nn.functional.cross_entropy(output, target)
+
+    def flops_per_sample(self) -> float:
+        """What the stated peak would execute in one sample's share of the sleeps (forward and
+        backward over every layer): MFU then reads as the simulated kernels' share of a step."""
+        p = self.params
+        per_sample_s = p["layers"] * p["forward_per_sample_us"] / 1e6 * (1 + p["backward_factor"])
+        return p["stated_tflops"] * 1e12 * per_sample_s
