@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from amdahl.analysis.configs import NO_SYNC, Config, scale_batch
 from amdahl.analysis.cost import cost_per_million, device_hours_per_million
-from amdahl.analysis.points import FAMILY_SETTINGS, family_key, nodes_of
+from amdahl.analysis.points import FAMILY_SETTINGS, Point, family_key, nodes_of
 from amdahl.analysis.stats import differs
 from amdahl.analysis.stepmodel import Family, ModelInputs, Prediction, StepModel, fit
 
@@ -39,21 +39,33 @@ class LooPoint:
 
 
 def leave_one_out(inputs: ModelInputs, min_devices: int = 2) -> list[LooPoint]:
-    """For each measured point on `min_devices` or more devices: refit without it, predict it.
-    A prediction from a failed fit is made (and marked) here, not withheld: the check of the
-    model counts its failures."""
+    """For each measured point on `min_devices` or more devices: refit without it and without
+    its twin (`_twins`), predict it. A prediction from a failed fit is made (and marked) here,
+    not withheld: the check of the model counts its failures."""
     points = inputs.points()
     out = []
-    for i, pt in enumerate(points):
+    for pt in points:
         if pt.devices < min_devices:
             continue
-        model = fit(inputs, points[:i] + points[i + 1 :])
+        model = fit(inputs, [q for q in points if q is not pt and not _twins(pt, q)])
         fam = model.families[pt.family]
         pred = model.predict(fam, pt.devices, pt.batch, pt.nodes, withhold=False)
         out.append(
             LooPoint(pt.config, pt.throughput, pred.throughput, pred.unknown, pred.failed_fit)
         )
     return out
+
+
+def _twins(a: Point, b: Point) -> bool:
+    """Whether `b` is `a`'s twin: the same settings at the same devices, batch and nodes, one of
+    the two with `sync: none`. Left in, the twin hands the refit the left-out point's compute
+    (measured there, not predicted), so a leave-one-out check would test only the
+    communication term."""
+    if (a.devices, a.batch, a.nodes) != (b.devices, b.batch, b.nodes) or a.family == b.family:
+        return False
+    i = FAMILY_SETTINGS.index("sync")
+    same_rest = a.family[:i] + a.family[i + 1 :] == b.family[:i] + b.family[i + 1 :]
+    return same_rest and NO_SYNC in (a.family[i], b.family[i])
 
 
 def error_summary(loo: list[LooPoint], min_devices: int = 2) -> tuple[float, float, int] | None:

@@ -335,3 +335,22 @@ def test_report_has_predicted_vs_measured_and_the_models_projection(tmp_path):
     assert "descriptive" in md  # the Amdahl projection is labelled as such
     html = (d / "report.html").read_text()
     assert 'data-plot="predicted"' in html
+
+
+def test_leave_one_out_leaves_out_the_sync_none_twin_too():
+    """Compute at the left-out point must be predicted: with the `sync: none` twin at the same
+    devices and batch left in, the refit would read that point's compute off the twin."""
+    rows = [
+        row(1, 64, "none", 64 / 0.010, wall=0.010),
+        row(1, 256, "none", 256 / 0.030, wall=0.030),
+        row(1, 64, "ddp", 64 / 0.010, wall=0.010),
+        row(1, 256, "ddp", 256 / 0.030, wall=0.030),
+        # 2 devices: contention makes compute 1.5x the 1-device line, seen only at batch 64
+        row(2, 64, "none", 128 / 0.015, wall=0.015),
+        row(2, 64, "ddp", 128 / 0.018, wall=0.018, comm_s=0.003),
+    ]
+    loo = {(p.config.devices, p.config.sync): p for p in leave_one_out(_inputs(conform(rows)))}
+    ddp = loo[(2, "ddp")]
+    # Without the twin, nothing at 2 devices shows the contention: the prediction is faster
+    # than measured. With it, compute at 2 devices would come out exact and the error tiny.
+    assert ddp.predicted is not None and ddp.error > 0.2
