@@ -18,8 +18,7 @@ from ray.cluster_utils import Cluster
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from amdahl import read_results, run_sweep, validate_spec
-from amdahl.driver.cluster import ray_nodes
-from amdahl.driver.planning import make_plan
+from amdahl.driver.planning import plan_for
 from amdahl.workload import make_workload
 
 # tests/ (trial_runner's LaunchConfig factory), for this script run on its own.
@@ -159,7 +158,7 @@ def main(out_dir: Path) -> None:
         }
 
     # A shape no node can hold: 4-CPU workers on 3-CPU nodes (7 CPUs in total would fit).
-    too_big = make_plan(
+    too_big = plan_for(  # the cluster this driver has joined
         validate_spec(
             {
                 "name": "big",
@@ -168,7 +167,6 @@ def main(out_dir: Path) -> None:
                 "resources": {"cpus_per_device": 4, "cpus_per_data_worker": 0.25},
             }
         ),
-        ray_nodes(),
     )
     report["refused"] = too_big.trials[0].refused
 

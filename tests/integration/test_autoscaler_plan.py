@@ -9,7 +9,7 @@ import pytest
 from ray.core.generated import autoscaler_pb2
 
 from amdahl.driver.cluster import UNBOUNDED_NODE_TYPE, autoscaler_nodes, ray_nodes
-from amdahl.plan.launches import plan_sweep
+from amdahl.plan.launches import WorkloadFacts, plan_sweep
 from amdahl.spec.load import validate_spec
 from workloads.mlp import MLP
 
@@ -44,7 +44,7 @@ def test_gpu_trials_plan_against_the_nodes_the_autoscaler_may_start(autoscaler_c
             "resources": {"use_gpu": True, "cpus_per_device": 4},
         }
     )
-    plan = plan_sweep(spec, nodes, MLP.defaults)
+    plan = plan_sweep(spec, nodes, WorkloadFacts(MLP.defaults))
     refused = {t.settings.devices: t.refused for t in plan.trials}
     assert refused[4] is None and refused[8] is None
     assert "needs 16 GPUs" in refused[16] and "the cluster has 8" in refused[16]

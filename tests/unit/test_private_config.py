@@ -19,7 +19,7 @@ from amdahl.driver import calibrate
 from amdahl.driver.cluster import route_ray_logs
 from amdahl.errors import UserError
 from amdahl.files import private_dir, redact_uris, uri_passwords, write_private
-from amdahl.plan.launches import plan_sweep
+from amdahl.plan.launches import WorkloadFacts, plan_sweep
 from amdahl.plan.resources import Node
 from amdahl.report import write_reports
 from amdahl.spec.load import load_spec, validate_spec
@@ -150,7 +150,9 @@ def test_every_file_of_a_sweep_directory_is_owner_only(tmp_path, open_umask):
     assert _mode(sweep_dir) == 0o700
 
     spec = validate_spec({"name": "private", "workload": "mlp"})
-    _write_sweep_files(sweep_dir, spec, plan_sweep(spec, [Node(cpus=2.0)], MLP.defaults))
+    _write_sweep_files(
+        sweep_dir, spec, plan_sweep(spec, [Node(cpus=2.0)], WorkloadFacts(MLP.defaults))
+    )
     append_rows(sweep_dir, [{"sweep": "private", "trial_id": "a", "repeat": 0, "status": "ok"}])
     write_reports(sweep_dir)
     calibrate.write_calibration(sweep_dir, {"devices": 2})

@@ -12,7 +12,7 @@ import torch
 from amdahl import strategies
 from amdahl.analysis.comm import comm_volume, options_from_mapping
 from amdahl.errors import UserError
-from amdahl.plan.launches import plan_sweep
+from amdahl.plan.launches import WorkloadFacts, plan_sweep
 from amdahl.plan.resources import Node
 from amdahl.spec.load import validate_spec
 from amdahl.spec.schema import GridSpec, OptionsSpec
@@ -24,7 +24,9 @@ GPU = [Node(cpus=16.0, gpus=2.0)]
 
 
 def _plan(nodes=CPU, **sections):
-    return plan_sweep(validate_spec({"name": "t", "workload": "mlp", **sections}), nodes, {})
+    return plan_sweep(
+        validate_spec({"name": "t", "workload": "mlp", **sections}), nodes, WorkloadFacts({})
+    )
 
 
 def test_sync_py_implements_exactly_the_table():

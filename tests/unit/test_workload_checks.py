@@ -14,8 +14,9 @@ import pytest
 from click.testing import CliRunner
 
 from amdahl.cli.commands import main
-from amdahl.driver.planning import make_plan
+from amdahl.driver.planning import check_sweep
 from amdahl.errors import UserError
+from amdahl.plan.launches import plan_sweep
 from amdahl.plan.resources import Node
 from amdahl.spec.load import load_spec, validate_spec
 from amdahl.workload import (
@@ -30,6 +31,13 @@ ROOT = Path(__file__).resolve().parents[2]
 BYO = ROOT / "tests" / "integration" / "byo"
 PLATFORM = Path(sys.executable).parent / "platform"
 TWO_CPUS = [Node(cpus=2.0)]
+
+
+def _checked_plan(spec, nodes=TWO_CPUS):
+    """What `platform plan` does, for `nodes`: every check first, then the plan."""
+    check_sweep(spec)
+    return plan_sweep(spec, nodes)
+
 
 GOOD = """\
 import numpy as np
@@ -101,7 +109,7 @@ def test_workload_beside_the_sweep_file_is_found_and_shipped(tmp_path, clean_imp
         [str(folder.resolve() / "clicks.py"), str(folder.resolve() / "mypkg")]
     )
     assert "__pycache__" in env["excludes"]
-    plan = make_plan(spec, TWO_CPUS)
+    plan = _checked_plan(spec, TWO_CPUS)
     assert [t.refused for t in plan.trials] == [None, None]
 
 
@@ -113,7 +121,7 @@ def test_the_sweep_files_directory_wins_then_the_working_directory(
         _module(folder, "which")
     monkeypatch.chdir(cwd)
     spec = load_spec(_sweep(beside, "which:Good"))
-    assert make_plan(spec, TWO_CPUS).trials[0].settings.params["where"] == str(beside)
+    assert _checked_plan(spec, TWO_CPUS).trials[0].settings.params["where"] == str(beside)
     assert workload_search_path(None, beside) == [beside.resolve(), cwd.resolve()]
     # workload_path (relative to the sweep file) comes first of all.
     spec = load_spec(_sweep(beside, "which:Good", "workload_path: ../elsewhere\n"))
@@ -134,7 +142,7 @@ def test_a_module_found_nowhere_names_the_places_looked(tmp_path, clean_imports,
     monkeypatch.chdir(tmp_path)
     spec = load_spec(_sweep(tmp_path / "sweeps", "mypkg.tinyrec:TinyRec"))
     with pytest.raises(UserError) as e:
-        make_plan(spec, TWO_CPUS)
+        _checked_plan(spec, TWO_CPUS)
     message = str(e.value)
     assert message.startswith("workload: cannot import 'mypkg.tinyrec' (No module named")
     assert str((tmp_path / "sweeps").resolve()) in message and "workload_path" in message
@@ -208,7 +216,7 @@ def test_wrong_returns_are_refused_at_plan_time(tmp_path, clean_imports, replace
     name = f"wrong{abs(hash(message))}"
     _module(tmp_path, name, GOOD.replace(*replace))
     with pytest.raises(UserError, match=re.escape(message)):
-        make_plan(validate_spec({"workload": f"{name}:Good", "workload_path": str(tmp_path)}))
+        _checked_plan(validate_spec({"workload": f"{name}:Good", "workload_path": str(tmp_path)}))
 
 
 def test_preprocess_is_checked_on_rows_as_both_inputs_deliver_them(tmp_path, clean_imports):
@@ -226,7 +234,7 @@ def test_preprocess_is_checked_on_rows_as_both_inputs_deliver_them(tmp_path, cle
     for inputs in (["ray_data"], ["torch_loader"], ["ray_data", "torch_loader"]):
         spec = {"workload": "stored:Good", "workload_path": str(tmp_path)}
         spec["grid"] = {"input": inputs}
-        assert make_plan(validate_spec(spec), TWO_CPUS).runnable
+        assert _checked_plan(validate_spec(spec), TWO_CPUS).runnable
 
 
 def test_shipped_code_has_a_size_limit(tmp_path, clean_imports, monkeypatch):
@@ -254,7 +262,7 @@ def test_init_writes_a_skeleton_that_plans_and_refuses_to_overwrite(
     assert {p.name for p in written.iterdir()} == {"myworkload.py", "sweep.yaml"}
     # It plans as written, both device counts runnable on 2 CPUs (resources: auto).
     monkeypatch.chdir(tmp_path)
-    plan = make_plan(load_spec(written / "sweep.yaml"), TWO_CPUS)
+    plan = _checked_plan(load_spec(written / "sweep.yaml"), TWO_CPUS)
     assert [t.settings.devices for t in plan.runnable] == [1, 2]
     check_workload(make_workload("myworkload:MyWorkload", {}))
     lint = subprocess.run(
@@ -286,4 +294,4 @@ def test_the_readme_example_is_a_complete_workload(clean_imports):
 def test_a_workload_path_that_is_no_directory_is_refused(tmp_path, clean_imports):
     spec = load_spec(_sweep(tmp_path, "which:Good", "workload_path: nowhere\n"))
     with pytest.raises(UserError, match="workload_path: .*nowhere is not a directory"):
-        make_plan(spec, TWO_CPUS)
+        _checked_plan(spec, TWO_CPUS)

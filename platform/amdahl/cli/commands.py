@@ -58,15 +58,30 @@ def main(debug: bool) -> None:
     metavar="KEY.PATH=VALUE",
     help="Override a sweep-file field, e.g. --set train.steps=20 (repeatable).",
 )
-@click.option("--address", default=None, help="Ray cluster address (default: start local Ray).")
+@click.option(
+    "--address",
+    default=None,
+    help="Ray cluster address, joined to plan for its nodes [default: as `platform sweep`: the "
+    "Ray cluster running here (after `ray up` and `ray attach`, or `ray start`), else this "
+    "machine, with no Ray started].",
+)
+@click.option(
+    "--local", is_flag=True, help="Plan for this machine even where a cluster is running."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
-def plan(spec_path: str, overrides: tuple[str, ...], address: str | None, as_json: bool) -> None:
-    """Show the trials, their resources, and every trial that will not run (with the reason)."""
+def plan(
+    spec_path: str, overrides: tuple[str, ...], address: str | None, local: bool, as_json: bool
+) -> None:
+    """Show the trials, their resources, and every trial that will not run (with the reason),
+    on the machines `platform sweep` would run them on."""
     import json
 
     from amdahl import load_spec, plan_for, plan_summary
 
-    sweep_plan = plan_for(load_spec(spec_path, overrides), address)
+    spec = load_spec(spec_path, overrides)
+    if local and address:
+        raise UserError("--local plans for this machine; it cannot be combined with --address")
+    sweep_plan = plan_for(spec, "local" if local else address)
     if as_json:
         click.echo(json.dumps(plan_summary(sweep_plan), indent=1, default=str))
     else:

@@ -1,20 +1,27 @@
-"""The cluster a sweep runs on: Ray's start and the nodes there are.
+"""The cluster a sweep runs on: which one, Ray's start and the nodes there are.
 
+- `cluster_address`: the one rule for which cluster `platform sweep` runs on and `platform plan`
+  plans for: the address given, else the cluster running here as `ray.init()` would find it
+  (`running_cluster`), else none (a local Ray of this machine); "local" always none;
 - `connect_ray`: the one place amdahl initialises Ray (the sweep driver, `platform calibrate`,
-  `platform plan --address`): a local Ray sized to this machine unless an address is given,
-  never a stray one found on the machine;
-- the nodes to plan against: `local_nodes` (this machine, no Ray needed), `ray_nodes` (a
+  `platform plan` where a cluster is there to join): a local Ray sized to this machine unless
+  an address is given, never a stray one found on the machine;
+- the nodes to plan against: `cluster_nodes` (those of the cluster `cluster_address` picks,
+  joined but never started), `local_nodes` (this machine, no Ray needed), `ray_nodes` (a
   connected cluster, counting the nodes its autoscaler may add: `autoscaler_nodes`).
 
 The plan for those nodes is driver.planning's. Nothing here imports Ray Tune or Train, and ray
-itself only inside the functions that talk to a running Ray, so `platform plan` stays quick
-(tests/unit/test_cli.py checks it).
+itself only inside the functions that talk to a running Ray (and `running_cluster` only where
+Ray has recorded a cluster), so `platform plan` stays quick (tests/unit/cli/test_cli.py checks
+it).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -73,10 +80,24 @@ def connect_ray(
     return True
 
 
+def cluster_address(address: str | None) -> str | None:
+    """The Ray cluster a sweep given `address` runs on, None for a local Ray of this machine:
+    `address` as given; "local" none, even where a cluster runs; None (not given) the cluster
+    running here as `ray.init()` would join it (`running_cluster`: after `ray up` and
+    `ray attach`, or `ray start`), else none. `platform sweep` and `platform plan` both ask
+    this, so a plan is made for the machines the sweep runs on."""
+    if address is None:
+        return running_cluster()
+    return None if address == "local" else address
+
+
 def running_cluster() -> str | None:
     """The address of the Ray cluster `ray.init()` would join from here (RAY_ADDRESS, else the
     last cluster started on this node), when its GCS accepts a connection; None otherwise (no
-    cluster, or a stale record of one that is gone)."""
+    cluster, or a stale record of one that is gone). Where neither is there, Ray is not even
+    imported (`platform plan` on a machine without a cluster stays quick)."""
+    if not os.environ.get("RAY_ADDRESS") and not ray_address_file().exists():
+        return None
     import socket
 
     from ray._private.services import canonicalize_bootstrap_address
@@ -93,6 +114,21 @@ def running_cluster() -> str | None:
             return address
     except (OSError, ValueError):
         return None
+
+
+def ray_address_file() -> Path:
+    """Where `ray start` records the cluster it started and `ray.init()` looks for one (Ray's
+    `ray._common.utils.get_ray_address_file(None)`, found without importing Ray: its default
+    temp directory is RAY_TMPDIR, else TMPDIR on Linux, else /tmp)."""
+    if "RAY_TMPDIR" in os.environ:
+        temp = os.environ["RAY_TMPDIR"]
+    elif sys.platform.startswith("linux") and "TMPDIR" in os.environ:
+        temp = os.environ["TMPDIR"]
+    elif sys.platform.startswith(("linux", "darwin")):
+        temp = "/tmp"
+    else:
+        temp = tempfile.gettempdir()
+    return Path(temp) / "ray" / "ray_current_cluster"
 
 
 def cluster_summary() -> str:
@@ -120,6 +156,20 @@ def route_ray_logs(log_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------- nodes
+
+
+def cluster_nodes(address: str | None) -> list[Node]:
+    """The nodes a sweep given `address` runs on, without starting Ray: a Ray this process
+    initialised already (as `connect_ray` uses it), else the cluster `cluster_address` names,
+    joined (`ray_nodes`), else this machine (`local_nodes`: no Ray started at all)."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        return ray_nodes()
+    joined = cluster_address(address)
+    if joined is None:
+        return local_nodes()
+    connect_ray(joined, None)
+    return ray_nodes()
 
 
 def local_nodes() -> list[Node]:

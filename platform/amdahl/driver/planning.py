@@ -3,22 +3,22 @@
 - `check_workloads`: every parameter set's workload built (unknown parameters refused), its
   `params.data` found (data.storage.check_source) and its data path run on a few rows
   (workload.check_workload): all before anything is drawn or launched;
-- `make_plan`: the search section checked (search.halving.check), the workload imported from the
-  user's folder (workload.locate_spec_workload), `check_workloads`, then the plan for the nodes
-  (plan.make.plan_for_nodes); `plan_for` does the same for `platform plan`.
+- `check_sweep`: the search section checked (search.halving.check), the workload imported from
+  the user's folder (workload.locate_spec_workload), then `check_workloads`;
+- `plan_for`: `check_sweep`, then the plan (plan.launches.plan_sweep) for the nodes the sweep
+  would run on (driver.cluster.cluster_nodes, by the rule `platform sweep` follows). The sweep
+  driver itself plans for the nodes of the Ray it has started or joined (driver.sweep).
 
 This lives in the driver, not in plan/ (pure: spec in, trials out), because its checks need the
 data and search layers, which plan/ may not import (docs/architecture.md). Nothing here imports
 Ray Tune or Train, and Ray itself only through driver.cluster's functions, so `platform plan`
-stays quick (tests/unit/test_cli.py checks it).
+stays quick (tests/unit/cli/test_cli.py checks it).
 """
 
 from __future__ import annotations
 
-from amdahl.driver.cluster import connect_ray, local_nodes, ray_nodes
-from amdahl.plan.launches import SweepPlan
-from amdahl.plan.make import plan_for_nodes
-from amdahl.plan.resources import Node
+from amdahl.driver.cluster import cluster_nodes
+from amdahl.plan.launches import SweepPlan, plan_sweep
 from amdahl.search import halving as search
 from amdahl.spec.schema import SweepSpec
 from amdahl.workload import WorkloadCode, check_workload, locate_spec_workload, make_workload
@@ -39,30 +39,23 @@ def check_workloads(spec: SweepSpec) -> None:
     check_workload(workload, spec.train.seed)
 
 
-def make_plan(
-    spec: SweepSpec, nodes: list[Node] | None = None, code: WorkloadCode | None = None
-) -> SweepPlan:
-    """Validate the workload and its parameters, then plan against `nodes` (default: this
-    host).
-
-    The workload is imported from the user's folder where it lives there (workload_path, the
-    sweep file's directory, the working directory: workload.locate_workload), must implement
-    every abstract method, and its data path runs on a few rows of every parameter set
-    (`check_workloads`). `code`: the workload already located, by a caller that has checked the
-    search section too (run_sweep does both before it opens a directory or starts Ray), so
-    neither runs twice.
-    """
-    if code is None:
-        search.check(spec)
-        locate_spec_workload(spec)
+def check_sweep(spec: SweepSpec) -> WorkloadCode:
+    """Everything checked before a sweep is planned, refusing (UserError) what would fail: the
+    search section, the workload imported from the user's folder where it lives there
+    (workload_path, the sweep file's directory, the working directory: workload.locate_workload)
+    with every abstract method implemented, and its data path on a few rows of every parameter
+    set (`check_workloads`). Returns the workload's code (what Ray's workers import)."""
+    search.check(spec)
+    code = locate_spec_workload(spec)
     check_workloads(spec)
-    return plan_for_nodes(spec, nodes if nodes is not None else local_nodes())
+    return code
 
 
 def plan_for(spec: SweepSpec, address: str | None = None) -> SweepPlan:
-    """`spec` planned for the Ray cluster at `address` (joined, not started: its nodes as
-    `ray_nodes` counts them), else for this machine (no Ray started at all)."""
-    if not address:
-        return make_plan(spec)
-    connect_ray(address, None)
-    return make_plan(spec, ray_nodes())
+    """`spec`, checked (`check_sweep`), planned for the machines `run_sweep(spec,
+    address=address)` would run it on: the Ray cluster at `address`, else the one running here
+    (as `ray.init()` finds it), both joined and never started, else this machine with no Ray
+    started at all; `address="local"` is this machine even where a cluster runs
+    (driver.cluster.cluster_address decides for both)."""
+    check_sweep(spec)
+    return plan_sweep(spec, cluster_nodes(address))

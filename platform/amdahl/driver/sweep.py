@@ -1,12 +1,13 @@
 """A whole sweep, from the spec to the closing: `run_sweep`.
 
 Its lifecycle: the search section checked (before any directory is made), the sweep directory
-opened and locked (new, or resumed: sweepdir.resume), the workload located and Ray started with
-its code (driver.cluster), the plan made for the nodes Ray has (driver.planning), then the
-trials measured under Ctrl-C/SIGTERM handling (driver.signals): all of a grid sweep at once
-(driver.launches), or a halving search's rungs one after another (driver.halving). However it
-ends, the report is written and the MLflow parent run closed. The driver is the only writer of
-results.parquet and MLflow (driver/pool.py brings the rows here, from the work queue).
+opened and locked (new, or resumed: sweepdir.resume), the workload located and Ray started or
+joined with its code (driver.cluster), the workload's data path checked (driver.planning) and
+the plan made for the nodes Ray has (plan.launches), then the trials measured under
+Ctrl-C/SIGTERM handling (driver.signals): all of a grid sweep at once (driver.launches), or a
+halving search's rungs one after another (driver.halving). However it ends, the report is
+written and the MLflow parent run closed. The driver is the only writer of results.parquet and
+MLflow (driver/pool.py brings the rows here, from the work queue).
 """
 
 from __future__ import annotations
@@ -20,14 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from amdahl.driver.cluster import cluster_summary, connect_ray, ray_nodes, running_cluster
+from amdahl.driver.cluster import cluster_address, cluster_summary, connect_ray, ray_nodes
 from amdahl.driver.halving import run_halving
 from amdahl.driver.launches import Measurement
-from amdahl.driver.planning import make_plan
+from amdahl.driver.planning import check_workloads
 from amdahl.driver.signals import InterruptFlag, SweepInterrupted
 from amdahl.driver.tune_events import EventHandler
 from amdahl.errors import UserError
-from amdahl.plan.launches import SweepPlan
+from amdahl.plan.launches import SweepPlan, plan_sweep
 from amdahl.search.halving import SearchState
 from amdahl.search.halving import check as check_search
 from amdahl.spec.schema import SweepSpec
@@ -146,13 +147,14 @@ def _run_locked(
     try:
         code = locate_spec_workload(spec)  # an import error costs no Ray start
         # A cluster running here (after `ray up` and `ray attach`, or `ray start`) is joined,
-        # as ray.init() would; address "local" starts a private one instead.
-        address = running_cluster() if address is None else address
-        address = None if address == "local" else address
+        # as ray.init() would; address "local" starts a private one instead (the rule
+        # `platform plan` plans by).
+        address = cluster_address(address)
         fresh = connect_ray(address, SweepDir(sweep_dir).ray_log, verbose, code.runtime_env())
         how = "joined" if address and fresh else "started" if fresh else "in this process:"
         emit("ray", {"line": f"Ray: {how} {cluster_summary()}"})
-        plan = make_plan(spec, ray_nodes(), code)  # the search section: checked above
+        check_workloads(spec)  # the search section and the workload's import: checked above
+        plan = plan_sweep(spec, ray_nodes())
         if not plan.runnable:
             raise UserError(_nothing_runs(plan))
     except BaseException:

@@ -1,11 +1,14 @@
-"""The plan of a sweep: `plan_sweep` makes its trials, `SweepPlan` groups the runnable ones into
-launches (one Ray Train worker group per shape serves every trial of it, one after another).
+"""The plan of a sweep: `plan_sweep` makes its trials for the nodes given, `SweepPlan` groups the
+runnable ones into launches (one Ray Train worker group per shape serves every trial of it, one
+after another).
 
 Trials that share a worker-group shape and their input share a launch (`Trial.launch_key`), so a
 sweep starts a worker group once per shape rather than once per trial. No plan needs shared
 storage: a launch writes no Train checkpoint (the driver's work queue and results.parquet are
 the record), so Ray's run state may stay on each node's own disk. Pure: no Ray, no torch; the
-driver passes the cluster's `Node`s in.
+driver passes the cluster's `Node`s in (driver.planning.plan_for: the nodes `platform sweep`
+would run on) and checks the user's code and data first, which needs layers this package may
+not import. Planning builds workload objects (`WorkloadFacts.of`) but starts nothing.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from amdahl.plan.resources import (
 )
 from amdahl.plan.trials import Trial, expand_grid, stable_hash, trial_id
 from amdahl.spec.schema import SweepSpec
+from amdahl.workload import make_workload
 
 
 @dataclass(frozen=True)
@@ -112,29 +116,53 @@ class SweepPlan:
         return self.spec.isolation == "exclusive" and len(self.nodes) == 1 and not self.preprocesses
 
 
+@dataclass(frozen=True)
+class WorkloadFacts:
+    """What planning asks of a sweep's workload: its parameters' defaults, whether it
+    preprocesses its rows in the input pipeline, and what decides a parameter set's input
+    batches (Workload.input_key; None: all its parameters)."""
+
+    defaults: dict[str, Any]
+    preprocesses: bool = False
+    input_key: Callable[[dict[str, Any]], Any] | None = None
+
+    @classmethod
+    def of(cls, spec: SweepSpec) -> WorkloadFacts:
+        """The spec's workload's own answers; it must be importable (workload.locate_workload)."""
+        workload = make_workload(spec.workload, spec.params)
+        return cls(
+            workload.defaults,
+            workload.preprocesses,
+            lambda params: make_workload(spec.workload, params).input_key(),
+        )
+
+
 def plan_sweep(
-    spec: SweepSpec,
-    nodes: list[Node],
-    workload_defaults: dict[str, Any],
-    preprocesses: bool = False,
-    input_key: Callable[[dict[str, Any]], Any] | None = None,
+    spec: SweepSpec, nodes: list[Node], workload: WorkloadFacts | None = None
 ) -> SweepPlan:
-    """Expand the grid, give every trial its resources and, where it cannot run, the reason.
+    """`spec` planned for `nodes`: the grid expanded, every trial given its resources and, where
+    it cannot run, the reason.
 
     `resources` fields left to auto are chosen first (`auto_resources`); the plan's `spec` holds
-    the numbers chosen, which is what runs and what trial ids hash. `input_key(params)` says
-    what decides a trial's input (Workload.input_key; default: all its parameters).
+    the numbers chosen, which is what runs and what trial ids hash. `workload`: what the plan
+    asks of the workload (default: the spec's own, `WorkloadFacts.of`; tests give theirs to
+    plan without one).
     """
-    grid = expand_grid(spec, workload_defaults)
+    facts = workload if workload is not None else WorkloadFacts.of(spec)
+    grid = expand_grid(spec, facts.defaults)
     spec, note = auto_resources(spec, grid, nodes)
     trials = [_make_trial(spec, settings, nodes) for settings in grid]
-    if input_key is not None:
+    if facts.input_key is not None:
+        key = facts.input_key
         trials = [
-            dataclasses.replace(t, input_key=stable_hash(input_key(t.settings.params)))
-            for t in trials
+            dataclasses.replace(t, input_key=stable_hash(key(t.settings.params))) for t in trials
         ]
     return SweepPlan(
-        spec=spec, trials=trials, nodes=nodes, preprocesses=preprocesses, resource_note=note
+        spec=spec,
+        trials=trials,
+        nodes=nodes,
+        preprocesses=facts.preprocesses,
+        resource_note=note,
     )
 
 

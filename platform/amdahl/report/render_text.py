@@ -7,6 +7,7 @@ import re
 from urllib.parse import quote
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table as RichTable
@@ -18,16 +19,20 @@ from amdahl.report.sections import sections
 
 
 def print_sections(secs: list[Section], console: Console, compact: bool = False) -> None:
-    """`compact`: tables without outer borders, their text columns never wrapped (the short
-    view's labels stay one line each; headers of number columns wrap instead)."""
+    """`compact`: tables without outer borders, their text columns kept on one line first (the
+    short view's labels); headers of number columns wrap instead. A table too wide for the
+    console leaves out its last columns and says which (`_layout`)."""
     for sec in secs:
         console.rule(f"[bold]{escape(sec.title)}")
         for p in sec.paras:
             console.print(escape(p))
         for t in sec.tables:
-            console.print(_rich_table(t, compact, console.width))
+            table, left_out = _rich_table(t, compact, console.width)
+            console.print(table)
             for n in t.notes:
                 console.print(f" - {escape(n)}")
+            if left_out:
+                console.print(f" - {escape(_left_out_note(left_out))}")
         for b in sec.bullets:
             console.print(f" - {escape(b)}")
         for text, path in sec.links:
@@ -35,49 +40,82 @@ def print_sections(secs: list[Section], console: Console, compact: bool = False)
         console.print()
 
 
-def _rich_table(t: Table, compact: bool = False, width: int = 0) -> RichTable:
+def _left_out_note(headers: list[str]) -> str:
+    names = ", ".join(f'"{h}"' for h in headers)
+    return f"left out at this terminal width: {names} (a wider terminal shows every column)"
+
+
+def _rich_table(t: Table, compact: bool = False, width: int = 0) -> tuple[RichTable, list[str]]:
+    """The table for a console `width` columns wide (0: any width), and the headers of the
+    columns it leaves out to fit there."""
     title = escape(t.title) if t.title else None
     if compact:
         table = RichTable(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)
     else:
         table = RichTable(title=title, title_justify="left")
     texts = [h in TEXT_COLUMNS or h.startswith("against") for h in t.headers]
-    widths, fits = _compact_widths(t, texts, width) if compact else ([None] * len(texts), False)
-    for h, text, w in zip(t.headers, texts, widths, strict=True):
+    edges = 0 if compact else 2
+    shown, widths = _layout(t, texts, compact, width - edges) if width else (None, None)
+    keep = shown if shown is not None else list(range(len(t.headers)))
+    for i in keep:
         table.add_column(
-            escape(h),
-            justify="left" if text else "right",
+            escape(t.headers[i]),
+            justify="left" if texts[i] else "right",
             overflow="fold",
-            no_wrap=fits and text,
-            min_width=w,
+            width=widths[i] if widths else None,
         )
     for row in t.rows:
-        styled = [escape(v) for v in row]
+        styled = [escape(row[i]) for i in keep]
         styled = [f"[red]{v}[/]" if v == "FLAGGED" else v for v in styled]
         table.add_row(*styled)
-    return table
+    return table, [h for i, h in enumerate(t.headers) if i not in keep]
 
 
-def _compact_widths(t: Table, texts: list[bool], width: int) -> tuple[list[int | None], bool]:
-    """Least widths that keep the short view's labels whole: every text column on one line
-    where the table fits `width` (number headers may wrap); else the configuration column (or
-    the first text column) as wide as the rest leaves it at their longest words, so the other
-    text wraps first and the label at most once."""
-    cells = [max((len(r[i]) for r in t.rows), default=0) for i in range(len(t.headers))]
-    words = [max((len(w) for w in h.split()), default=0) for h in t.headers]
-    needs = [c if x else max(c, w) for c, w, x in zip(cells, words, texts, strict=True)]
-    gaps = 3 * len(t.headers)
-    if sum(needs) + gaps <= width:
-        return [n if x else None for n, x in zip(needs, texts, strict=True)], True
-    out: list[int | None] = [None] * len(t.headers)
-    if True in texts:
-        i = t.headers.index("configuration") if "configuration" in t.headers else texts.index(True)
-        least = [
-            max((len(w) for r in t.rows for w in r[k].split()), default=0) if x else n
-            for k, (n, x) in enumerate(zip(needs, texts, strict=True))
-        ]
-        out[i] = min(cells[i], max(12, width - gaps - (sum(least) - least[i])))
-    return out, False
+def _words(text: str) -> int:
+    """The widest word of `text`: the least a column may be without breaking it."""
+    return max((cell_len(w) for w in text.split()), default=0)
+
+
+def _layout(
+    t: Table, texts: list[bool], compact: bool, width: int
+) -> tuple[list[int] | None, list[int] | None]:
+    """The columns shown and their content widths, so that no header and no value breaks
+    inside a word and the table fits `width` (without its outer edges). None, None where the
+    table fits as it is: rich lays it out, every header and value on one line.
+
+    A column is at least its widest header word and widest value word (values and headers
+    wrap at spaces); while those do not fit, the last column is left out (empty columns first,
+    never the first column or the configuration). The room left goes to the short view's text
+    columns first (`compact`: its labels stay on one line where they can, the configuration
+    first), then to the narrowest columns, so the widest wrap first (as rich shrinks them).
+    """
+    n = len(t.headers)
+    cols = [[r[i] for r in t.rows] for i in range(n)]
+    want = [max([cell_len(t.headers[i]), *(cell_len(v) for v in cols[i])]) for i in range(n)]
+    least = [max([_words(t.headers[i]), *(_words(v) for v in cols[i])]) for i in range(n)]
+    room = lambda keep: width - 3 * len(keep) + 1  # noqa: E731 - padding 2 and a rule each
+    keep = list(range(n))
+    if sum(want) <= room(keep):
+        return None, None
+    label = t.headers.index("configuration") if "configuration" in t.headers else 0
+    droppable = [i for i in reversed(range(n)) if i not in (0, label)]
+    droppable.sort(key=lambda i: any(cols[i]))  # empty columns first, each kind last first
+    while sum(least[i] for i in keep) > room(keep) and droppable:
+        keep.remove(droppable.pop(0))
+    widths = dict.fromkeys(range(n), 0) | {i: least[i] for i in keep}
+    spare = room(keep) - sum(widths.values())
+    first = [label] + [i for i in keep if texts[i] and i != label] if compact else []
+    for i in (i for i in first if i in keep):
+        grow = max(0, min(want[i] - widths[i], spare))
+        widths[i], spare = widths[i] + grow, spare - grow
+    while spare > 0:
+        short = [i for i in keep if widths[i] < want[i]]
+        if not short:
+            break
+        narrowest = min(short, key=lambda i: widths[i])
+        widths[narrowest] += 1
+        spare -= 1
+    return keep, [widths[i] for i in range(n)]
 
 
 def print_report(report: Report, console: Console, full: bool = False) -> None:

@@ -1,10 +1,12 @@
 """The `platform` command: one message and exit 2 for bad input, the command list, the old `sync`
-name, `mlflow-push`'s refusals and failures, `plan --json`, and a plan that loads no Ray Tune."""
+name, `mlflow-push`'s refusals and failures, `plan --json`, and a plan that loads no Ray where
+no cluster runs."""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
 import subprocess
 import sys
@@ -106,23 +108,30 @@ def test_plan_json_on_a_tiny_spec(tmp_path):
     assert [launch["trials"] for launch in plan["launches"]] == [[trial["trial_id"]]]
 
 
-def test_planning_loads_no_ray_tune_or_train(tmp_path):
-    """`platform plan` without --address: the planner and the CLI's plan command import neither
-    Ray Tune nor Ray Train (driver.sweep does, at module level)."""
+def test_planning_loads_no_ray_where_no_cluster_runs(tmp_path):
+    """`platform plan` where no Ray cluster runs (no RAY_ADDRESS, no record of `ray start`):
+    the planner and the CLI's plan command plan for this machine without importing Ray at all
+    (driver.sweep imports Ray Tune and Train, at module level)."""
     spec = _spec_file(tmp_path)
     probe = (
         "import sys\n"
-        "from amdahl.driver.planning import make_plan\n"
+        "from amdahl.driver.planning import plan_for\n"
         "from amdahl.spec.load import load_spec\n"
         "from amdahl.sweepdir.driver_files import plan_summary\n"
-        "plan_summary(make_plan(load_spec(sys.argv[1])))\n"
+        "plan_summary(plan_for(load_spec(sys.argv[1])))\n"
         "from amdahl.cli.commands import main\n"
         "main(['plan', sys.argv[1], '--json'], standalone_mode=False)\n"
-        "loaded = [m for m in sys.modules if m.startswith(('ray.tune', 'ray.train'))]\n"
+        "loaded = [m for m in sys.modules if m == 'ray' or m.startswith('ray.')]\n"
         "print('loaded:', sorted(loaded))\n"
     )
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["RAY_TMPDIR"] = str(tmp_path)  # where `ray start` would have recorded a cluster
     out = subprocess.run(
-        [sys.executable, "-c", probe, str(spec)], capture_output=True, text=True, check=True
+        [sys.executable, "-c", probe, str(spec)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
     )
     assert out.stdout.strip().splitlines()[-1] == "loaded: []"
 

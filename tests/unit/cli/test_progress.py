@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from amdahl.cli import progress
-from amdahl.plan.launches import plan_sweep
+from amdahl.plan.launches import WorkloadFacts, plan_sweep
 from amdahl.plan.resources import Node
 from amdahl.spec.load import validate_spec
 
@@ -31,7 +31,7 @@ def _plan(tag: str = "[/x] [batch, 784]"):
     spec = validate_spec(
         {"name": "t", "workload": "mlp", "grid": {"devices": [1], "params.tag": [tag, "b"]}}
     )
-    return plan_sweep(spec, [Node(cpus=4)], {})
+    return plan_sweep(spec, [Node(cpus=4)], WorkloadFacts({}))
 
 
 def _text(renderable) -> str:
@@ -76,12 +76,12 @@ def test_the_outcome_prints_paths_with_brackets(out, tmp_path):
 
 def _two_trials():
     spec = validate_spec({"name": "t", "workload": "mlp", "grid": {"devices": [1, 64]}})
-    return plan_sweep(spec, [Node(cpus=2)], {})
+    return plan_sweep(spec, [Node(cpus=2)], WorkloadFacts({}))
 
 
 def test_the_table_follows_each_trial_from_pending_to_its_result(out, tmp_path):
     spec = validate_spec({"name": "t", "workload": "mlp", "grid": {"batch_size": [32, 64, 128]}})
-    plan = plan_sweep(spec, [Node(cpus=2)], {})
+    plan = plan_sweep(spec, [Node(cpus=2)], WorkloadFacts({}))
     first, second, third = plan.trials
     with progress.LiveProgress() as live:
         finished = {(first.trial_id, 0)}  # from the run this one resumes
@@ -160,7 +160,7 @@ def test_a_halving_search_ends_with_its_pick_and_the_finalists_it_cannot_separat
             "search": {"method": "halving", "min_steps": 10, "eta": 2, "final_repeats": 2},
         }
     )
-    plan = plan_sweep(spec, [Node(cpus=2)], {})
+    plan = plan_sweep(spec, [Node(cpus=2)], WorkloadFacts({}))
     a, b, c = (t.trial_id for t in plan.trials)
 
     def row(tid, rung, throughput, repeat=0):

@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from amdahl.columns import AXES
-from amdahl.plan.launches import plan_sweep
+from amdahl.plan.launches import WorkloadFacts, plan_sweep
 from amdahl.plan.resources import Node
 from amdahl.plan.trials import expand_grid
 from amdahl.spec.load import load_spec
@@ -295,8 +295,8 @@ def test_scaling_sweep_fits_the_cluster(config):
         r = node_type["resources"]
         node = Node(cpus=r.get("CPU", 0), gpus=r.get("GPU", 0), name=name)
         nodes += [node] * node_type["max_workers"]
-    on_cluster = plan_sweep(spec, nodes, {})
-    unlimited = plan_sweep(spec, [Node(cpus=1e9, gpus=1e9)], {})
+    on_cluster = plan_sweep(spec, nodes, WorkloadFacts({}))
+    unlimited = plan_sweep(spec, [Node(cpus=1e9, gpus=1e9)], WorkloadFacts({}))
     assert unlimited.runnable, "the build supports no trial of sweeps/scaling.yaml"
     refused = {t.trial_id: t.refused for t in on_cluster.trials if t.refused}
     assert refused == {t.trial_id: t.refused for t in unlimited.trials if t.refused}

@@ -3,7 +3,7 @@
 import pytest
 
 from amdahl.errors import UserError
-from amdahl.plan.launches import plan_sweep
+from amdahl.plan.launches import WorkloadFacts, plan_sweep
 from amdahl.plan.resources import Node
 from amdahl.spec.load import validate_spec
 from workloads.resnet import ResNet
@@ -13,7 +13,7 @@ TWO_CPUS = [Node(cpus=2.0)]
 
 def _plan(**sections):
     spec = validate_spec({"name": "t", "workload": "resnet", **sections})
-    return plan_sweep(spec, TWO_CPUS, ResNet.defaults)
+    return plan_sweep(spec, TWO_CPUS, WorkloadFacts(ResNet.defaults))
 
 
 def test_axes_default_to_ray_data_with_four_batches_prefetched():

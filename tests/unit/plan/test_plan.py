@@ -7,11 +7,11 @@ from pydantic import Field
 
 from amdahl.analysis.configs import group_configs
 from amdahl.columns import AXES, TrialSettings
-from amdahl.driver.planning import make_plan
+from amdahl.driver.planning import check_sweep
 from amdahl.driver.trainable import launch_config
 from amdahl.errors import UserError
 from amdahl.plan import trials as planner
-from amdahl.plan.launches import plan_sweep
+from amdahl.plan.launches import WorkloadFacts, plan_sweep
 from amdahl.plan.resources import DRIVER_CPUS, Node
 from amdahl.plan.trials import expand_grid, trial_id
 from amdahl.spec.load import validate_spec
@@ -35,7 +35,7 @@ def _spec(**sections):
 
 
 def _plan(nodes=TWO_CPUS, **sections):
-    return plan_sweep(_spec(**sections), nodes, MLP.defaults)
+    return plan_sweep(_spec(**sections), nodes, WorkloadFacts(MLP.defaults))
 
 
 def test_cartesian_product_minus_exclusions():
@@ -163,7 +163,7 @@ def test_launches_group_trials_that_share_a_worker_group_shape():
     for plan in (
         _plan(two_nodes, **sections),
         _plan(**sections, isolation="shared"),
-        plan_sweep(_spec(**sections), TWO_CPUS, MLP.defaults, preprocesses=True),
+        plan_sweep(_spec(**sections), TWO_CPUS, WorkloadFacts(MLP.defaults, preprocesses=True)),
     ):
         launches = plan.launches()
         assert [len(launch.trials) for launch in launches] == [4, 4]
@@ -173,26 +173,26 @@ def test_launches_group_trials_that_share_a_worker_group_shape():
 
 def test_unknown_workload_params_are_rejected_before_launch():
     with pytest.raises(UserError, match="params.hiden: MLP has no parameter 'hiden'"):
-        make_plan(_spec(params={"hiden": [8]}), TWO_CPUS)
+        check_sweep(_spec(params={"hiden": [8]}))
     with pytest.raises(UserError, match="params.widht"):
-        make_plan(_spec(grid={"params.widht": [1]}), TWO_CPUS)
+        check_sweep(_spec(grid={"params.widht": [1]}))
     with pytest.raises(UserError, match="unknown workload 'mpl' \\(did you mean 'mlp'\\?\\)"):
-        make_plan(validate_spec({"workload": "mpl"}), TWO_CPUS)
+        check_sweep(validate_spec({"workload": "mpl"}))
     with pytest.raises(UserError, match="cannot import 'no_such_pkg.mod'"):
-        make_plan(validate_spec({"workload": "no_such_pkg.mod:Thing"}), TWO_CPUS)
+        check_sweep(validate_spec({"workload": "no_such_pkg.mod:Thing"}))
 
 
 def test_ids_of_earlier_sweeps_survive_new_train_fields():
     """Sweep directories from before lr_scaling/target keep their ids (resume finds them)."""
     spec = validate_spec({"workload": "mlp", "grid": {"devices": [1, 2]}})
-    plan = plan_sweep(spec, [Node(cpus=4, gpus=0, name="n")], {})
+    plan = plan_sweep(spec, [Node(cpus=4, gpus=0, name="n")], WorkloadFacts({}))
     assert [t.trial_id for t in plan.trials] == ["ef13e2bca7", "2442a017a2"]
     target = {"metric": "val_loss", "value": 0.3, "max_steps": 400}
     for train in ({"target": target}, {"lr_scaling": "linear"}):
         changed = plan_sweep(
             validate_spec({"workload": "mlp", "grid": {"devices": [1, 2]}, "train": train}),
             [Node(cpus=4, gpus=0, name="n")],
-            {},
+            WorkloadFacts({}),
         )
         assert not {t.trial_id for t in changed.trials} & {t.trial_id for t in plan.trials}
 
@@ -231,13 +231,13 @@ GOLDEN = [
 @pytest.mark.parametrize(("sections", "ids"), GOLDEN, ids=["axes+options", "schedule+target"])
 def test_golden_trial_ids_never_change(sections, ids):
     # No workload defaults: the ids hash the parameters, and a workload's may grow.
-    plan = plan_sweep(_spec(**sections), TWO_CPUS, {})
+    plan = plan_sweep(_spec(**sections), TWO_CPUS, WorkloadFacts({}))
     assert [t.trial_id for t in plan.trials] == ids
 
 
 def _one_trial(**sections):
     """A planned trial and the resolved spec its id hashes."""
-    plan = plan_sweep(_spec(**sections), TWO_CPUS, {})
+    plan = plan_sweep(_spec(**sections), TWO_CPUS, WorkloadFacts({}))
     return plan.spec, plan.trials[0]
 
 
@@ -317,7 +317,7 @@ def test_a_new_option_keeps_settings_and_ids_at_its_default(monkeypatch):
     class LaterOptions(OptionsSpec):
         static_graph: bool = False
 
-    spec = plan_sweep(_spec(grid={"sync": ["ddp", "zero1"]}), TWO_CPUS, {}).spec
+    spec = plan_sweep(_spec(grid={"sync": ["ddp", "zero1"]}), TWO_CPUS, WorkloadFacts({})).spec
     before = {s.sync: (s, trial_id(spec, s)) for s in expand_grid(spec, {})}
     # compile_cache and zero1's bucket_cap_mb follow the same rule: absent at their default.
     zero1, zero1_id = before["zero1"]
@@ -348,11 +348,11 @@ def test_multi_node_plans_need_no_shared_storage():
     """No launch writes a Train checkpoint another node would read back (the driver's queue is
     the record), so Ray's state may stay on each node's disk: no node count is refused for it."""
     two_gpu_nodes = [Node(cpus=0, name="head"), GPU_NODE, Node(cpus=48, gpus=4, name="gpu2")]
-    assert [t.refused for t in make_plan(_spec(**GPU_SWEEP), two_gpu_nodes).trials] == [None, None]
+    assert [t.refused for t in plan_sweep(_spec(**GPU_SWEEP), two_gpu_nodes).trials] == [None, None]
     small = _spec(grid={"devices": [1]}, resources={"cpus_per_device": 0.5})
-    assert make_plan(small, [Node(cpus=2.0, name="a"), Node(cpus=2.0, name="b")]).runnable
+    assert plan_sweep(small, [Node(cpus=2.0, name="a"), Node(cpus=2.0, name="b")]).runnable
     for storage in ("s3://bucket/amdahl", "/mnt/efs/amdahl"):  # still an option
-        plan = make_plan(_spec(**GPU_SWEEP, storage=storage), two_gpu_nodes)
+        plan = plan_sweep(_spec(**GPU_SWEEP, storage=storage), two_gpu_nodes)
         assert [t.refused for t in plan.trials] == [None, None]
 
 
@@ -373,7 +373,9 @@ def test_a_sweep_without_resources_runs_1_and_2_devices_on_two_cpus():
     """The default (`resources: auto`) does the arithmetic a 2-CPU laptop needs: the 2-device
     trial, its input worker and the trial driver fit, and the plan says what it chose."""
     for resources in ({}, {"resources": "auto"}, {"resources": {"cpus_per_device": "auto"}}):
-        plan = plan_sweep(_spec(grid={"devices": [1, 2]}, **resources), TWO_CPUS, MLP.defaults)
+        plan = plan_sweep(
+            _spec(grid={"devices": [1, 2]}, **resources), TWO_CPUS, WorkloadFacts(MLP.defaults)
+        )
         assert [t.refused for t in plan.trials] == [None, None]
         chosen = plan.spec.resources
         assert (chosen.cpus_per_device, chosen.cpus_per_data_worker) == (0.79, 0.39)
@@ -385,12 +387,14 @@ def test_a_sweep_without_resources_runs_1_and_2_devices_on_two_cpus():
 
 
 def test_auto_keeps_the_old_defaults_where_they_fit_and_so_the_trial_ids():
-    plan = plan_sweep(_spec(grid={"devices": [1, 2]}), [Node(cpus=4)], MLP.defaults)
+    plan = plan_sweep(_spec(grid={"devices": [1, 2]}), [Node(cpus=4)], WorkloadFacts(MLP.defaults))
     chosen = plan.spec.resources
     assert (chosen.cpus_per_device, chosen.cpus_per_data_worker) == (1.0, 0.5)
     pinned = {"cpus_per_device": 1, "cpus_per_data_worker": 0.5}
     explicit = plan_sweep(
-        _spec(grid={"devices": [1, 2]}, resources=pinned), [Node(cpus=4)], MLP.defaults
+        _spec(grid={"devices": [1, 2]}, resources=pinned),
+        [Node(cpus=4)],
+        WorkloadFacts(MLP.defaults),
     )
     assert [t.trial_id for t in plan.trials] == [t.trial_id for t in explicit.trials]
     assert explicit.resource_note is None
@@ -425,7 +429,9 @@ def test_auto_counts_every_dataloader_worker_of_torch_loader_trials():
 def test_auto_with_gpus_sizes_cpus_per_gpu_from_the_node_type():
     gpu = [Node(cpus=0, name="head"), Node(cpus=48, gpus=4, name="gpu-0")]
     plan = plan_sweep(
-        _spec(grid={"devices": [1, 4]}, resources={"use_gpu": True}), gpu, MLP.defaults
+        _spec(grid={"devices": [1, 4]}, resources={"use_gpu": True}),
+        gpu,
+        WorkloadFacts(MLP.defaults),
     )
     # (48 CPUs - 1 for Ray) / 4 GPUs, whole CPUs: 11 each; 4 x 11 + 0.5 + 0.01 fits 48.
     assert plan.spec.resources.cpus_per_device == 11
@@ -434,9 +440,9 @@ def test_auto_with_gpus_sizes_cpus_per_gpu_from_the_node_type():
     # The smallest GPU node type decides; a user's value still wins.
     mixed = [Node(cpus=48, gpus=4, name="big"), Node(cpus=8, gpus=2, name="small")]
     spec = _spec(grid={"devices": [1]}, resources={"use_gpu": True}, storage="/mnt/efs")
-    assert plan_sweep(spec, mixed, MLP.defaults).spec.resources.cpus_per_device == 3
+    assert plan_sweep(spec, mixed, WorkloadFacts(MLP.defaults)).spec.resources.cpus_per_device == 3
     pinned = _spec(grid={"devices": [1]}, resources={"use_gpu": True, "cpus_per_device": 2})
-    assert plan_sweep(pinned, gpu, MLP.defaults).spec.resources.cpus_per_device == 2
+    assert plan_sweep(pinned, gpu, WorkloadFacts(MLP.defaults)).spec.resources.cpus_per_device == 2
 
 
 def test_resources_auto_is_a_valid_setting_and_other_words_are_not():

@@ -23,7 +23,7 @@ import pytest
 from click.testing import CliRunner
 from report_rows import row, write_sweep
 
-from amdahl import load_spec, make_plan, validate_spec, write_reports
+from amdahl import load_spec, plan_sweep, validate_spec, write_reports
 from amdahl.columns import per_device_batch
 from amdahl.plan.resources import Node
 from amdahl.report.train_snippet import RunSettings, ray_train_snippet
@@ -321,7 +321,7 @@ def _sweep_dir(tmp_path: Path, raw: dict[str, Any], winner, status: str = "ok") 
     """A sweep directory as `platform sweep` leaves it: spec.yaml, plan.json (the real
     writer, resources auto chosen for two CPUs) and rows of every runnable trial."""
     spec = validate_spec(raw)
-    plan = make_plan(spec, TWO_CPUS)
+    plan = plan_sweep(spec, TWO_CPUS)
     d = tmp_path / "runs" / "tiny-20260101T000000Z"
     d.mkdir(parents=True)
     write_sweep_files(d, spec, plan)
@@ -362,7 +362,7 @@ def _is_winner(t) -> bool:
 
 def test_best_yaml_plans_exactly_the_recommended_trial(tmp_path):
     d = _sweep_dir(tmp_path, SPEC, _is_winner)
-    plan = make_plan(validate_spec(SPEC), TWO_CPUS)
+    plan = plan_sweep(validate_spec(SPEC), TWO_CPUS)
     (winner,) = [t for t in plan.runnable if _is_winner(t)]
     paths = write_reports(d)
     assert paths["best"] == d / "best.yaml"
@@ -370,7 +370,7 @@ def test_best_yaml_plans_exactly_the_recommended_trial(tmp_path):
     assert best.name == "tiny-best" and best.train.repeats == 3
     assert best.search.method == "grid" and best.exclude == []
     assert best.tracking.experiment == "tiny"  # beside the sweep's own runs
-    again = make_plan(best, TWO_CPUS)
+    again = plan_sweep(best, TWO_CPUS)
     assert [t.trial_id for t in again.trials] == [winner.trial_id]
     assert again.trials[0].refused is None
     assert again.trials[0].settings == winner.settings
@@ -396,8 +396,8 @@ def test_strong_scaling_pins_the_global_batch(tmp_path):
     d = _sweep_dir(tmp_path, raw, lambda t: t.settings.devices == 2)
     best = load_spec(write_reports(d)["best"])
     assert best.grid.batch_size == [64] and best.grid.devices == [2]
-    again = make_plan(best, TWO_CPUS)
-    plan = make_plan(validate_spec(raw), TWO_CPUS)
+    again = plan_sweep(best, TWO_CPUS)
+    plan = plan_sweep(validate_spec(raw), TWO_CPUS)
     (winner,) = [t for t in plan.runnable if t.settings.devices == 2]
     assert [t.trial_id for t in again.trials] == [winner.trial_id]
 
@@ -410,8 +410,8 @@ def test_objective_throughput_per_device_picks_that(tmp_path):
     assert best.grid.param_axes() == {"hidden": [[24]]}
     # Alone, `resources: auto` would give this 1-device trial more CPUs than the grid's
     # 2-device trials left it: pinned to plan.json's choice, it is the same trial.
-    plan = make_plan(validate_spec(raw), TWO_CPUS)
-    (trial,) = make_plan(best, TWO_CPUS).trials
+    plan = plan_sweep(validate_spec(raw), TWO_CPUS)
+    (trial,) = plan_sweep(best, TWO_CPUS).trials
     (same,) = [t for t in plan.runnable if t.settings == trial.settings]
     assert trial.trial_id == same.trial_id
     assert best.resources.cpus_per_device == plan.spec.resources.cpus_per_device
