@@ -326,7 +326,8 @@ def ray_aws_config(monkeypatch):
 
     name = "ray.autoscaler._private.aws.config"
     if importlib.util.find_spec("boto3") is not None:
-        return importlib.import_module(name)
+        yield importlib.import_module(name)  # a generator fixture: yield, never return a value
+        return
     stubs = {
         "boto3": {"__version__": "1.40.0"},
         "boto3.exceptions": {"ResourceNotExistsError": type("E", (Exception,), {})},
