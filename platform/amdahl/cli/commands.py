@@ -2,7 +2,8 @@
 
 Exit codes: 0 every trial ran ok; 1 the sweep ran but some trials failed, or `mlflow-push` could
 not push every row (an error that is not an outage); 2 bad input (one message, no traceback;
---debug shows it); 130 interrupted (Ctrl-C); 143 stopped by SIGTERM (`ray job stop`).
+--debug shows it); 130 interrupted (Ctrl-C); 141 the reader of the output stopped reading
+(`platform report DIR | head`); 143 stopped by SIGTERM (`ray job stop`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import click
 
+from amdahl.cli.terminal import Terminal
 from amdahl.errors import UserError
 
 EXIT_TRIALS_FAILED = 1
@@ -35,12 +37,16 @@ class _Group(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+            return result
         except UserError as e:
             if ctx.params.get("debug"):
                 raise
             click.echo(f"error: {e}", err=True)
             sys.exit(e.exit_code)
+        except BrokenPipeError:  # click.echo's output into a closed pipe (cli/terminal.py)
+            Terminal().on_broken_pipe()
 
 
 @click.group(cls=_Group)
@@ -259,12 +265,10 @@ def report(sweep_dirs: tuple[str, ...], print_all: bool) -> None:
     Prints its short view (or every section with --all), and writes report.md and report.html
     into each sweep directory; with several directories, also compares them side by side.
     """
-    from rich.console import Console
-
     from amdahl import build_report, comparison, write_reports
     from amdahl.report.render_text import print_report, print_sections
 
-    console = Console()
+    console = Terminal()
     reports = []
     for d in sweep_dirs:
         built = build_report(Path(d))
@@ -323,14 +327,12 @@ def _counts(ctx: click.Context, param: click.Parameter, value: str | None) -> li
 def predict(sweep_dir: str, devices: list[int], batch_sizes: list[int] | None, nodes: int) -> None:
     """Predict throughput, speedup, efficiency and cost at device counts, batch sizes and node
     counts SWEEP_DIR did not measure, from its results.parquet and calibration.json (no Ray)."""
-    from rich.console import Console
-
     from amdahl import predict_sweep
     from amdahl.report.prediction_document import prediction_sections
     from amdahl.report.render_text import print_sections
 
     result = predict_sweep(Path(sweep_dir), devices, batch_sizes, nodes)
-    print_sections(prediction_sections(result), Console())
+    print_sections(prediction_sections(result), Terminal())
 
 
 @main.command()

@@ -8,16 +8,16 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from amdahl.cli.terminal import Terminal
 from amdahl.plan.launches import SweepPlan
 from amdahl.sweepdir.layout import SweepDir
 
-console = Console()
+console = Terminal()
 
 
 def print_plan(plan: SweepPlan) -> None:
