@@ -20,7 +20,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from amdahl import read_results, run_sweep, validate_spec
 from amdahl.driver.cluster import ray_nodes
 from amdahl.driver.planning import make_plan
-from amdahl.workload import make_workload
+from amdahl.workload.code import make_workload
 
 # tests/ (trial_runner's LaunchConfig factory), for this script run on its own.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

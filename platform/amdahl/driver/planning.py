@@ -21,7 +21,8 @@ from amdahl.plan.make import plan_for_nodes
 from amdahl.plan.resources import Node
 from amdahl.search import halving as search
 from amdahl.spec.schema import SweepSpec
-from amdahl.workload import WorkloadCode, check_workload, locate_spec_workload, make_workload
+from amdahl.workload.checks import check_workload
+from amdahl.workload.code import WorkloadCode, locate_spec_workload, make_workload
 
 
 def check_workloads(spec: SweepSpec) -> None:

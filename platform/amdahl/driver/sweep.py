@@ -36,7 +36,7 @@ from amdahl.sweepdir.layout import SweepDir
 from amdahl.sweepdir.resume import open_sweep_dir
 from amdahl.sweepdir.table import read_results
 from amdahl.track.ui_link import TrackingLink
-from amdahl.workload import locate_spec_workload
+from amdahl.workload.code import locate_spec_workload
 
 if TYPE_CHECKING:
     from amdahl.report.build import Report

@@ -15,7 +15,7 @@ from __future__ import annotations
 from amdahl.plan.launches import SweepPlan, plan_sweep
 from amdahl.plan.resources import Node
 from amdahl.spec.schema import SweepSpec
-from amdahl.workload import make_workload
+from amdahl.workload.code import make_workload
 
 
 def plan_for_nodes(spec: SweepSpec, nodes: list[Node]) -> SweepPlan:
