@@ -220,8 +220,8 @@ def print_link(link: Any) -> None:
 
 def search_summary(outcome: Any) -> list[str]:
     """search: halving: the configuration it found, and the finalists it cannot tell apart
-    from it (search.indistinct), or where the search stopped."""
-    from amdahl.search.halving import describe
+    from it (search.halving.indistinct), or where the search stopped."""
+    from amdahl.search.objectives import describe
 
     state = outcome.search
     if state is None or not state.rungs:

@@ -3,9 +3,9 @@
 - `check_workloads`: every parameter set's workload built (unknown parameters refused), its
   `params.data` found (data.storage.check_source) and its data path run on a few rows
   (workload.check_workload): all before anything is drawn or launched;
-- `make_plan`: the search section checked (search.halving.check), the workload imported from the
-  user's folder (workload.locate_spec_workload), `check_workloads`, then the plan for the nodes
-  (plan.make.plan_for_nodes); `plan_for` does the same for `platform plan`.
+- `make_plan`: the search section checked (search.checks.check_search), the workload imported
+  from the user's folder (workload.locate_spec_workload), `check_workloads`, then the plan for the
+  nodes (plan.make.plan_for_nodes); `plan_for` does the same for `platform plan`.
 
 This lives in the driver, not in plan/ (pure: spec in, trials out), because its checks need the
 data and search layers, which plan/ may not import (docs/architecture.md). Nothing here imports
@@ -19,7 +19,7 @@ from amdahl.driver.cluster import connect_ray, local_nodes, ray_nodes
 from amdahl.plan.launches import SweepPlan
 from amdahl.plan.make import plan_for_nodes
 from amdahl.plan.resources import Node
-from amdahl.search import halving as search
+from amdahl.search.checks import check_search
 from amdahl.spec.schema import SweepSpec
 from amdahl.workload.checks import check_workload
 from amdahl.workload.code import WorkloadCode, locate_spec_workload, make_workload
@@ -54,7 +54,7 @@ def make_plan(
     neither runs twice.
     """
     if code is None:
-        search.check(spec)
+        check_search(spec)
         locate_spec_workload(spec)
     check_workloads(spec)
     return plan_for_nodes(spec, nodes if nodes is not None else local_nodes())

@@ -4,7 +4,7 @@ Its lifecycle: the search section checked (before any directory is made), the sw
 opened and locked (new, or resumed: sweepdir.resume), the workload located and Ray started with
 its code (driver.cluster), the plan made for the nodes Ray has (driver.planning), then the
 trials measured under Ctrl-C/SIGTERM handling (driver.signals): all of a grid sweep at once
-(driver.launches), or a halving search's rungs one after another (driver.halving). However it
+(driver.measurement), or a halving search's rungs one after another (driver.rungs). However it
 ends, the report is written and the MLflow parent run closed. The driver is the only writer of
 results.parquet and MLflow (driver/pool.py brings the rows here, from the work queue).
 """
@@ -21,15 +21,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from amdahl.driver.cluster import cluster_summary, connect_ray, ray_nodes, running_cluster
-from amdahl.driver.halving import run_halving
-from amdahl.driver.launches import Measurement
+from amdahl.driver.measurement import Measurement
 from amdahl.driver.planning import make_plan
+from amdahl.driver.rungs import run_halving
 from amdahl.driver.signals import InterruptFlag, SweepInterrupted
 from amdahl.driver.tune_events import EventHandler
 from amdahl.errors import UserError
 from amdahl.plan.launches import SweepPlan
+from amdahl.search.checks import check_search
 from amdahl.search.halving import SearchState
-from amdahl.search.halving import check as check_search
 from amdahl.spec.schema import SweepSpec
 from amdahl.sweepdir.driver_files import write_sweep_files
 from amdahl.sweepdir.layout import SweepDir
@@ -168,7 +168,7 @@ def _run_locked(
     tracker.open_soon()
     outcome = SweepOutcome(sweep_dir=sweep_dir, plan=plan)
     interrupt = InterruptFlag()
-    run = Measurement(
+    measurement = Measurement(
         spec,
         plan,
         sweep_dir,
@@ -182,17 +182,17 @@ def _run_locked(
     try:
         with interrupt.installed():
             if spec.search.method == "halving":
-                outcome.search = run_halving(run)
+                outcome.search = run_halving(measurement)
             else:
-                run.measure({t.trial_id for t in plan.runnable}, finished)
+                measurement.measure({t.trial_id for t in plan.runnable}, finished)
             if not interrupt.is_set():
-                run.calibrate()  # in the group that is up: `platform predict` works as is
+                measurement.calibrate()  # in the group that is up: `platform predict` works as is
     finally:
-        run.close()  # every launch ends
+        measurement.close()  # every launch ends
         outcome.wall_s = time.perf_counter() - started
-        if run.pool is not None:
-            outcome.group_starts = run.pool.group_starts()
-            opened = run.pool.first_window_unix
+        if measurement.pool is not None:
+            outcome.group_starts = measurement.pool.group_starts()
+            opened = measurement.pool.first_window_unix
             outcome.first_measured_s = opened - started_unix if opened else None
         report = _write_report(sweep_dir)
         tracker.finish(outcome, interrupted=interrupt.is_set(), report=report)
