@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from amdahl import strategies
 from amdahl.columns import TrialSettings
+from amdahl.driver.events import Calibrating, EventHandler, RungStarted, TrialDone
 from amdahl.driver.pool import LaunchPool
 from amdahl.driver.signals import InterruptFlag
 from amdahl.driver.traces import keep_traces
-from amdahl.driver.tune_events import EventHandler
 from amdahl.plan.launches import SweepPlan
 from amdahl.search.halving import ranks_only, rung_repeats, rung_steps
 from amdahl.spec.schema import SweepSpec
@@ -57,7 +57,7 @@ class Measurement:
         append_rows(self.sweep_dir, [row])
         self.rows.append(row)
         self.tracker.log_trial_soon(row)
-        self.emit("trial_done", {"row": row})
+        self.emit(TrialDone(row))
 
     pool: LaunchPool | None = None
 
@@ -74,10 +74,7 @@ class Measurement:
         if rung is not None:
             all_steps = rung_steps(self.spec.search, self.spec.train)
             steps = all_steps[rung]
-            self.emit(
-                "rung",
-                {"rung": rung, "rungs": len(all_steps), "steps": steps, "configurations": todo},
-            )
+            self.emit(RungStarted(rung, len(all_steps), steps, todo))
         # Repeat 0 of every trial, then repeat 1, ..., each launch's trials fewest devices first.
         items = [
             WorkItem(item_key(t.trial_id, r, rung), lid, t.trial_id, r, rung, steps, ranking_only)
@@ -118,7 +115,7 @@ class Measurement:
         target = SweepDir(self.sweep_dir).calibration
         if target.exists() or not any(_communicates(t.settings) for t in self.plan.runnable):
             return
-        self.emit("calibrating", {"devices": max(t.settings.devices for t in self.plan.runnable)})
+        self.emit(Calibrating(max(t.settings.devices for t in self.plan.runnable)))
         pool = self._pool()
         result = pool.calibrate(2, GPU_MAX_BYTES if self.spec.resources.use_gpu else CPU_MAX_BYTES)
         if result is None:

@@ -21,11 +21,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from amdahl.driver.cluster import cluster_summary, connect_ray, ray_nodes, running_cluster
+from amdahl.driver.events import (
+    EventHandler,
+    Planned,
+    RayConnected,
+    SweepEvent,
+    SweepFinished,
+    TrackingOpened,
+)
 from amdahl.driver.measurement import Measurement
 from amdahl.driver.planning import make_plan
 from amdahl.driver.rungs import run_halving
 from amdahl.driver.signals import InterruptFlag, SweepInterrupted
-from amdahl.driver.tune_events import EventHandler
 from amdahl.errors import UserError
 from amdahl.plan.launches import SweepPlan
 from amdahl.search.checks import check_search
@@ -93,9 +100,9 @@ def run_sweep(
     driver there is refused.
     `group_launches=False` starts one worker group per trial, `share_across_devices=False` one
     per device count (both for overhead comparisons).
-    `on_event(kind, payload)` hears the sweep's progress on the calling thread, except
-    "tracking" (`{"link": TrackingLink}`: where MLflow shows the sweep), which comes from the
-    MLflow mirror's own thread once the sweep's parent run exists.
+    `on_event(event)` hears the sweep's progress (driver.events: a type per kind) on the
+    calling thread, except `TrackingOpened` (where MLflow shows the sweep), which comes from
+    the MLflow mirror's own thread once the sweep's parent run exists.
     Raises SweepInterrupted after a first Ctrl-C or SIGTERM has stopped it cleanly.
     """
     check_search(spec)  # pure: a search section that cannot run creates no directory
@@ -141,7 +148,7 @@ def _run_locked(
 ) -> SweepOutcome:
     """`run_sweep` in a directory this driver holds (`created`: made by it, removed again if
     planning fails)."""
-    emit = on_event or (lambda kind, payload: None)
+    emit = on_event or _ignore
     started, started_unix = time.perf_counter(), time.time()
     try:
         code = locate_spec_workload(spec)  # an import error costs no Ray start
@@ -151,7 +158,7 @@ def _run_locked(
         address = None if address == "local" else address
         fresh = connect_ray(address, SweepDir(sweep_dir).ray_log, verbose, code.runtime_env())
         how = "joined" if address and fresh else "started" if fresh else "in this process:"
-        emit("ray", {"line": f"Ray: {how} {cluster_summary()}"})
+        emit(RayConnected(f"Ray: {how} {cluster_summary()}"))
         plan = make_plan(spec, ray_nodes(), code)  # the search section: checked above
         if not plan.runnable:
             raise UserError(_nothing_runs(plan))
@@ -161,7 +168,7 @@ def _run_locked(
         raise
     write_sweep_files(sweep_dir, spec, plan)  # as given: a resume compares with that
     spec = plan.spec  # with `resources: auto` chosen (plan.auto_resources)
-    emit("planned", {"plan": plan, "sweep_dir": sweep_dir, "finished": finished})
+    emit(Planned(plan, sweep_dir, finished))
 
     tracker = _tracker(spec, sweep_dir, tracking, emit)
     tracker.sync(read_results(sweep_dir).to_pylist())  # rows an outage kept from MLflow
@@ -199,21 +206,25 @@ def _run_locked(
         outcome.tracking = None if tracker.offline_reason else tracker.link
     if interrupt.is_set():
         raise SweepInterrupted(sweep_dir, interrupt.signum or signal.SIGINT)
-    emit("finished", {"outcome": outcome})
+    emit(SweepFinished(outcome))
     return outcome
 
 
 def _tracker(spec: SweepSpec, sweep_dir: Path, tracking: bool | None, emit: EventHandler) -> Any:
     """The sweep's MLflow mirror. Where MLflow shows the sweep is emitted from the tracker's own
-    thread once the parent run exists (the "tracking" event: the one not sent from this one)."""
+    thread once the parent run exists (`TrackingOpened`: the one event not sent from this one)."""
     from amdahl.track.tracker import Tracker
 
     return Tracker(
         spec,
         sweep_dir,
         enabled=spec.tracking.enabled if tracking is None else tracking,
-        on_open=lambda link: emit("tracking", {"link": link}),
+        on_open=lambda link: emit(TrackingOpened(link)),
     )
+
+
+def _ignore(event: SweepEvent) -> None:
+    """The event handler when the caller gives none."""
 
 
 def _write_report(sweep_dir: Path) -> Report | None:
