@@ -63,7 +63,7 @@ def test_every_registered_workload_resolves():
 
 
 def test_every_registered_workload_passes_the_plan_time_checks():
-    from amdahl.workload.checks import check_workload
+    from amdahl.workload.data_checks import check_workload
 
     small = {"mlp": {"inputs": 8, "hidden": [8]}, "gpt": {"vocab": 32, "width": 16, "context": 8}}
     for name in REGISTERED:

@@ -3,7 +3,7 @@
 - `check_workloads`: every parameter set's workload built (unknown parameters refused), its
   `params.data` found (data.storage.check_source) and its data path run on a few rows
   (workload.check_workload): all before anything is drawn or launched;
-- `make_plan`: the search section checked (search.checks.check_search), the workload imported
+- `make_plan`: the search section checked (search.spec_checks.check_search), the workload imported
   from the user's folder (workload.locate_spec_workload), `check_workloads`, then the plan for the
   nodes (plan.make.plan_for_nodes); `plan_for` does the same for `platform plan`.
 
@@ -19,10 +19,10 @@ from amdahl.driver.cluster import connect_ray, local_nodes, ray_nodes
 from amdahl.plan.launches import SweepPlan
 from amdahl.plan.make import plan_for_nodes
 from amdahl.plan.resources import Node
-from amdahl.search.checks import check_search
+from amdahl.search.spec_checks import check_search
 from amdahl.spec.schema import SweepSpec
-from amdahl.workload.checks import check_workload
 from amdahl.workload.code import WorkloadCode, locate_spec_workload, make_workload
+from amdahl.workload.data_checks import check_workload
 
 
 def check_workloads(spec: SweepSpec) -> None:

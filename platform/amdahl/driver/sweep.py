@@ -35,8 +35,8 @@ from amdahl.driver.rungs import run_halving
 from amdahl.driver.signals import InterruptFlag, SweepInterrupted
 from amdahl.errors import UserError
 from amdahl.plan.launches import SweepPlan
-from amdahl.search.checks import check_search
 from amdahl.search.halving import SearchState
+from amdahl.search.spec_checks import check_search
 from amdahl.spec.schema import SweepSpec
 from amdahl.sweepdir.driver_files import write_sweep_files
 from amdahl.sweepdir.layout import SweepDir

@@ -1,5 +1,5 @@
 """A user's workload: the API they subclass (`api`), finding their code and shipping it to Ray
-workers (`code`), and the plan-time checks of its data path (`checks`).
+workers (`code`), and the plan-time checks of its data path (`data_checks`).
 
 The names below are the public ones (`from amdahl import Workload`; from Python,
 `amdahl.workload.locate_spec_workload(spec).runtime_env()` for a Ray you start yourself).
@@ -7,7 +7,6 @@ Importing this package loads neither torch nor the planner: a Ray worker imports
 """
 
 from amdahl.workload.api import REQUIRED, Workload
-from amdahl.workload.checks import check_workload
 from amdahl.workload.code import (
     REGISTERED,
     WorkloadCode,
@@ -17,6 +16,7 @@ from amdahl.workload.code import (
     resolve_workload,
     workload_search_path,
 )
+from amdahl.workload.data_checks import check_workload
 
 __all__ = [
     "REGISTERED",

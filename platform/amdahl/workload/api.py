@@ -7,7 +7,7 @@ the harness owns those, so every workload is measured the same way.
 
 A workload is a `Workload` subclass named as `package.module:Class` in the sweep file: finding,
 importing and shipping its code is workload/code.py's; running its data path on a few rows at
-plan time is workload/checks.py's.
+plan time is workload/data_checks.py's.
 
 This module imports no torch at module level so the CLI and planner stay fast.
 """

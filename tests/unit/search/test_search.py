@@ -1,6 +1,6 @@
 """Successive halving's decisions (search/halving.py): rungs, promotion with a noise band,
 constraints (search/objectives.py), budget, replay from rows (resume), and the step-time model's
-skips; the search section's checks (search/checks.py)."""
+skips; the search section's checks (search/spec_checks.py)."""
 
 import json
 
@@ -224,7 +224,7 @@ def test_the_model_skips_a_configuration_predicted_far_behind_and_says_why():
 
 def test_bad_search_settings_are_refused_before_anything_runs(tmp_path):
     from amdahl.errors import UserError
-    from amdahl.search.checks import check_search
+    from amdahl.search.spec_checks import check_search
     from amdahl.spec.load import load_spec, validate_spec
 
     base = {"name": "s", "workload": "mlp"}
@@ -262,7 +262,7 @@ def test_bad_search_settings_are_refused_before_anything_runs(tmp_path):
 
 
 def test_calibration_auto_reads_the_sweep_directory_once_it_is_measured(tmp_path):
-    from amdahl.search.checks import check_search, read_calibration
+    from amdahl.search.spec_checks import check_search, read_calibration
     from amdahl.spec.load import validate_spec
 
     spec = validate_spec(

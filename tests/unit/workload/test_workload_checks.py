@@ -18,13 +18,13 @@ from amdahl.driver.planning import make_plan
 from amdahl.errors import UserError
 from amdahl.plan.resources import Node
 from amdahl.spec.load import load_spec, validate_spec
-from amdahl.workload.checks import check_workload
 from amdahl.workload.code import (
     locate_spec_workload,
     locate_workload,
     make_workload,
     workload_search_path,
 )
+from amdahl.workload.data_checks import check_workload
 
 ROOT = Path(__file__).resolve().parents[3]
 BYO = ROOT / "tests" / "integration" / "byo"
