@@ -78,6 +78,7 @@ def ray_noop_s(work: Path, index: int) -> float:
 def platform_s(work: Path, index: int) -> tuple[float, float | None]:
     """A one-trial sweep: (run_sweep seconds, the part Ray Train took to start the group)."""
     from amdahl import run_sweep, validate_spec
+    from amdahl.driver.events import LaunchStarted, SweepEvent
 
     spec = validate_spec(
         {
@@ -91,8 +92,8 @@ def platform_s(work: Path, index: int) -> tuple[float, float | None]:
     )
     launched: list[float] = []
 
-    def on_event(kind: str, data: dict) -> None:
-        if kind == "launch_started":
+    def on_event(event: SweepEvent) -> None:
+        if isinstance(event, LaunchStarted):
             launched.append(time.time())
 
     start = time.perf_counter()

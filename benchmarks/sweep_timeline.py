@@ -29,6 +29,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from amdahl import load_spec, run_sweep
+    from amdahl.driver.events import LaunchStarted, SweepEvent, TrialDone
 
     work = Path(tempfile.mkdtemp(prefix="amdahl-timeline-"))
     os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")
@@ -36,15 +37,13 @@ def main() -> None:
     events: list[tuple[float, float, str, str]] = []  # (since start, unix time, kind, detail)
     start = time.perf_counter()
 
-    def on_event(kind: str, payload: dict) -> None:
+    def on_event(event: SweepEvent) -> None:
         what = ""
-        if kind == "launch_started":
-            launch = payload["launch"]
-            what = launch.launch_id
-        elif kind == "trial_done":
-            row = payload["row"]
-            what = f"{row['trial_id']} r{row['repeat']}"
-        events.append((time.perf_counter() - start, time.time(), kind, what))
+        if isinstance(event, LaunchStarted):
+            what = event.launch.launch_id
+        elif isinstance(event, TrialDone):
+            what = f"{event.row['trial_id']} r{event.row['repeat']}"
+        events.append((time.perf_counter() - start, time.time(), type(event).__name__, what))
 
     outcome = run_sweep(
         spec, runs_dir=work / "runs", tracking=not args.no_tracking, on_event=on_event
@@ -58,14 +57,14 @@ def main() -> None:
     starts = {"ray start": 0.0, "worker setup": 0.0}
     for t, unix, kind, what in events:
         line = f"{t:7.2f}  {kind:16s} {what}  (+{t - last:.2f})"
-        if kind == "launch_started" and what in first_rows:
+        if kind == "LaunchStarted" and what in first_rows:
             first = first_rows[what]
             ray_s = first["launch_entered_unix_s"] - unix
             starts["ray start"] += ray_s
             starts["worker setup"] += first["launch_setup_s"]
             setup = first["launch_setup_s"]
             line += f"  Ray Train start {ray_s:.2f} s, worker set-up {setup:.2f} s"
-        if kind == "trial_done":
+        if kind == "TrialDone":
             r = rows.get(what, {})
             parts = ("setup_s", "warmup_s", "first_step_s", "measured_s", "wall_s")
             line += "  " + " ".join(f"{p[:-2]} {r.get(p) or 0:.2f}" for p in parts)
@@ -73,7 +72,7 @@ def main() -> None:
         last = t
     trial_wall = sum(r.get("wall_s") or 0.0 for r in outcome.rows)
     measured = sum(r.get("measured_s") or 0.0 for r in outcome.rows)
-    first = next((t for t, _, k, _ in events if k == "launch_started"), wall)
+    first = next((t for t, _, k, _ in events if k == "LaunchStarted"), wall)
     between = wall - first - trial_wall - starts["ray start"] - starts["worker setup"]
     print(
         f"\nwall {wall:.1f} s over {len(outcome.rows)} trials:\n"

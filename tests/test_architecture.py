@@ -44,7 +44,8 @@ ALLOWED: dict[str, set[str]] = {
 }
 #: Pure parts: no Ray, torch or MLflow at import time, so they load fast and test without them.
 PURE = ["errors", "files", "columns", "strategies", "spec", "plan", "sweepdir", "analysis"]
-PURE += ["search", "report", "worker.contract", "worker.stepclock", "track.backend"]
+PURE += ["search", "report", "worker.contract", "worker.stepclock", "track.records"]
+PURE += ["driver.events"]
 
 
 def _module_name(path: Path) -> str:
@@ -144,6 +145,17 @@ def test_each_part_imports_only_the_parts_below_it(module):
             continue
         bad.append(name)
     assert not bad, f"{module} ({part}/) may not import {sorted(bad)}"
+
+
+def test_no_two_modules_share_a_file_name():
+    """One name per module across the package: a file name says which module it is, without
+    its folder (an `__init__.py` is its package's)."""
+    folders: dict[str, list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name != "__init__.py":
+            folders.setdefault(path.name, []).append(str(path.parent.relative_to(PACKAGE)))
+    shared = {name: where for name, where in folders.items() if len(where) > 1}
+    assert not shared, f"file names used more than once (name: folders): {shared}"
 
 
 def test_the_rule_table_covers_every_part():

@@ -18,8 +18,9 @@ from ray.cluster_utils import Cluster
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from amdahl import read_results, run_sweep, validate_spec
+from amdahl.driver.events import SweepEvent, TrialDone
 from amdahl.driver.planning import plan_for
-from amdahl.workload import make_workload
+from amdahl.workload.code import make_workload
 
 # tests/ (trial_runner's LaunchConfig factory), for this script run on its own.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -198,10 +199,10 @@ def main(out_dir: Path) -> None:
     # the nodes left (train.max_failures) and the sweep goes on.
     removed = threading.Event()
 
-    def on_event(kind: str, payload: dict) -> None:
-        if kind == "trial_done" and not removed.is_set():
+    def on_event(event: SweepEvent) -> None:
+        if isinstance(event, TrialDone) and not removed.is_set():
             removed.set()
-            node = next(w for w in workers if w.node_id in json.loads(payload["row"]["nodes"]))
+            node = next(w for w in workers if w.node_id in json.loads(event.row["nodes"]))
             threading.Thread(target=cluster.remove_node, args=(node,), daemon=True).start()
 
     spec = _spec("node-removed", [1], "pack", {"steps": 1500, "max_failures": 1})

@@ -18,7 +18,7 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch import nn
 
-from amdahl.worker.sync import make_strategy
+from amdahl.worker.sync import ParamServerSync, make_strategy
 
 pytestmark = pytest.mark.integration
 
@@ -70,7 +70,7 @@ def _train(rank: int, name: str, steps: int, init_scale: float | None = None) ->
         after = float(F.cross_entropy(model(x_val), y_val))
     # hold the server handles past close(): only an explicit kill ends them then (Ray would
     # also end them once every handle is gone)
-    servers = list(getattr(strategy, "_actors", []))
+    servers = list(strategy.server.actors) if isinstance(strategy, ParamServerSync) else []
     strategy.close()
     left_alive = _named_servers_after_kill() if rank == 0 and servers else []
     del servers
@@ -88,7 +88,7 @@ def _named_servers_after_kill(wait_s: float = 10.0) -> list[str]:
     """Named actors left in the servers' namespace, once kills have had time to land."""
     import ray
 
-    from amdahl.worker.sync import _PS_NAMESPACE
+    from amdahl.worker.param_server import _PS_NAMESPACE
 
     deadline = time.monotonic() + wait_s
     while True:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from amdahl import read_results, run_sweep, validate_spec
+from amdahl.driver.events import Planned, RayConnected, SweepFinished, TrialDone
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +33,7 @@ def tiny_sweep(ray_cluster, tmp_path_factory):
     outcome = run_sweep(
         validate_spec(TINY),
         runs_dir=tmp / "runs",
-        on_event=lambda kind, payload: events.append(kind),
+        on_event=lambda event: events.append(type(event)),
     )
     mp.undo()
     return outcome, uri, events
@@ -55,8 +56,8 @@ def test_every_trial_has_one_ok_row_with_positive_throughput(tiny_sweep):
         launch.launch_id for launch in outcome.plan.launches()
     )
     # Ray first (which cluster, what it has), then the plan, ..., then the end.
-    assert events[:2] == ["ray", "planned"] and events[-1] == "finished"
-    assert events.count("trial_done") == 4
+    assert events[:2] == [RayConnected, Planned] and events[-1] is SweepFinished
+    assert events.count(TrialDone) == 4
     for name in ("spec.yaml", "plan.json", "results.parquet"):
         assert (outcome.sweep_dir / name).exists()
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from amdahl.workload import REGISTERED, make_workload
+from amdahl.workload.code import REGISTERED, make_workload
 
 
 @pytest.mark.parametrize(
@@ -63,7 +63,7 @@ def test_every_registered_workload_resolves():
 
 
 def test_every_registered_workload_passes_the_plan_time_checks():
-    from amdahl.workload import check_workload
+    from amdahl.workload.data_checks import check_workload
 
     small = {"mlp": {"inputs": 8, "hidden": [8]}, "gpt": {"vocab": 32, "width": 16, "context": 8}}
     for name in REGISTERED:
@@ -74,7 +74,7 @@ def test_workload_is_an_abstract_base():
     import pytest
 
     from amdahl.errors import UserError
-    from amdahl.workload import REQUIRED, Workload
+    from amdahl.workload.api import REQUIRED, Workload
 
     assert Workload.__abstractmethods__ == frozenset(REQUIRED)
     with pytest.raises(TypeError):

@@ -14,6 +14,16 @@ from rich.table import Table
 from rich.text import Text
 
 from amdahl.cli.terminal import Terminal
+from amdahl.driver.events import (
+    Calibrating,
+    LaunchStarted,
+    Planned,
+    RayConnected,
+    RungStarted,
+    SweepEvent,
+    TrackingOpened,
+    TrialDone,
+)
 from amdahl.plan.launches import SweepPlan
 from amdahl.sweepdir.layout import SweepDir
 
@@ -51,7 +61,7 @@ def print_plan(plan: SweepPlan) -> None:
 class LiveProgress:
     """A live table of trials (status, throughput) with elapsed time and an ETA.
 
-    Drawn from the "planned" event on, not on entering: whatever fails before there is a
+    Drawn from the `Planned` event on, not on entering: whatever fails before there is a
     plan (the workload's import and checks, Ray's start, planning) prints its error alone.
     """
 
@@ -71,35 +81,37 @@ class LiveProgress:
         if self.live.is_started:
             self.live.__exit__(*exc)
 
-    def event(self, kind: str, payload: dict[str, Any]) -> None:
-        if kind == "tracking":  # from the tracker's thread: print only, the table is not ours
-            print_link(payload["link"])
+    def event(self, event: SweepEvent) -> None:
+        """`run_sweep`'s `on_event`: one sweep event (driver.events), dispatched on its type."""
+        if isinstance(event, TrackingOpened):
+            print_link(event.link)  # from the tracker's thread: print only, the table is not ours
             return
-        self.activity = _activity(kind, payload)
-        if kind == "ray":
-            console.print(payload["line"], soft_wrap=True, markup=False, highlight=False)
-        elif kind == "planned":
-            self._planned(payload)
-        elif kind == "launch_started":
-            for t in payload["launch"].trials:
-                for key, row in self.rows.items():
-                    if key.startswith(t.trial_id) and row["status"] == "pending":
-                        row["status"] = "running"
-        elif kind == "trial_done":
-            self._trial_done(payload["row"])
-        elif kind == "rung":
-            self.rung = (
-                f"; search rung {payload['rung']} of {payload['rungs']}: "
-                f"{len(payload['configurations'])} configurations for {payload['steps']} steps"
-            )
+        self.activity = _activity(event)
+        match event:
+            case RayConnected(line=line):
+                console.print(line, soft_wrap=True, markup=False, highlight=False)
+            case Planned():
+                self._planned(event)
+            case LaunchStarted(launch=launch):
+                for t in launch.trials:
+                    for key, row in self.rows.items():
+                        if key.startswith(t.trial_id) and row["status"] == "pending":
+                            row["status"] = "running"
+            case TrialDone(row=row):
+                self._trial_done(row)
+            case RungStarted():
+                self.rung = (
+                    f"; search rung {event.rung} of {event.rungs}: "
+                    f"{len(event.configurations)} configurations for {event.steps} steps"
+                )
         self.live.update(self._table())
 
-    def _planned(self, payload: dict[str, Any]) -> None:
-        plan: SweepPlan = payload["plan"]
+    def _planned(self, event: Planned) -> None:
+        plan = event.plan
         if plan.resource_note:
             console.print(plan.resource_note, soft_wrap=True, markup=False, highlight=False)
         self.live.start()
-        self.sweep_dir = str(payload["sweep_dir"])
+        self.sweep_dir = str(event.sweep_dir)
         for t in plan.trials:
             for r in range(plan.spec.train.repeats):
                 key = f"{t.trial_id}:{r}"
@@ -109,7 +121,7 @@ class LiveProgress:
                     "status": "refused"
                     if t.refused
                     else "earlier"
-                    if (t.trial_id, r) in payload.get("finished", ())
+                    if (t.trial_id, r) in event.finished
                     else "pending",
                     "throughput": "",
                     "note": t.refused or "",
@@ -220,8 +232,8 @@ def print_link(link: Any) -> None:
 
 def search_summary(outcome: Any) -> list[str]:
     """search: halving: the configuration it found, and the finalists it cannot tell apart
-    from it (search.indistinct), or where the search stopped."""
-    from amdahl.search.halving import describe
+    from it (search.halving.indistinct), or where the search stopped."""
+    from amdahl.search.objectives import describe
 
     state = outcome.search
     if state is None or not state.rungs:
@@ -256,8 +268,8 @@ def search_summary(outcome: Any) -> list[str]:
     return lines
 
 
-def _activity(kind: str, payload: dict[str, Any]) -> str:
+def _activity(event: SweepEvent) -> str:
     """The title's note on what runs that is not a trial (search.calibration: auto)."""
-    if kind == "calibrating":
-        return f"; measuring the all-reduce on {payload['devices']} workers for the step-time model"
+    if isinstance(event, Calibrating):
+        return f"; measuring the all-reduce on {event.devices} workers for the step-time model"
     return ""

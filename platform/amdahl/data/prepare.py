@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from amdahl.data.storage import ROWS_PER_BLOCK, is_uri, read_table, table_columns
-from amdahl.workload import Workload
+from amdahl.workload.api import Workload
 
 #: Most epochs one pass of a launch's input streams (each adds a block reference per block);
 #: a trial that needs more starts a new pass, at one epoch boundary's cost.

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from amdahl.errors import UserError
-from amdahl.workload import Workload
+from amdahl.workload.api import Workload
 
 #: Where generated datasets live; AMDAHL_DATA_DIR overrides.
 DEFAULT_CACHE = Path(os.environ.get("AMDAHL_DATA_DIR", Path.home() / ".cache" / "amdahl" / "data"))

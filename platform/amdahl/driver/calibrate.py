@@ -183,7 +183,7 @@ def _sweep_models(sweep_dir: Path) -> dict[str, Any]:
     spec_path, plan_path = SweepDir(sweep_dir).spec, SweepDir(sweep_dir).plan
     if not spec_path.exists():
         return {}
-    from amdahl.workload import make_workload
+    from amdahl.workload.code import make_workload
 
     spec = yaml.safe_load(spec_path.read_text()) or {}
     name = spec.get("workload")

@@ -2,9 +2,9 @@
 
 - `check_workloads`: every parameter set's workload built (unknown parameters refused), its
   `params.data` found (data.storage.check_source) and its data path run on a few rows
-  (workload.check_workload): all before anything is drawn or launched;
-- `check_sweep`: the search section checked (search.halving.check), the workload imported from
-  the user's folder (workload.locate_spec_workload), then `check_workloads`;
+  (workload.data_checks.check_workload): all before anything is drawn or launched;
+- `check_sweep`: the search section checked (search.spec_checks.check_search), the workload
+  imported from the user's folder (workload.locate_spec_workload), then `check_workloads`;
 - `plan_for`: `check_sweep`, then the plan (plan.launches.plan_sweep) for the nodes the sweep
   would run on (driver.cluster.cluster_nodes, by the rule `platform sweep` follows). The sweep
   driver itself plans for the nodes of the Ray it has started or joined (driver.sweep).
@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from amdahl.driver.cluster import cluster_nodes
 from amdahl.plan.launches import SweepPlan, plan_sweep
-from amdahl.search import halving as search
+from amdahl.search.spec_checks import check_search
 from amdahl.spec.schema import SweepSpec
-from amdahl.workload import WorkloadCode, check_workload, locate_spec_workload, make_workload
+from amdahl.workload.code import WorkloadCode, locate_spec_workload, make_workload
+from amdahl.workload.data_checks import check_workload
 
 
 def check_workloads(spec: SweepSpec) -> None:
@@ -45,7 +46,7 @@ def check_sweep(spec: SweepSpec) -> WorkloadCode:
     (workload_path, the sweep file's directory, the working directory: workload.locate_workload)
     with every abstract method implemented, and its data path on a few rows of every parameter
     set (`check_workloads`). Returns the workload's code (what Ray's workers import)."""
-    search.check(spec)
+    check_search(spec)
     code = locate_spec_workload(spec)
     check_workloads(spec)
     return code

@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING, Any
 import ray
 from ray import tune
 
+from amdahl.driver.events import LaunchStarted
+from amdahl.driver.launch_watch import LaunchWatch
 from amdahl.driver.trainable import launch_config, launch_trainable, materialise_datasets
-from amdahl.driver.tune_events import LaunchWatch
 from amdahl.plan.launches import Launch
 from amdahl.plan.resources import DRIVER_CPUS
 from amdahl.sweepdir.driver_files import ray_storage
@@ -41,8 +42,8 @@ from amdahl.worker.work_queue import WorkItem, WorkQueue
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from amdahl.driver.events import EventHandler
     from amdahl.driver.signals import InterruptFlag
-    from amdahl.driver.tune_events import EventHandler
     from amdahl.plan.launches import SweepPlan
     from amdahl.spec.schema import SweepSpec
 
@@ -154,7 +155,7 @@ class LaunchPool:
         for kind, lid, detail in self.watch.drain():
             if kind == "started":
                 self._running.add(lid)
-                self.emit("launch_started", {"launch": self.shapes[lid]})
+                self.emit(LaunchStarted(self.shapes[lid]))
             else:
                 self._running.discard(lid)
                 if kind == "failed":

@@ -4,8 +4,8 @@ Its lifecycle: the search section checked (before any directory is made), the sw
 opened and locked (new, or resumed: sweepdir.resume), the workload located and Ray started or
 joined with its code (driver.cluster), the workload's data path checked (driver.planning) and
 the plan made for the nodes Ray has (plan.launches), then the trials measured under
-Ctrl-C/SIGTERM handling (driver.signals): all of a grid sweep at once (driver.launches), or a
-halving search's rungs one after another (driver.halving). However it ends, the report is
+Ctrl-C/SIGTERM handling (driver.signals): all of a grid sweep at once (driver.measurement), or a
+halving search's rungs one after another (driver.rungs). However it ends, the report is
 written and the MLflow parent run closed. The driver is the only writer of results.parquet and
 MLflow (driver/pool.py brings the rows here, from the work queue).
 """
@@ -22,22 +22,29 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from amdahl.driver.cluster import cluster_address, cluster_summary, connect_ray, ray_nodes
-from amdahl.driver.halving import run_halving
-from amdahl.driver.launches import Measurement
+from amdahl.driver.events import (
+    EventHandler,
+    Planned,
+    RayConnected,
+    SweepEvent,
+    SweepFinished,
+    TrackingOpened,
+)
+from amdahl.driver.measurement import Measurement
 from amdahl.driver.planning import check_workloads
+from amdahl.driver.rungs import run_halving
 from amdahl.driver.signals import InterruptFlag, SweepInterrupted
-from amdahl.driver.tune_events import EventHandler
 from amdahl.errors import UserError
 from amdahl.plan.launches import SweepPlan, plan_sweep
 from amdahl.search.halving import SearchState
-from amdahl.search.halving import check as check_search
+from amdahl.search.spec_checks import check_search
 from amdahl.spec.schema import SweepSpec
 from amdahl.sweepdir.driver_files import write_sweep_files
 from amdahl.sweepdir.layout import SweepDir
 from amdahl.sweepdir.resume import open_sweep_dir
 from amdahl.sweepdir.table import read_results
 from amdahl.track.ui_link import TrackingLink
-from amdahl.workload import locate_spec_workload
+from amdahl.workload.code import locate_spec_workload
 
 if TYPE_CHECKING:
     from amdahl.report.build import Report
@@ -94,9 +101,9 @@ def run_sweep(
     driver there is refused.
     `group_launches=False` starts one worker group per trial, `share_across_devices=False` one
     per device count (both for overhead comparisons).
-    `on_event(kind, payload)` hears the sweep's progress on the calling thread, except
-    "tracking" (`{"link": TrackingLink}`: where MLflow shows the sweep), which comes from the
-    MLflow mirror's own thread once the sweep's parent run exists.
+    `on_event(event)` hears the sweep's progress (driver.events: a type per kind) on the
+    calling thread, except `TrackingOpened` (where MLflow shows the sweep), which comes from
+    the MLflow mirror's own thread once the sweep's parent run exists.
     Raises SweepInterrupted after a first Ctrl-C or SIGTERM has stopped it cleanly.
     """
     check_search(spec)  # pure: a search section that cannot run creates no directory
@@ -142,7 +149,7 @@ def _run_locked(
 ) -> SweepOutcome:
     """`run_sweep` in a directory this driver holds (`created`: made by it, removed again if
     planning fails)."""
-    emit = on_event or (lambda kind, payload: None)
+    emit = on_event or _ignore
     started, started_unix = time.perf_counter(), time.time()
     try:
         code = locate_spec_workload(spec)  # an import error costs no Ray start
@@ -152,7 +159,7 @@ def _run_locked(
         address = cluster_address(address)
         fresh = connect_ray(address, SweepDir(sweep_dir).ray_log, verbose, code.runtime_env())
         how = "joined" if address and fresh else "started" if fresh else "in this process:"
-        emit("ray", {"line": f"Ray: {how} {cluster_summary()}"})
+        emit(RayConnected(f"Ray: {how} {cluster_summary()}"))
         check_workloads(spec)  # the search section and the workload's import: checked above
         plan = plan_sweep(spec, ray_nodes())
         if not plan.runnable:
@@ -163,14 +170,14 @@ def _run_locked(
         raise
     write_sweep_files(sweep_dir, spec, plan)  # as given: a resume compares with that
     spec = plan.spec  # with `resources: auto` chosen (plan.auto_resources)
-    emit("planned", {"plan": plan, "sweep_dir": sweep_dir, "finished": finished})
+    emit(Planned(plan, sweep_dir, finished))
 
     tracker = _tracker(spec, sweep_dir, tracking, emit)
     tracker.sync(read_results(sweep_dir).to_pylist())  # rows an outage kept from MLflow
     tracker.open_soon()
     outcome = SweepOutcome(sweep_dir=sweep_dir, plan=plan)
     interrupt = InterruptFlag()
-    run = Measurement(
+    measurement = Measurement(
         spec,
         plan,
         sweep_dir,
@@ -184,38 +191,42 @@ def _run_locked(
     try:
         with interrupt.installed():
             if spec.search.method == "halving":
-                outcome.search = run_halving(run)
+                outcome.search = run_halving(measurement)
             else:
-                run.measure({t.trial_id for t in plan.runnable}, finished)
+                measurement.measure({t.trial_id for t in plan.runnable}, finished)
             if not interrupt.is_set():
-                run.calibrate()  # in the group that is up: `platform predict` works as is
+                measurement.calibrate()  # in the group that is up: `platform predict` works as is
     finally:
-        run.close()  # every launch ends
+        measurement.close()  # every launch ends
         outcome.wall_s = time.perf_counter() - started
-        if run.pool is not None:
-            outcome.group_starts = run.pool.group_starts()
-            opened = run.pool.first_window_unix
+        if measurement.pool is not None:
+            outcome.group_starts = measurement.pool.group_starts()
+            opened = measurement.pool.first_window_unix
             outcome.first_measured_s = opened - started_unix if opened else None
         report = _write_report(sweep_dir)
         tracker.finish(outcome, interrupted=interrupt.is_set(), report=report)
         outcome.tracking = None if tracker.offline_reason else tracker.link
     if interrupt.is_set():
         raise SweepInterrupted(sweep_dir, interrupt.signum or signal.SIGINT)
-    emit("finished", {"outcome": outcome})
+    emit(SweepFinished(outcome))
     return outcome
 
 
 def _tracker(spec: SweepSpec, sweep_dir: Path, tracking: bool | None, emit: EventHandler) -> Any:
     """The sweep's MLflow mirror. Where MLflow shows the sweep is emitted from the tracker's own
-    thread once the parent run exists (the "tracking" event: the one not sent from this one)."""
+    thread once the parent run exists (`TrackingOpened`: the one event not sent from this one)."""
     from amdahl.track.tracker import Tracker
 
     return Tracker(
         spec,
         sweep_dir,
         enabled=spec.tracking.enabled if tracking is None else tracking,
-        on_open=lambda link: emit("tracking", {"link": link}),
+        on_open=lambda link: emit(TrackingOpened(link)),
     )
+
+
+def _ignore(event: SweepEvent) -> None:
+    """The event handler when the caller gives none."""
 
 
 def _write_report(sweep_dir: Path) -> Report | None:

@@ -15,7 +15,7 @@ from amdahl.plan.trials import Trial
 from amdahl.spec.schema import SweepSpec
 from amdahl.sweepdir.driver_files import ray_storage
 from amdahl.worker.contract import LaunchConfig, TrialConfig, WorkerResources
-from amdahl.workload import make_workload
+from amdahl.workload.code import make_workload
 
 #: How often Ray Train's controller polls its workers (seconds).
 _POLL_INTERVAL_S = 0.25

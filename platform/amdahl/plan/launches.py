@@ -31,7 +31,7 @@ from amdahl.plan.resources import (
 )
 from amdahl.plan.trials import Trial, expand_grid, stable_hash, trial_id
 from amdahl.spec.schema import SweepSpec
-from amdahl.workload import make_workload
+from amdahl.workload.code import make_workload
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from amdahl.report.document import Section, Table, pct, rate
 from amdahl.report.ranking import OBJECTIVE_TEXT, Family, config_status
 
 #: The best column's header and how its value is written, per objective (value: higher is
-#: better, as search.halving.objective_value gives it).
+#: better, as search.objectives.objective_value gives it).
 _BEST = {
     "throughput": ("best samples/s", rate),
     "throughput_per_device": ("best samples/s/device", rate),

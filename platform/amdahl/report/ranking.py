@@ -4,7 +4,7 @@ scaling curve follows), ranked by the sweep's objective.
 
 - The objective: spec.yaml's `search.objective` where it says something other than the default
   (throughput), else time to target where the rows have a `train.target`, else throughput. Each
-  configuration's value is the median over its ok repeats of search.halving.objective_value, so
+  configuration's value is the median over its ok repeats of search.objectives.objective_value, so
   the report ranks as the halving search does.
 - A family's value is its best configuration's, among those the recommendation may pick
   (report/recommend.py: not sync none on more than one device, not flagged by the quality
@@ -26,7 +26,7 @@ from typing import Any
 from amdahl.analysis.configs import Config
 from amdahl.analysis.scaling import Curve
 from amdahl.analysis.stats import Stat
-from amdahl.search.halving import describe, objective_value
+from amdahl.search.objectives import describe, objective_value
 
 OBJECTIVES = ("throughput", "throughput_per_device", "time_to_target")
 #: What each objective ranks by, as the overview's column header says it.

@@ -132,7 +132,7 @@ def _number(v: float) -> str:
 
 def _against_best(state: SearchState, tid: str, rung_index: int) -> list[str]:
     """A ranked configuration's runs in the rung it reached, and how it compares with the best
-    of the last rung (search.indistinct) or where it stopped."""
+    of the last rung (search.halving.indistinct) or where it stopped."""
     rung = state.rungs[rung_index]
     runs = rung.repeats.get(tid, [])
     count = (

@@ -1,1 +1,3 @@
-"""Search over a sweep's configurations (successive halving). Pure."""
+"""Search over a sweep's configurations: the search section's checks (`spec_checks`), objectives and
+constraints (`objectives`, which the report ranks by too) and successive halving's decisions
+(`halving`). Pure."""

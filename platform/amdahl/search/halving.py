@@ -21,130 +21,19 @@ from __future__ import annotations
 
 import json
 import math
-import operator
 import statistics
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from amdahl.errors import UserError
-from amdahl.spec.schema import CONSTRAINT_PATTERN, SearchSpec, SweepSpec, TrainSpec
+from amdahl.search.objectives import Constraint, describe, objective_value
+from amdahl.spec.schema import SearchSpec, TrainSpec
 
-_OPS: dict[str, Callable[[float, float], bool]] = {
-    "<=": operator.le,
-    ">=": operator.ge,
-    "<": operator.lt,
-    ">": operator.gt,
-}
 #: Relative standard error assumed for a row without per-step times to estimate its own.
 DEFAULT_NOISE = 0.02
 #: Standard errors within which a configuration is "not measurably worse" than the cutoff.
 NOISE_SIGMAS = 2.0
 OK = "ok"
 SKIPPED = "skipped"
-
-
-# --------------------------------------------------------------------------- plan-time checks
-
-
-def check(spec: SweepSpec) -> None:
-    """What the search section asks that the rest of the spec cannot give: refused before
-    anything runs (a UserError naming the key and the fix)."""
-    unused = sorted(spec.search.model_fields_set - {"method"})
-    if spec.search.method == "grid" and unused:
-        keys = ", ".join(f"search.{k}" for k in unused)
-        raise UserError(
-            f"{keys}: only a halving search reads {'it' if len(unused) == 1 else 'them'}, and "
-            "search.method is grid (every configuration for train.steps); set "
-            "search.method: halving, or remove " + ("it" if len(unused) == 1 else "them")
-        )
-    if spec.search.objective == "time_to_target" and spec.train.target is None:
-        raise UserError(
-            "search.objective: time_to_target needs train.target (the metric and value to "
-            "reach); set it, or use objective throughput"
-        )
-    calibration(spec)
-
-
-#: search.calibration's value that measures the calibration in the sweep itself.
-AUTO_CALIBRATION = "auto"
-
-
-def calibration(spec: SweepSpec, measured: Path | None = None) -> dict[str, Any] | None:
-    """search.calibration's content for the step-time model (relative: to the sweep file);
-    for `auto`, the `measured` calibration.json when it is there yet."""
-    if not spec.search.calibration:
-        return None
-    if spec.search.calibration == AUTO_CALIBRATION:
-        if measured is None or not measured.exists():
-            return None
-        path = measured
-    else:
-        path = Path(spec.search.calibration).expanduser()
-    if not path.is_absolute() and spec.source_dir is not None:
-        path = spec.source_dir / path
-    try:
-        content = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        content, why = None, f"{type(e).__name__}: {e}"
-    else:
-        why = "not a JSON object"
-    if not isinstance(content, dict):
-        raise UserError(
-            f"search.calibration: cannot read {path} ({why}); give the calibration.json that "
-            "`platform calibrate` wrote, or leave search.calibration out"
-        )
-    return content
-
-
-# --------------------------------------------------------------------------- objectives
-
-
-@dataclass(frozen=True)
-class Constraint:
-    column: str
-    op: str
-    bound: float
-
-    @classmethod
-    def parse(cls, text: str) -> Constraint:
-        m = CONSTRAINT_PATTERN.match(text)
-        if not m:  # spec.SearchSpec validated it
-            raise ValueError(f"not a constraint: {text!r}")
-        return cls(m.group(1), m.group(2), float(m.group(3)))
-
-    def violation(self, row: dict[str, Any]) -> str | None:
-        """Why `row` breaks this constraint, or None when it meets it."""
-        value = row.get(self.column)
-        if value is None or (isinstance(value, float) and not math.isfinite(value)):
-            return f"{self.column} not measured (constraint {self})"
-        if _OPS[self.op](float(value), self.bound):
-            return None
-        return f"{self.column} {value:.4g} breaks the constraint {self}"
-
-    def __str__(self) -> str:
-        return f"{self.column} {self.op} {self.bound:g}"
-
-
-def objective_value(row: dict[str, Any], objective: str) -> float | None:
-    """The row's objective, higher is better; None when the row does not give it."""
-    throughput = row.get("throughput")
-    if objective == "time_to_target":
-        t = row.get("time_to_target_s")
-        return 1.0 / t if t else None
-    if not throughput or not math.isfinite(throughput):
-        return None
-    if objective == "throughput_per_device":
-        return throughput / max(1, int(row.get("devices") or 1))
-    return throughput
-
-
-def describe(value: float, objective: str) -> str:
-    if objective == "time_to_target":
-        return f"{1 / value:.3g} s to target"
-    unit = "samples/s per device" if objective == "throughput_per_device" else "samples/s"
-    return f"{value:,.0f} {unit}"
 
 
 def relative_noise(row: dict[str, Any]) -> float:
@@ -466,7 +355,7 @@ def replay(rows: list[dict[str, Any]], search: SearchSpec, train: TrainSpec) -> 
 # --------------------------------------------------------------------------- model skips
 
 
-def anchors(candidates: list[dict[str, Any]]) -> list[str]:
+def anchor_trials(candidates: list[dict[str, Any]]) -> list[str]:
     """The first rung's configurations measured before the model predicts the rest: those at
     their family's smallest device count (what the model's compute line is fitted from)."""
     from amdahl.analysis.points import family_key

@@ -235,7 +235,7 @@ class ReportSpec(_Section):
 
 Objective = Literal["throughput", "throughput_per_device", "time_to_target"]
 #: A search constraint, COLUMN OP NUMBER (groups: column, operator, number): the one grammar
-#: that SearchSpec validates and search/halving.py parses.
+#: that SearchSpec validates and search/objectives.py parses.
 CONSTRAINT_PATTERN = re.compile(r"^\s*([a-z_]+)\s*(<=|>=|<|>)\s*([-+0-9.eE]+)\s*$")
 _BUDGET = re.compile(r"^\s*([0-9.]+)\s*(%|s)?\s*$")
 

@@ -16,13 +16,16 @@ import json
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from amdahl.analysis.configs import group_configs
 from amdahl.analysis.stats import is_number
 from amdahl.columns import SETTING_COLUMNS
 from amdahl.spec.schema import SweepSpec
-from amdahl.track.backend import Metric, TrackingBackend, is_metric_value, now_ms
+from amdahl.track.records import Metric, is_metric_value, now_ms
+
+if TYPE_CHECKING:
+    from amdahl.track.mlflow_store import MlflowBackend
 
 #: The row's columns logged as its run's params (the rest of its numbers are metrics).
 _PARAM_COLUMNS = (
@@ -88,7 +91,7 @@ def child_run_key(row: dict[str, Any]) -> str:
 
 
 def write_child_run(
-    backend: TrackingBackend,
+    store: MlflowBackend,
     experiment_id: str,
     parent: str,
     key: str,
@@ -110,7 +113,7 @@ def write_child_run(
     if run_id is None:
         # Not in our state: logged before a crash lost the state, or by an earlier record
         # of this store.
-        existing = backend.find_child(experiment_id, parent, key)
+        existing = store.find_child(experiment_id, parent, key)
         run_id = existing.run_id if existing else None
         if (
             existing is not None
@@ -127,14 +130,14 @@ def write_child_run(
         if existing is not None:  # a param logged again with a new value is refused
             params = {k: v for k, v in params.items() if k not in existing.params}
     if run_id is None:
-        run_id = backend.create_child(experiment_id, parent, key, name, dict(tags or {}))
+        run_id = store.create_child(experiment_id, parent, key, name, dict(tags or {}))
     metrics = _row_metrics(row) + _history_metrics(row) + _utilisation_metrics(row)
-    backend.log(run_id, metrics, params, {**_row_tags(key, row), **(tags or {})})
+    store.log(run_id, metrics, params, {**_row_tags(key, row), **(tags or {})})
     if sweep_dir is not None and row.get("trace_dir"):
         traces = Path(sweep_dir) / str(row["trace_dir"])
         for path in sorted(traces.glob("*")) if traces.is_dir() else ():
-            backend.log_artifact(run_id, path)
-    backend.end_run(run_id, "FINISHED" if ok else "FAILED")
+            store.log_artifact(run_id, path)
+    store.end_run(run_id, "FINISHED" if ok else "FAILED")
     return run_id, True
 
 

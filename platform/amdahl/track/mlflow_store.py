@@ -1,7 +1,7 @@
-"""MLflow as the results mirror's tracking store: `MlflowBackend` implements `TrackingBackend`
-(track/backend.py) with `MlflowClient`, and what only MLflow needs lives here: which of its errors
-are an outage, the store's key for tracking.json, fail-fast HTTP settings, its batch limits, the
-experiment-kind tag and description, and creating a new SQLite store atomically.
+"""MLflow as the results mirror's tracking store: `MlflowBackend`, the store as `Tracker`
+(track/tracker.py) uses it, through `MlflowClient`; and what only MLflow needs: which of its
+errors are an outage, the store's key for tracking.json, fail-fast HTTP settings, its batch
+limits, the experiment-kind tag and description, and creating a new SQLite store atomically.
 
 MLflow is imported inside functions only: importing this module costs nothing.
 """
@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from amdahl.files import redact_uris
-from amdahl.track.backend import ChildRun, Metric, TrackingBackend
+from amdahl.track.records import ChildRun, Metric
 
 #: Messages go where the mirror's do (one logger for what tracking says).
 log = logging.getLogger("amdahl.track.tracker")
@@ -116,9 +116,14 @@ def is_outage(error: BaseException) -> bool:
     return False
 
 
-class MlflowBackend(TrackingBackend):
+class MlflowBackend:
     """An MLflow tracking store through `MlflowClient`: MLFLOW_TRACKING_URI, else the sweep
-    file's tracking.uri (`configured_uri`), else MLflow's default store."""
+    file's tracking.uri (`configured_uri`), else MLflow's default store.
+
+    Every method may raise; an error for which `is_outage` is true means "unreachable for now,
+    try later", any other is a failure the mirror reports once. The mirror calls these from one
+    thread at a time (the caller's, or its writer thread), `begin` and `end` from the caller's
+    only."""
 
     name = "MLflow"
 
@@ -146,9 +151,11 @@ class MlflowBackend(TrackingBackend):
 
     @property
     def store_key(self) -> str:
+        """The store's identity, as tracking.json keys its record (without credentials)."""
         return store_key(self.uri)
 
     def is_outage(self, error: BaseException) -> bool:
+        """Whether `error` means the store cannot be reached for now (waiting may fix it)."""
         return is_outage(error)
 
     def begin(self) -> None:
@@ -162,14 +169,17 @@ class MlflowBackend(TrackingBackend):
                 self._env_set.append(name)
 
     def end(self) -> None:
+        """After the sweep's last call, on the caller's thread: undo what `begin` set."""
         for name in self._env_set:
             os.environ.pop(name, None)
         self._env_set.clear()
 
     def connect(self) -> None:
+        """Reach the store, creating it when it is a new local one; a no-op once connected."""
         self._connected()
 
     def disconnect(self) -> None:
+        """After an outage: forget the connection, so the next `connect` makes a new one."""
         self._client = None
 
     def _connected(self) -> Any:
@@ -185,6 +195,8 @@ class MlflowBackend(TrackingBackend):
     # ---- experiments ---------------------------------------------------------------------
 
     def experiment(self, name: str, description: str | None = None) -> tuple[str, bool]:
+        """The id of the experiment `name`, created when missing, and whether it existed.
+        `description` is given to a new experiment, and to an existing one that has none."""
         client = self._connected()
         experiment = client.get_experiment_by_name(name)
         if experiment is None:
@@ -228,6 +240,8 @@ class MlflowBackend(TrackingBackend):
     # ---- runs ----------------------------------------------------------------------------
 
     def is_parent(self, run_id: str, experiment_id: str) -> bool:
+        """Whether the store holds `run_id` as a live sweep's parent run in `experiment_id`
+        (False when it holds no such run)."""
         from mlflow.exceptions import MlflowException
 
         try:
@@ -243,6 +257,7 @@ class MlflowBackend(TrackingBackend):
         )
 
     def find_parent(self, experiment_id: str, sweep_dir: Path) -> str | None:
+        """The parent run that `create_parent` made for `sweep_dir`, if the store holds one."""
         path = str(sweep_dir.resolve())
         if "'" in path:  # not expressible in a filter string
             return None
@@ -256,11 +271,14 @@ class MlflowBackend(TrackingBackend):
     def create_parent(
         self, experiment_id: str, name: str, sweep_dir: Path, tags: Mapping[str, str] | None = None
     ) -> str:
+        """A new, open parent run for the sweep in `sweep_dir`, with `tags` from its creation
+        (the user among them); its id."""
         own = {"amdahl.sweep_dir": str(sweep_dir.resolve()), "amdahl.kind": "sweep"}
         tags = {**(tags or {}), **own}
         return self._connected().create_run(experiment_id, run_name=name, tags=tags).info.run_id
 
     def find_child(self, experiment_id: str, parent_id: str, key: str) -> ChildRun | None:
+        """The child run of `parent_id` that `create_child` made for row `key`, if any."""
         found = self._connected().search_runs(
             [experiment_id],
             filter_string=f"tags.`{_ROW_TAG}` = '{key}' and "
@@ -280,6 +298,8 @@ class MlflowBackend(TrackingBackend):
         name: str,
         tags: Mapping[str, str] | None = None,
     ) -> str:
+        """A new, open child run of `parent_id` for row `key`, with `tags` from its creation;
+        its id."""
         tags = {**(tags or {}), "mlflow.parentRunId": parent_id, _ROW_TAG: key}
         return self._connected().create_run(experiment_id, run_name=name, tags=tags).info.run_id
 
@@ -290,7 +310,9 @@ class MlflowBackend(TrackingBackend):
         params: Mapping[str, str] | None = None,
         tags: Mapping[str, str] | None = None,
     ) -> None:
-        """In as few `log_batch` calls as MLflow's limits allow (one, when all is empty)."""
+        """Add metric values, params (a param is set once: the same value again is accepted)
+        and tags (a tag set again is replaced) to a run, in as few `log_batch` calls as MLflow's
+        limits allow (one, when all is empty)."""
         from mlflow.entities import Metric as MlflowMetric
         from mlflow.entities import Param, RunTag
 
@@ -304,9 +326,11 @@ class MlflowBackend(TrackingBackend):
             client.log_batch(run_id, metrics=m, params=p, tags=t)
 
     def log_artifact(self, run_id: str, path: Path) -> None:
+        """Attach the file `path` to a run (a file of the same name is replaced)."""
         self._connected().log_artifact(run_id, str(path))
 
     def end_run(self, run_id: str, status: str) -> None:
+        """End a run FINISHED, FAILED or KILLED (a run ended again takes the new status)."""
         self._connected().set_terminated(run_id, status)
 
 

@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from amdahl.spec.schema import SweepSpec
-from amdahl.track.backend import is_metric_value
+from amdahl.track.records import is_metric_value
 
 #: Characters a metric name may not hold (MLflow allows letters, digits, `_ - . /`, space, and
 #: colons except on Windows; `/` is kept for the figure's prefix alone).

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from amdahl.workload import REGISTERED, workload_search_path
+from amdahl.workload.code import REGISTERED, workload_search_path
 
 #: MLflow's source type for a run started on this machine.
 LOCAL = "LOCAL"
@@ -74,7 +74,7 @@ def _program() -> str:
 
 def workload_dir(spec: Any) -> Path | None:
     """The folder of `spec`'s workload module, found as the driver finds it
-    (`amdahl.workload.locate_workload`: its workload_path, the sweep file's folder, the working
+    (`amdahl.workload.code.locate_workload`: its workload_path, the sweep file's folder, the working
     directory, then sys.path), without importing it; None when it cannot be found."""
     target = REGISTERED.get(spec.workload, spec.workload)
     module = target.partition(":")[0]

@@ -1,5 +1,5 @@
 """tracking.json, the sweep directory's record of what each tracking store holds: per store
-(`TrackingBackend.store_key`) and experiment, the sweep's parent run, the rows it holds (by
+(`MlflowBackend.store_key`) and experiment, the sweep's parent run, the rows it holds (by
 `child_run_key`, with their run id, status and the configuration label they are tagged with),
 the scaling figures logged on it and a digest of its description.
 

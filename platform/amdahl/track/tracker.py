@@ -3,22 +3,20 @@ per trial repeat. `Tracker` is the mechanism: what to write and when, on its own
 so the store's latency never holds up the driver; what an outage holds back and when to try
 again; how other failures are reported.
 
-It is written against `track/backend.py`'s `TrackingBackend`; MLflow's client calls live in
-`track/mlflow_store.py` (`MlflowBackend`, the default store). What a row becomes in the store is
-`track/child_run.py`'s (including its per-step curves, `HISTORY_METRICS`); the parent run's
+MLflow's client calls live in `track/mlflow_store.py` (`MlflowBackend`). What a row becomes in the
+store is `track/child_run.py`'s (including its per-step curves, `HISTORY_METRICS`); the parent run's
 params and figures (the scaling curves, step = the device count, and the best configuration:
-`scaling_metrics`) are `track/parent_run.py`'s; tracking.json, the record of what each store
-holds, is `track/state.py`'s; pushing a sweep directory afterwards (`platform mlflow-push`) is
-`track/push.py`'s. Every run carries who ran it and from what (`track/run_source.py`: MLflow's
-user, source and git commit tags), every child its configuration's label and its sweep; the
-experiment and the parent run carry descriptions (`track/notes.py`). Where users look, the link
-that opens the runs table, is `track/ui_link.py`'s (`Tracker.link`; `on_open` hears it once
-the parent run exists).
+`scaling_metrics`) are `track/parent_run.py`'s; tracking.json, the record of what each store holds,
+is `track/state.py`'s; pushing a sweep directory afterwards (`platform mlflow-push`) is
+`track/push.py`'s. Every run carries who ran it and from what (`track/run_source.py`: MLflow's user,
+source and git commit tags), every child its configuration's label and its sweep; the experiment and
+the parent run carry descriptions (`track/notes.py`). Where users look, the link that opens the runs
+table, is `track/ui_link.py`'s (`Tracker.link`; `on_open` hears it once the parent run exists).
 
 The driver is the single writer (many processes on one SQLite file contend). Every row is keyed
 by `trial_id:repeat` in the store and in tracking.json, so logging is idempotent: a resumed sweep
 or `platform mlflow-push` pushes only what the store does not have yet. tracking.json keeps that
-record per tracking store (`TrackingBackend.store_key`: for MLflow its URI without credentials)
+record per tracking store (`MlflowBackend.store_key`: for MLflow its URI without credentials)
 and experiment, so a sweep directory copied elsewhere (rsynced down from a cluster) is pushed in
 full to another store. Each child run is written as its row arrives; the parent's figures when
 the sweep finishes and on `platform mlflow-push`.
@@ -45,7 +43,6 @@ from amdahl.report.build import Report, build_report, report_from_rows
 from amdahl.spec.schema import SweepSpec
 from amdahl.sweepdir.layout import SweepDir
 from amdahl.sweepdir.table import read_results
-from amdahl.track.backend import Metric, TrackingBackend, now_ms
 from amdahl.track.child_run import (
     CONFIG_TAG,
     SWEEP_TAG,
@@ -57,6 +54,7 @@ from amdahl.track.child_run import (
 from amdahl.track.mlflow_store import NOTE_TAG, MlflowBackend
 from amdahl.track.notes import experiment_note, sweep_note
 from amdahl.track.parent_run import scaling_metrics, spec_params
+from amdahl.track.records import Metric, now_ms
 from amdahl.track.run_source import RunSource, run_source
 from amdahl.track.state import load_state, store_entry, write_state
 from amdahl.track.ui_link import TrackingLink, tracking_link
@@ -68,17 +66,15 @@ OFFLINE_RETRY_S = 30.0
 
 
 class Tracker:
-    """One sweep's mirror to a tracking store (`backend`; MLflow unless given). No tracking
-    failure escapes its methods: an outage is said once (`offline_reason`) and retried later;
-    anything else is kept in `error` (or `state_error`) and reported by `finish` or `sync` as
-    one message."""
+    """One sweep's mirror to the MLflow tracking store (`backend`). No tracking failure escapes
+    its methods: an outage is said once (`offline_reason`) and retried later; anything else is
+    kept in `error` (or `state_error`) and reported by `finish` or `sync` as one message."""
 
     def __init__(
         self,
         spec: SweepSpec,
         sweep_dir: Path,
         enabled: bool = True,
-        backend: TrackingBackend | None = None,
         on_open: Callable[[TrackingLink], None] | None = None,
     ):
         """`on_open` is called with `link`, on the tracker's own thread, once `open_soon` has
@@ -87,7 +83,7 @@ class Tracker:
         self.on_open = on_open
         self._source: RunSource | None = None  # found on first use (a git call)
         self.files = SweepDir(self.sweep_dir)
-        self.backend = backend if backend is not None else MlflowBackend(spec.tracking.uri)
+        self.backend = MlflowBackend(spec.tracking.uri)
         self.state_path = self.files.tracking
         self.state: dict[str, Any] = load_state(self.state_path)
         self._store: dict[str, Any] | None = None  # this store's entry in state["stores"]

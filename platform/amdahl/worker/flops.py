@@ -45,7 +45,7 @@ import torch
 import torch.utils.flop_counter as flop_counter
 from torch.utils._pytree import tree_leaves
 
-from amdahl.workload import Workload
+from amdahl.workload.api import Workload
 
 _CACHE: dict[tuple, float | None] = {}
 

@@ -35,7 +35,8 @@ from amdahl.worker.trial import Placement, run_trial_guarded
 from amdahl.worker.utilisation import utilisation_columns
 from amdahl.worker.work_queue import CLOSED, WAIT, WorkItem
 from amdahl.worker.worlds import TrialWorlds
-from amdahl.workload import Workload, make_workload
+from amdahl.workload.api import Workload
+from amdahl.workload.code import make_workload
 
 #: Longest rank 0 waits for an item before the group meets again (a heartbeat: the ranks wait in
 #: Ray Train's broadcast, which warns after 60 s of silence).

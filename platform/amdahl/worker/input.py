@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from amdahl.data.storage import ROWS_PER_BLOCK, arrow_column, read_rows, table_columns
 from amdahl.worker.contract import LaunchConfig
-from amdahl.workload import Workload
+from amdahl.workload.api import Workload
 
 if TYPE_CHECKING:
     import torch

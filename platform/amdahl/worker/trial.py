@@ -58,7 +58,7 @@ from amdahl.worker.training import (
     tf32_flags,
 )
 from amdahl.worker.utilisation import UtilisationSampler
-from amdahl.workload import Workload
+from amdahl.workload.api import Workload
 
 #: Interleaved pairs of (synced, no_sync) forward+backward passes run after the measured window.
 CALIBRATION_PAIRS = 5

@@ -11,6 +11,7 @@ import pytest
 from rich.console import Console
 
 from amdahl.cli import progress
+from amdahl.driver.events import LaunchStarted, Planned, RungStarted, TrialDone
 from amdahl.plan.launches import WorkloadFacts, plan_sweep
 from amdahl.plan.resources import Node
 from amdahl.spec.load import validate_spec
@@ -44,10 +45,10 @@ def test_an_error_with_brackets_is_shown_as_text(out, tmp_path):
     plan = _plan()
     trial = plan.trials[0]
     with progress.LiveProgress() as live:
-        live.event("planned", {"plan": plan, "sweep_dir": tmp_path / "[run]"})
-        live.event("launch_started", {"launch": SimpleNamespace(trials=[trial])})
+        live.event(Planned(plan, tmp_path / "[run]"))
+        live.event(LaunchStarted(SimpleNamespace(trials=[trial])))
         row = {"trial_id": trial.trial_id, "repeat": 0, "status": "failed", "error": ERROR}
-        live.event("trial_done", {"row": {**row, "throughput": None}})
+        live.event(TrialDone({**row, "throughput": None}))
         text = _text(live._table())
     assert "cannot open [/data] for shape [batch, 784]" in text
     assert "second line" not in text  # the note is the error's first line
@@ -85,13 +86,13 @@ def test_the_table_follows_each_trial_from_pending_to_its_result(out, tmp_path):
     first, second, third = plan.trials
     with progress.LiveProgress() as live:
         finished = {(first.trial_id, 0)}  # from the run this one resumes
-        live.event("planned", {"plan": plan, "sweep_dir": tmp_path, "finished": finished})
+        live.event(Planned(plan, tmp_path, finished))
         statuses = lambda: [live.rows[f"{t.trial_id}:0"]["status"] for t in plan.trials]  # noqa: E731
         assert statuses() == ["earlier", "pending", "pending"]
-        live.event("launch_started", {"launch": SimpleNamespace(trials=[second, third])})
+        live.event(LaunchStarted(SimpleNamespace(trials=[second, third])))
         assert statuses() == ["earlier", "running", "running"]
         row = {"trial_id": second.trial_id, "repeat": 0, "status": "ok", "throughput": 12345.6}
-        live.event("trial_done", {"row": row})
+        live.event(TrialDone(row))
         assert statuses() == ["earlier", "ok", "running"]
         text = _text(live._table())
     assert "12,346" in text  # samples/s, whole numbers with separators
@@ -102,7 +103,7 @@ def test_a_refused_trial_shows_its_reason_and_is_not_counted(out, tmp_path):
     plan = _two_trials()
     [refused] = plan.refused
     with progress.LiveProgress() as live:
-        live.event("planned", {"plan": plan, "sweep_dir": tmp_path})
+        live.event(Planned(plan, tmp_path))
         text = _text(live._table())
     assert live.rows[f"{refused.trial_id}:0"]["status"] == "refused"
     assert refused.refused[:40] in text
@@ -177,11 +178,10 @@ def test_a_halving_search_ends_with_its_pick_and_the_finalists_it_cannot_separat
     rows = [row(a, 0, 900.0), row(b, 0, 1000.0), row(c, 0, 100.0)]
     rows += [row(a, 1, 950.0), row(a, 1, 1010.0, 1), row(b, 1, 1000.0), row(b, 1, 1040.0, 1)]
     with progress.LiveProgress() as live:
-        live.event("planned", {"plan": plan, "sweep_dir": tmp_path})
-        rung = {"rung": 1, "rungs": 2, "steps": 20, "configurations": {a, b}}
-        live.event("rung", rung)
+        live.event(Planned(plan, tmp_path))
+        live.event(RungStarted(rung=1, rungs=2, steps=20, configurations={a, b}))
         for r in rows:
-            live.event("trial_done", {"row": r})
+            live.event(TrialDone(r))
         text = _text(live._table())
     # The title says which rung runs, not counts and an ETA that a search cannot know.
     assert "search rung 1 of 2: 2 configurations for 20 steps" in text

@@ -1,4 +1,4 @@
-"""Where the CLI says MLflow shows a sweep: the "tracking" event (sent from the tracker's own
+"""Where the CLI says MLflow shows a sweep: the `TrackingOpened` event (sent from the tracker's own
 thread once the parent run exists) and the closing summary print the link, each line whole
 (not wrapped, so it stays clickable) and as text (a store path may hold rich markup)."""
 
@@ -10,6 +10,7 @@ import pytest
 from rich.console import Console
 
 from amdahl.cli import progress
+from amdahl.driver.events import TrackingOpened
 from amdahl.track.ui_link import tracking_link
 
 STORE = "sqlite:////data/[runs]/a very long path that a narrow terminal would wrap/mlflow.db"
@@ -26,7 +27,7 @@ def out(monkeypatch) -> io.StringIO:
 def test_the_tracking_event_prints_the_command_and_the_link_from_another_thread(out):
     link = tracking_link(STORE, "3")
     with progress.LiveProgress() as live:
-        sender = threading.Thread(target=live.event, args=("tracking", {"link": link}))
+        sender = threading.Thread(target=live.event, args=(TrackingOpened(link),))
         sender.start()
         sender.join()
     lines = out.getvalue().splitlines()

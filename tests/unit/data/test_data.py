@@ -15,7 +15,7 @@ from amdahl.cli.commands import main
 from amdahl.data.fashion_mnist import convert_fashion_mnist, read_idx
 from amdahl.data.storage import check_source, dataset_path, read_rows, stored_dataset
 from amdahl.worker.input import LoaderSource, host_batches, validation_rows
-from amdahl.workload import make_workload
+from amdahl.workload.code import make_workload
 from workloads.mlp import MLP
 from workloads.resnet import MEAN, STD, ResNet, decode_images
 

@@ -14,7 +14,7 @@ import torch
 from amdahl.data.prepare import ray_dataset, with_preprocessing
 from amdahl.data.storage import read_table, write_parquet_dir
 from amdahl.worker.input import _PreprocessedBatches, validation_rows
-from amdahl.workload import Workload
+from amdahl.workload.api import Workload
 
 ROWS = 8
 

@@ -30,7 +30,7 @@ from amdahl.plan.launches import WorkloadFacts, plan_sweep
 from amdahl.plan.resources import Node
 from amdahl.plan.trials import expand_grid
 from amdahl.spec.load import load_spec
-from amdahl.workload import make_workload
+from amdahl.workload.code import make_workload
 
 ROOT = Path(__file__).resolve().parents[3]
 CLUSTER = ROOT / "cluster.yaml"

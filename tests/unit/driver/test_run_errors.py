@@ -3,7 +3,7 @@ the work queue (worker/work_queue.py) hands a lost item out again once, then giv
 
 from types import SimpleNamespace
 
-from amdahl.driver.tune_events import launch_error
+from amdahl.driver.launch_watch import launch_error
 from amdahl.worker.work_queue import CLOSED, WAIT, WorkItem, WorkQueue, item_key
 
 

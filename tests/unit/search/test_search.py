@@ -1,12 +1,12 @@
-"""Successive halving's decisions (search.py): rungs, promotion with a noise band, constraints,
-budget, replay from rows (resume), and the step-time model's skips."""
+"""Successive halving's decisions (search/halving.py): rungs, promotion with a noise band,
+constraints (search/objectives.py), budget, replay from rows (resume), and the step-time model's
+skips; the search section's checks (search/spec_checks.py)."""
 
 import json
 
 import pytest
 
 from amdahl.search.halving import (
-    Constraint,
     grid_estimate_s,
     predicted_skips,
     promote,
@@ -16,6 +16,7 @@ from amdahl.search.halving import (
     rung_steps,
     trim_to_budget,
 )
+from amdahl.search.objectives import Constraint
 from amdahl.spec.schema import SearchSpec, TargetSpec, TrainSpec
 
 
@@ -223,27 +224,27 @@ def test_the_model_skips_a_configuration_predicted_far_behind_and_says_why():
 
 def test_bad_search_settings_are_refused_before_anything_runs(tmp_path):
     from amdahl.errors import UserError
-    from amdahl.search.halving import check
+    from amdahl.search.spec_checks import check_search
     from amdahl.spec.load import load_spec, validate_spec
 
     base = {"name": "s", "workload": "mlp"}
     with pytest.raises(UserError, match="time_to_target needs train.target"):
-        check(
+        check_search(
             validate_spec({**base, "search": {"method": "halving", "objective": "time_to_target"}})
         )
     halving = {"method": "halving"}
     missing = {"search": {**halving, "calibration": str(tmp_path / "nope.json")}}
     missing = validate_spec({**base, **missing})
     with pytest.raises(UserError, match="search.calibration: cannot read .*nope.json"):
-        check(missing)
+        check_search(missing)
     (tmp_path / "list.json").write_text("[1, 2]")
     with pytest.raises(UserError, match="not a JSON object"):
         listed = {**halving, "calibration": str(tmp_path / "list.json")}
-        check(validate_spec({**base, "search": listed}))
+        check_search(validate_spec({**base, "search": listed}))
     # a grid sweep would ignore halving's settings: refused rather than silently unused
     with pytest.raises(UserError, match=r"search.eta, search.min_steps: only a halving search"):
-        check(validate_spec({**base, "search": {"eta": 4, "min_steps": 5}}))
-    check(validate_spec({**base, "search": {"method": "grid"}}))
+        check_search(validate_spec({**base, "search": {"eta": 4, "min_steps": 5}}))
+    check_search(validate_spec({**base, "search": {"method": "grid"}}))
     from amdahl import run_sweep
 
     with pytest.raises(UserError, match="only a halving search"):  # before anything is made
@@ -261,7 +262,7 @@ def test_bad_search_settings_are_refused_before_anything_runs(tmp_path):
 
 
 def test_calibration_auto_reads_the_sweep_directory_once_it_is_measured(tmp_path):
-    from amdahl.search.halving import calibration, check
+    from amdahl.search.spec_checks import check_search, read_calibration
     from amdahl.spec.load import validate_spec
 
     spec = validate_spec(
@@ -271,11 +272,11 @@ def test_calibration_auto_reads_the_sweep_directory_once_it_is_measured(tmp_path
             "search": {"method": "halving", "calibration": "auto"},
         }
     )
-    check(spec)  # nothing to read before the sweep measures it
+    check_search(spec)  # nothing to read before the sweep measures it
     measured = tmp_path / "calibration.json"
-    assert calibration(spec, measured) is None and calibration(spec) is None
+    assert read_calibration(spec, measured) is None and read_calibration(spec) is None
     measured.write_text(json.dumps({"alpha_s": 1e-4, "bandwidth_Bps": 1e9}))
-    assert calibration(spec, measured)["alpha_s"] == 1e-4
+    assert read_calibration(spec, measured)["alpha_s"] == 1e-4
 
 
 def test_the_reports_final_ranking_says_how_each_finalist_stands_against_the_best():

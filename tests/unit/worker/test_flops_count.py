@@ -17,7 +17,7 @@ from amdahl.errors import UserError
 from amdahl.worker import flops
 from amdahl.worker.flops import count_training_flops, counted_flops, flops_figures
 from amdahl.worker.harness import aggregate_ranks
-from amdahl.workload import check_workload
+from amdahl.workload.data_checks import check_workload
 from workloads.gpt import GPT
 from workloads.mlp import MLP
 

@@ -11,7 +11,7 @@ import torch
 from amdahl.data.prepare import ray_dataset, with_preprocessing
 from amdahl.data.storage import write_parquet_dir
 from amdahl.worker.input import arrow_chunks
-from amdahl.workload import Workload
+from amdahl.workload.api import Workload
 
 ROWS = 23  # not a multiple of the chunk: the last chunk is short
 CHUNK = 5

@@ -19,15 +19,15 @@ from amdahl.errors import UserError
 from amdahl.plan.launches import plan_sweep
 from amdahl.plan.resources import Node
 from amdahl.spec.load import load_spec, validate_spec
-from amdahl.workload import (
-    check_workload,
+from amdahl.workload.code import (
     locate_spec_workload,
     locate_workload,
     make_workload,
     workload_search_path,
 )
+from amdahl.workload.data_checks import check_workload
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 BYO = ROOT / "tests" / "integration" / "byo"
 PLATFORM = Path(sys.executable).parent / "platform"
 TWO_CPUS = [Node(cpus=2.0)]
@@ -244,10 +244,10 @@ def test_shipped_code_has_a_size_limit(tmp_path, clean_imports, monkeypatch):
     (package / "weights.bin").write_bytes(b"0" * 4096)
     (package / "__pycache__").mkdir()
     (package / "__pycache__" / "x.pyc").write_bytes(b"0" * 100_000)  # excluded
-    monkeypatch.setattr("amdahl.workload.MAX_SHIPPED_BYTES", 3000)
+    monkeypatch.setattr("amdahl.workload.code.MAX_SHIPPED_BYTES", 3000)
     with pytest.raises(UserError, match="heavy holds 0 MiB, more than the 0 MiB of code"):
         locate_workload("heavy:Good", [tmp_path])
-    monkeypatch.setattr("amdahl.workload.MAX_SHIPPED_BYTES", 10_000)
+    monkeypatch.setattr("amdahl.workload.code.MAX_SHIPPED_BYTES", 10_000)
     assert locate_workload("heavy:Good", [tmp_path]).ship == (package.resolve(),)
 
 

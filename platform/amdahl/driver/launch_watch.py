@@ -1,4 +1,4 @@
-"""What Tune tells the driver about its launches, and what the driver tells its progress view.
+"""What Tune tells the driver about its launches.
 
 `LaunchWatch` is a Tune callback (it runs in Tune's thread, driver/pool.py's background
 thread): which launches started and ended, and why one failed (`launch_error`, the worker's own
@@ -10,13 +10,9 @@ from __future__ import annotations
 import os
 import threading
 from collections import deque
-from collections.abc import Callable
 from typing import Any
 
 from ray import tune
-
-#: Events the driver emits for whoever renders progress: (kind, payload).
-EventHandler = Callable[[str, dict[str, Any]], None]
 
 
 class LaunchWatch(tune.Callback):

@@ -1,13 +1,12 @@
-"""Measuring a set of trials: the runs they need, put to the sweep's warm worker groups.
+"""`Measurement`: measuring a set of trials in the sweep's warm worker groups.
 
 `Measurement.measure` turns a set of trials (all of a grid sweep, or one rung of a search:
 `rung_spec`) into work items, one per trial repeat, and hands them to the sweep's `LaunchPool`
 (driver/pool.py), whose launches, one per worker-group shape, live for the whole sweep. Rows come
 back through the pool and are recorded by `Measurement.record`, the only writer of
-results.parquet and MLflow. What every launch reads is put in Ray's object store once by the
-driver and shared (`materialise_datasets`); `launch_trainable` fits one launch's TorchTrainer;
-`launch_config` is the workers' contract for one launch (worker.contract), built from the typed
-spec and the planned launch.
+results.parquet and MLflow. `Measurement.calibrate` measures calibration.json in the live
+launch with the most workers. A launch's trainable, its datasets and the workers' contract for
+it are driver/trainable.py's.
 """
 
 from __future__ import annotations
@@ -19,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from amdahl import strategies
 from amdahl.columns import TrialSettings
+from amdahl.driver.events import Calibrating, EventHandler, RungStarted, TrialDone
 from amdahl.driver.pool import LaunchPool
 from amdahl.driver.signals import InterruptFlag
 from amdahl.driver.traces import keep_traces
-from amdahl.driver.tune_events import EventHandler
 from amdahl.plan.launches import SweepPlan
 from amdahl.search.halving import ranks_only, rung_repeats, rung_steps
 from amdahl.spec.schema import SweepSpec
@@ -32,9 +31,6 @@ from amdahl.worker.work_queue import WorkItem, item_key
 
 if TYPE_CHECKING:
     from amdahl.track.tracker import Tracker
-
-#: How often Ray Train's controller collects the rows workers report (seconds).
-_POLL_INTERVAL_S = 0.25
 
 # --------------------------------------------------------------------------- measuring
 
@@ -61,7 +57,7 @@ class Measurement:
         append_rows(self.sweep_dir, [row])
         self.rows.append(row)
         self.tracker.log_trial_soon(row)
-        self.emit("trial_done", {"row": row})
+        self.emit(TrialDone(row))
 
     pool: LaunchPool | None = None
 
@@ -69,7 +65,7 @@ class Measurement:
         self, trial_ids: set[str], finished: set[tuple[str, int]], rung: int | None = None
     ) -> None:
         """Run `trial_ids` (every repeat not in `finished`) in the sweep's launches. `rung`: a
-        search rung, measured with its own `train.steps` (search.rung_steps) and repeats."""
+        search rung, measured with its own `train.steps` (search.halving.rung_steps) and repeats."""
         spec = self.spec if rung is None else rung_spec(self.spec, rung)
         ranking_only = ranks_only(self.spec.search, self.spec.train, rung)
         repeats = range(spec.train.repeats)
@@ -78,12 +74,8 @@ class Measurement:
         if rung is not None:
             all_steps = rung_steps(self.spec.search, self.spec.train)
             steps = all_steps[rung]
-            self.emit(
-                "rung",
-                {"rung": rung, "rungs": len(all_steps), "steps": steps, "configurations": todo},
-            )
-        # Repeat 0 of every trial, then repeat 1, ... (LaunchConfig.schedule's order), each
-        # launch's trials fewest devices first.
+            self.emit(RungStarted(rung, len(all_steps), steps, todo))
+        # Repeat 0 of every trial, then repeat 1, ..., each launch's trials fewest devices first.
         items = [
             WorkItem(item_key(t.trial_id, r, rung), lid, t.trial_id, r, rung, steps, ranking_only)
             for r in repeats
@@ -123,7 +115,7 @@ class Measurement:
         target = SweepDir(self.sweep_dir).calibration
         if target.exists() or not any(_communicates(t.settings) for t in self.plan.runnable):
             return
-        self.emit("calibrating", {"devices": max(t.settings.devices for t in self.plan.runnable)})
+        self.emit(Calibrating(max(t.settings.devices for t in self.plan.runnable)))
         pool = self._pool()
         result = pool.calibrate(2, GPU_MAX_BYTES if self.spec.resources.use_gpu else CPU_MAX_BYTES)
         if result is None:
@@ -136,7 +128,7 @@ class Measurement:
 
 def rung_spec(spec: SweepSpec, rung: int) -> SweepSpec:
     """The spec a search rung runs: `train.steps` (time-to-target: `target.max_steps`) cut to
-    the rung's length, and the rung's repeats (search.rung_repeats)."""
+    the rung's length, and the rung's repeats (search.halving.rung_repeats)."""
     steps = rung_steps(spec.search, spec.train)[rung]
     train = spec.train.model_copy(update={"repeats": rung_repeats(spec.search, spec.train, rung)})
     if train.target is not None:
