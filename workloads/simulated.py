@@ -15,8 +15,9 @@ Each of `layers` layers sleeps, per step and micro-batch,
 times a precision factor (`bf16_factor`, `fp16_factor` for autocast or bf16 weights; 1 in
 fp32), times `straggler_factor` on rank `straggler_rank`, times a uniform jitter of +-`jitter`
 (seeded per rank). The numbers say what the simulated device would take; they are not measured.
-`stated_tflops` states the simulated device's peak: the workload's FLOPs per sample are what
-that peak would execute in the per-sample sleeps, so MFU reads as the share of the step spent
+`stated_tflops` states the simulated device's fp32 peak (`peak_flops`: divided by a
+precision's factor for that precision): the workload's FLOPs per sample are what that peak
+would execute in the per-sample sleeps, so MFU reads as the per-sample share of the step spent
 in the simulated kernels.
 
 Only eager execution: a sleep is not a kernel that TorchScript or torch.compile can take (the
@@ -152,6 +153,13 @@ class SimulatedAccelerator(Workload):
 
     def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return nn.functional.cross_entropy(output, target)
+
+    def peak_flops(self, precision: str) -> float:
+        """The stated fp32 peak, divided by the precision's factor: a device whose bf16 layers
+        take half the time has twice the bf16 peak, as real ones do, so MFU reads alike."""
+        factor = {"bf16": "bf16_factor", "bf16_weights": "bf16_factor", "fp16": "fp16_factor"}
+        name = factor.get(precision)
+        return self.params["stated_tflops"] * 1e12 / (self.params[name] if name else 1.0)
 
     def flops_per_sample(self) -> float:
         """What the stated peak would execute in one sample's share of the sleeps (forward and

@@ -125,6 +125,8 @@ class WorkloadFacts:
     defaults: dict[str, Any]
     preprocesses: bool = False
     input_key: Callable[[dict[str, Any]], Any] | None = None
+    #: Why the workload runs eager only (Workload.eager_only); None: every compile value.
+    eager_only: str | None = None
 
     @classmethod
     def of(cls, spec: SweepSpec) -> WorkloadFacts:
@@ -134,6 +136,7 @@ class WorkloadFacts:
             workload.defaults,
             workload.preprocesses,
             lambda params: make_workload(spec.workload, params).input_key(),
+            workload.eager_only,
         )
 
 
@@ -151,7 +154,7 @@ def plan_sweep(
     facts = workload if workload is not None else WorkloadFacts.of(spec)
     grid = expand_grid(spec, facts.defaults)
     spec, note = auto_resources(spec, grid, nodes)
-    trials = [_make_trial(spec, settings, nodes) for settings in grid]
+    trials = [_make_trial(spec, settings, nodes, facts) for settings in grid]
     if facts.input_key is not None:
         key = facts.input_key
         trials = [
@@ -166,9 +169,13 @@ def plan_sweep(
     )
 
 
-def _make_trial(spec: SweepSpec, settings: TrialSettings, nodes: list[Node]) -> Trial:
+def _make_trial(
+    spec: SweepSpec, settings: TrialSettings, nodes: list[Node], facts: WorkloadFacts
+) -> Trial:
     resources = trial_resources(spec, settings)
     reason = capability_problem(spec, settings) or resource_problem(resources, nodes)
+    if facts.eager_only and settings.compile != "eager":
+        reason = f"compile={settings.compile}: {facts.eager_only}"
     return Trial(
         trial_id=trial_id(spec, settings), settings=settings, resources=resources, refused=reason
     )

@@ -55,6 +55,11 @@ class Workload(abc.ABC):
     #: see (custom kernels, ops without a FlopCounterMode formula).
     flops_override: ClassVar[bool] = False
 
+    #: Why this workload runs eager only (its work is not something TorchScript or
+    #: torch.compile can take, such as a simulated device's sleeps); None: every compile
+    #: value. The planner refuses the others with this reason.
+    eager_only: ClassVar[str | None] = None
+
     def __init__(self, **params: Any):
         unknown = sorted(set(params) - set(self.defaults) - {"data"})
         if unknown:
@@ -99,6 +104,11 @@ class Workload(abc.ABC):
         """Training FLOPs per sample (forward + backward) as you state them: compared with the
         counted figure (the report names both where they differ by more than 10%), and used
         for achieved FLOP/s and MFU only with `flops_override` or where counting failed."""
+        return None
+
+    def peak_flops(self, precision: str) -> float | None:
+        """The peak FLOP/s MFU is read against, where the workload states its device (a
+        simulated one); None (the default): the device's measured peak (worker/peak.py)."""
         return None
 
     def rows(self, split: str) -> int:

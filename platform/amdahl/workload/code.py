@@ -28,6 +28,7 @@ REGISTERED: dict[str, str] = {
     "mlp": "workloads.mlp:MLP",
     "gpt": "workloads.gpt:GPT",
     "resnet": "workloads.resnet:ResNet",
+    "simulated": "workloads.simulated:SimulatedAccelerator",
 }
 
 

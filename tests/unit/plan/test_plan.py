@@ -476,3 +476,19 @@ def test_plan_labels_are_what_the_report_makes_of_the_trials_rows(tmp_path, scal
     batch = "gb64" if scaling == "strong" else "b64"
     # prefetch 4 is the default: named because another trial sets 8
     assert f"d2 {batch} fp32 eager w1 ddp p4 classes=3" in plan.labels.values()
+
+
+def test_an_eager_only_workload_has_its_compiled_trials_refused_with_its_reason():
+    spec = validate_spec(
+        {
+            "workload": "simulated",
+            "grid": {"devices": [1], "compile": ["eager", "torchscript", "inductor"]},
+            "resources": {"cpus_per_device": 0.5, "cpus_per_data_worker": 0.5},
+        }
+    )
+    plan = plan_sweep(spec, TWO_CPUS)
+    refused = {t.settings.compile: t.refused for t in plan.trials}
+    assert refused["eager"] is None
+    for value in ("torchscript", "inductor"):
+        assert refused[value].startswith(f"compile={value}: the simulated accelerator's layers")
+        assert "sweep compile: [eager]" in refused[value]
