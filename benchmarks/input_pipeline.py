@@ -6,7 +6,7 @@ Fashion-MNIST-format rows (raw uint8 bytes in parquet), decoded, augmented and n
 `ResNet.preprocess`. Each round is one launch per arm (a one-rank `LaunchConfig` of the
 benchmark's settings) read by two trials in a row, as the trials of a launch read it:
   ray_data      `data.prepare.with_preprocessing` over the stored rows, one pass sized by
-                `worker.trial.rows_per_launch` (as `driver.trainable.launch_trainable` builds
+                `protocol.sizing.rows_per_launch` (as `driver.trainable.launch_trainable` builds
                 it), split by Ray Train's own `DataConfig` (the streaming split a one-worker
                 group's `get_dataset_shard` returns) and read through `worker.input.
                 launch_stream`: started once per launch (`warm`, timed apart, as the harness
@@ -49,10 +49,10 @@ import torch
 
 from amdahl.data.prepare import ray_dataset, with_preprocessing
 from amdahl.data.storage import dataset_path, put_rows
+from amdahl.protocol.contract import LaunchConfig, TrialConfig, WorkerResources
+from amdahl.protocol.sizing import rows_per_launch
 from amdahl.spec.schema import TrainSpec
-from amdahl.worker.contract import LaunchConfig, TrialConfig, WorkerResources
 from amdahl.worker.input import LoaderSource, host_batches, launch_stream
-from amdahl.worker.trial import rows_per_launch
 from workloads.resnet import ResNet
 
 NAMES = ("ray_data", "torch_loader")

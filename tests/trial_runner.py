@@ -14,8 +14,8 @@ import torch.distributed as dist
 from torch import nn
 
 from amdahl.data.storage import arrow_column
+from amdahl.protocol.contract import LaunchConfig, TrialConfig, WorkerResources
 from amdahl.spec.schema import TrainSpec
-from amdahl.worker.contract import LaunchConfig, TrialConfig, WorkerResources
 from amdahl.worker.input import LoaderSource, validation_rows
 from amdahl.worker.trial import Placement, run_trial_guarded
 from workloads.mlp import MLP

@@ -15,11 +15,11 @@ from typing import Any
 
 from amdahl.driver.launches import Measurement, rung_spec
 from amdahl.driver.trainable import launch_config
+from amdahl.protocol.identity import row_identity
 from amdahl.search import halving as search
 from amdahl.search.halving import SearchState
 from amdahl.sweepdir.layout import SweepDir
 from amdahl.sweepdir.table import read_results
-from amdahl.worker.rows import row_identity
 
 
 def run_halving(run: Measurement) -> SearchState | None:

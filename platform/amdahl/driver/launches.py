@@ -6,7 +6,7 @@
 back through the pool and are recorded by `Measurement.record`, the only writer of
 results.parquet and MLflow. What every launch reads is put in Ray's object store once by the
 driver and shared (`materialise_datasets`); `launch_trainable` fits one launch's TorchTrainer;
-`launch_config` is the workers' contract for one launch (worker.contract), built from the typed
+`launch_config` is the workers' contract for one launch (protocol.contract), built from the typed
 spec and the planned launch.
 """
 
@@ -24,11 +24,11 @@ from amdahl.driver.signals import InterruptFlag
 from amdahl.driver.traces import keep_traces
 from amdahl.driver.tune_events import EventHandler
 from amdahl.plan.launches import SweepPlan
+from amdahl.protocol.items import WorkItem, item_key
 from amdahl.search.halving import ranks_only, rung_repeats, rung_steps
 from amdahl.spec.schema import SweepSpec
 from amdahl.sweepdir.layout import SweepDir
 from amdahl.sweepdir.table import append_rows
-from amdahl.worker.work_queue import WorkItem, item_key
 
 if TYPE_CHECKING:
     from amdahl.track.tracker import Tracker
@@ -82,8 +82,9 @@ class Measurement:
                 "rung",
                 {"rung": rung, "rungs": len(all_steps), "steps": steps, "configurations": todo},
             )
-        # Repeat 0 of every trial, then repeat 1, ... (LaunchConfig.schedule's order), each
-        # launch's trials fewest devices first.
+        # Repeat 0 of every trial, then repeat 1, ..., each launch's trials fewest devices
+        # first: interleaved, a drift of the machine over the launch (another job, a warming
+        # cache, a throttling clock) falls on every configuration's repeats alike.
         items = [
             WorkItem(item_key(t.trial_id, r, rung), lid, t.trial_id, r, rung, steps, ranking_only)
             for r in repeats

@@ -15,8 +15,8 @@ from typing import Any
 
 from amdahl.analysis.overlap import NO_FIGURES, rank_figures, read_trace, trace_figures
 from amdahl.files import private_dir, write_private
+from amdahl.protocol.items import TRACES
 from amdahl.sweepdir.layout import SweepDir
-from amdahl.worker.work_queue import TRACES
 
 _log = logging.getLogger(__name__)
 

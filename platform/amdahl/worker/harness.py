@@ -1,7 +1,7 @@
 """Worker side: a launch's entry point, run inside each Ray Train worker of its worker group.
 
 One launch = one worker group that lives as long as the driver has work of its shape: rank 0
-leases the next trial run from the driver's work queue (worker/work_queue.py), broadcasts it to
+leases the next trial run from the driver's work queue (driver/work_queue.py), broadcasts it to
 the group, every rank runs it (worker/trial.py; ranks beyond the trial's device count wait), and
 rank 0 gathers the per-rank measurements into one results row and acknowledges the run with it.
 Before the first run each rank reads the validation split, measures its peak FLOP/s and starts
@@ -24,16 +24,16 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from amdahl.worker.calibration import calibration_result, message_sizes
-from amdahl.worker.contract import LaunchConfig, TrialConfig
+from amdahl.protocol.contract import LaunchConfig, TrialConfig
+from amdahl.protocol.identity import failure_status, row_identity
+from amdahl.protocol.items import CLOSED, WAIT, WorkItem, message_sizes
+from amdahl.worker.calibration_measurement import calibration_result
 from amdahl.worker.flops import flops_figures
 from amdahl.worker.input import train_source, validation_rows
 from amdahl.worker.peak import measure_peak_flops
-from amdahl.worker.rows import failure_status, row_identity
 from amdahl.worker.training import ProcessPoisoned, process_versions
 from amdahl.worker.trial import Placement, run_trial_guarded
 from amdahl.worker.utilisation import utilisation_columns
-from amdahl.worker.work_queue import CLOSED, WAIT, WorkItem
 from amdahl.worker.worlds import TrialWorlds
 from amdahl.workload import Workload, make_workload
 

@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from amdahl.data.storage import ROWS_PER_BLOCK, arrow_column, read_rows, table_columns
-from amdahl.worker.contract import LaunchConfig
+from amdahl.protocol.contract import LaunchConfig
 from amdahl.workload import Workload
 
 if TYPE_CHECKING:

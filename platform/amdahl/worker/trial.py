@@ -36,12 +36,13 @@ import torch
 import torch.distributed as dist
 
 from amdahl.columns import history_steps
-from amdahl.worker.contract import LaunchConfig, TrialConfig
+from amdahl.protocol.contract import LaunchConfig, TrialConfig
+from amdahl.protocol.sizing import EXPOSED_COMM_PAIRS, profiles
 from amdahl.worker.feed import DeviceFeed
 from amdahl.worker.flops import counted_flops
 from amdahl.worker.input import host_batches
 from amdahl.worker.peak import measure_peak_flops
-from amdahl.worker.profile import PROFILE_WARMUP, profile_steps_pass, profiles
+from amdahl.worker.profile import profile_steps_pass
 from amdahl.worker.stepclock import StepClock, StepMarks, attribute, clock_for, hold
 from amdahl.worker.sync import SyncStrategy, make_strategy, model_state_bytes, unwrap
 from amdahl.worker.training import (
@@ -59,10 +60,6 @@ from amdahl.worker.training import (
 )
 from amdahl.worker.utilisation import UtilisationSampler
 from amdahl.workload import Workload
-
-#: Interleaved pairs of (synced, no_sync) forward+backward passes run after the measured window.
-CALIBRATION_PAIRS = 5
-
 
 # --------------------------------------------------------------------------- one trial
 
@@ -373,38 +370,13 @@ def _history(
     }
 
 
-# --------------------------------------------------------------------------- rows a launch reads
-
-
-def rows_per_rank(launch: LaunchConfig) -> int:
-    """Training rows the largest trial of a launch reads on one rank (warmup, measured steps
-    with their micro-batches, exposed-communication calibration, and the step the feed holds
-    ahead): how much data the launch's input streams in one pass, so that no epoch boundary
-    falls inside a trial."""
-    return max(_rows_per_trial(launch, trial) for trial in launch.trials)
-
-
-def rows_per_launch(launch: LaunchConfig) -> int:
-    """Training rows one rank reads over every trial and repeat of a launch: what one pass of
-    a launch-long input stream (worker.input.LaunchStream) must hold."""
-    return launch.train.repeats * sum(_rows_per_trial(launch, t) for t in launch.trials)
-
-
-def _rows_per_trial(launch: LaunchConfig, trial: TrialConfig) -> int:
-    # + one step's micro-batches: what the feed holds ahead after the last step
-    passes = (launch.steps_per_trial + 1) * trial.micro_steps + CALIBRATION_PAIRS
-    if profiles(launch.train.profile_steps, trial.devices, trial.sync, False):
-        passes += (PROFILE_WARMUP + launch.train.profile_steps) * trial.micro_steps
-    return passes * trial.per_device_batch
-
-
 # ------------------------------------------------ measured outside the window: comm, validation
 
 
 def _exposed_communication(t: _Trial) -> float | None:
     """Exposed gradient communication per step, estimated outside the measured window.
 
-    Method: CALIBRATION_PAIRS interleaved pairs of forward+backward passes, one with DDP's
+    Method: EXPOSED_COMM_PAIRS interleaved pairs of forward+backward passes, one with DDP's
     gradient all-reduce and one under `no_sync()` (no all-reduce, no optimizer step, gradients
     discarded), on the same batches; exposed communication = median(synced) - median(no_sync),
     clipped at 0. It counts only the all-reduce time that backward could not hide, which is
@@ -416,7 +388,7 @@ def _exposed_communication(t: _Trial) -> float | None:
     if ddp is None or t.trial.inductor:
         return None
     timings: dict[bool, list[tuple[Any, Any]]] = {True: [], False: []}
-    for _ in range(CALIBRATION_PAIRS):
+    for _ in range(EXPOSED_COMM_PAIRS):
         batch = next(t.feed)
         for synced in (True, False):
             with contextlib.nullcontext() if synced else ddp.no_sync():

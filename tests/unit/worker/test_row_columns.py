@@ -15,9 +15,9 @@ import torch
 from trial_runner import PARAMS, launch_config, run, trial_config
 
 from amdahl.columns import COLUMNS
+from amdahl.protocol.identity import row_identity
 from amdahl.sweepdir.table import append_rows, read_results
 from amdahl.worker.harness import results_row
-from amdahl.worker.rows import row_identity
 from workloads.mlp import MLP
 
 STAMP = "2025-01-01T12:00:00+00:00"

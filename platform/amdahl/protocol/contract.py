@@ -1,22 +1,29 @@
-"""The driver -> worker contract: everything a launch's workers need, as frozen dataclasses.
+"""The driver -> worker contract: everything a launch's workers need, as frozen dataclasses,
+and the process-group timeout a launch's trials need.
 
-The driver (driver/sweep.py) builds one `LaunchConfig` per launch from the typed spec and the
-plan; it crosses process boundaries by pickle (Tune's param space, Ray Train's
-`train_loop_config`), and the worker side (harness, trial, input, training, worlds) reads only
-its fields. Pure: no Ray, no torch (docs/architecture.md, "The launch contract").
+The driver (driver/trainable.py, `launch_config`) builds one `LaunchConfig` per launch from the
+typed spec and the plan; it crosses process boundaries by pickle (Tune's param space, Ray
+Train's `train_loop_config`), and the worker side (harness, trial, input, training, worlds)
+reads only its fields. Pure: no Ray, no torch (docs/architecture.md, "The launch contract").
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from amdahl import columns, strategies
+from amdahl.protocol.items import WorkItem
 from amdahl.spec.schema import TargetSpec, TrainSpec
 
-if TYPE_CHECKING:
-    from amdahl.worker.work_queue import WorkItem
+#: Process-group timeout (seconds) for a launch's groups (Ray Train's TorchConfig and the ones
+#: worker/worlds.py rebuilds), by the slowest compilation its trials may run before their first
+#: collective: a rank compiling longer than this leaves its peers' collective to time out, and
+#: then NCCL's error handling aborts the process. max-autotune benchmarks many kernels per graph
+#: (tens of minutes for a large model is not unusual).
+COLLECTIVE_TIMEOUT_S = {"eager": 600, "torchscript": 600, "inductor": 1800, "max-autotune": 3600}
 
 
 @dataclass(frozen=True)
@@ -105,8 +112,7 @@ class WorkerResources:
 
 @dataclass(frozen=True)
 class LaunchConfig:
-    """One launch: a worker group running `trials` one after another (plan.Launch), in the
-    order `schedule` gives."""
+    """One launch: a worker group running `trials` (plan.Launch), one work item at a time."""
 
     launch_id: str
     sweep: str
@@ -128,7 +134,7 @@ class LaunchConfig:
     placement: str
     storage_path: str
     run_name: str
-    #: The driver's work queue (a Ray actor handle, worker/work_queue.py) this launch leases
+    #: The driver's work queue (a Ray actor handle, driver/work_queue.py) this launch leases
     #: its items from; None where a launch is run by hand (tests run one trial directly).
     queue: Any = None
     #: search: halving: the rung this item measures (`train.steps` is the rung's), else None.
@@ -174,13 +180,17 @@ class LaunchConfig:
             self, train=train, rung=item.rung, ranking_only=item.ranking_only
         )
 
-    def schedule(self) -> list[tuple[TrialConfig, int]]:
-        """The (trial, repeat) runs in the order the workers run them: repeat 0 of every trial,
-        then repeat 1 of every trial, and so on. Interleaved, a drift of the machine over the
-        launch (another job, a warming cache, a throttling clock) falls on every configuration's
-        repeats alike instead of on whichever ran last, so repeats compare configurations."""
-        return [(t, r) for r in range(self.train.repeats) for t in self.trials]
-
     def with_inputs(self, **inputs: Any) -> LaunchConfig:
         """A copy carrying the driver's object refs (`val_rows`, `train_rows`, `train_shards`)."""
         return dataclasses.replace(self, **inputs)
+
+
+def collective_timeout_s(trials: Iterable[TrialConfig]) -> int:
+    """The longest collective timeout any of a launch's trials needs."""
+    longest = COLLECTIVE_TIMEOUT_S["eager"]
+    for trial in trials:
+        kind = trial.compile
+        if kind == "inductor" and trial.options.get("compile_mode") == "max-autotune":
+            kind = "max-autotune"
+        longest = max(longest, COLLECTIVE_TIMEOUT_S[kind])
+    return longest

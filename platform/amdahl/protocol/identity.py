@@ -11,8 +11,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from amdahl.columns import SETTING_COLUMNS
+from amdahl.protocol.contract import LaunchConfig, TrialConfig
 from amdahl.spec.schema import TargetSpec
-from amdahl.worker.contract import LaunchConfig, TrialConfig
 
 
 def row_identity(
