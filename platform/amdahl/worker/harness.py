@@ -83,14 +83,16 @@ def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
         if item.kind == "calibrate":
             _calibrate(launch, item, worlds, rank, device)
             continue
-        trial, run = trials[item.trial_id], launch.for_item(item)
+        trial, item_launch = trials[item.trial_id], launch.for_item(item)
         if not worlds.enter(trial.devices):
             continue  # an idle rank: the next item's broadcast is its barrier
         if trial.devices not in shards:
             shards[trial.devices] = train_source(
                 launch, workload, rank, trial.devices, device.type == "cuda"
             )
-        row = _run_item(run, item, trial, workload, shards[trial.devices], val, rank, device)
+        row = _run_item(
+            item_launch, item, trial, workload, shards[trial.devices], val, rank, device
+        )
         if rank == 0:
             ray.get(launch.queue.ack.remote(item.key, {**row, **launch_start}))
         launch_start = {}

@@ -244,11 +244,11 @@ def _train(t: _Trial, val: dict[str, np.ndarray], setup_s: float) -> dict[str, A
     lr = LRSchedule.for_trial(launch.train, t.trial.per_device_batch * t.where.world * micro_steps)
     warm, target = launch.train.warmup_steps, launch.target
 
-    run = _LoopRecord()
+    record = _LoopRecord()
     train_start = window_start = time.perf_counter()
     for step in range(launch.steps_per_trial):
         if step == warm:
-            with hold(clock, run.held):  # cut out of this step's data wait (stepclock.py)
+            with hold(clock, record.held):  # cut out of this step's data wait (stepclock.py)
                 gc.freeze()  # collections in the window skip what existed before it
                 window_start = time.perf_counter()
                 t.utilisation.start()
@@ -266,23 +266,23 @@ def _train(t: _Trial, val: dict[str, np.ndarray], setup_s: float) -> dict[str, A
         strategy.after_step(model, step)
         marks.append(clock.mark())
         feed.prefetch(micro_steps)  # the next step's batches, copied while this one computes
-        run.steps.append(StepMarks(taken.host_wait, marks, taken.copies, run.held))
-        run.losses.append(loss.detach())  # the step's last micro-batch's
-        run.held = []
+        record.steps.append(StepMarks(taken.host_wait, marks, taken.copies, record.held))
+        record.losses.append(loss.detach())  # the step's last micro-batch's
+        record.held = []
         if target and step >= warm and (step + 1 - warm) % target.eval_every == 0:
-            with hold(clock, run.held):
+            with hold(clock, record.held):
                 eval_start = time.perf_counter()
                 if target_reached(_evaluate(t, val), target):
-                    run.reached = (step + 1, eval_start - train_start - run.eval_s)
-                run.eval_s += time.perf_counter() - eval_start
-            if run.reached:
+                    record.reached = (step + 1, eval_start - train_start - record.eval_s)
+                record.eval_s += time.perf_counter() - eval_start
+            if record.reached:
                 break
     clock.synchronize()
-    run.window_s = time.perf_counter() - window_start - run.eval_s
+    record.window_s = time.perf_counter() - window_start - record.eval_s
     t.utilisation.stop()
     gc.unfreeze()
-    run.lr_peak = lr.peak
-    return _trial_stats(t, run, val, setup_s)
+    record.lr_peak = lr.peak
+    return _trial_stats(t, record, val, setup_s)
 
 
 @dataclass
@@ -301,22 +301,22 @@ class _LoopRecord:
 
 
 def _trial_stats(
-    t: _Trial, run: _LoopRecord, val: dict[str, np.ndarray], setup_s: float
+    t: _Trial, record: _LoopRecord, val: dict[str, np.ndarray], setup_s: float
 ) -> dict[str, Any]:
     """This rank's measurements of one trial, from the loop's record (after the loop, so the
     loop itself does no bookkeeping beyond its marks)."""
     warm = t.launch.train.warmup_steps
     full = not t.launch.ranking_only
     comm_s = _exposed_communication(t) if full else None
-    phases = attribute(run.steps, t.clock)
+    phases = attribute(record.steps, t.clock)
     measured = phases[warm:]
     steady = statistics.median(p["total"] for p in measured)
     first_step = phases[0]["total"] + phases[0]["data_wait"]
     val_loss, val_acc = _evaluate(t, val) if full else (None, None)
     mean = lambda key: statistics.fmean(p[key] for p in measured)  # noqa: E731
-    losses = run.losses
+    losses = record.losses
     return {
-        "window_s": run.window_s,
+        "window_s": record.window_s,
         "step_time_s": steady,
         "step_time_max_s": max(p["total"] for p in measured),
         "data_wait_s": mean("data_wait"),
@@ -336,11 +336,11 @@ def _trial_stats(
         "val_accuracy": val_acc,
         "micro_steps": t.strategy.micro_steps,
         "measured_steps": len(measured),
-        "lr": run.lr_peak,
-        "steps_to_target": run.reached[0] if run.reached else None,
-        "time_to_target_s": run.reached[1] if run.reached else None,
+        "lr": record.lr_peak,
+        "steps_to_target": record.reached[0] if record.reached else None,
+        "time_to_target_s": record.reached[1] if record.reached else None,
         "comm_s": comm_s,
-        "history": _history(phases, losses, run.steps, t.clock),
+        "history": _history(phases, losses, record.steps, t.clock),
         "utilisation": t.utilisation.series(),
     }
 
