@@ -47,6 +47,7 @@ from typing import Any
 
 import torch
 
+from amdahl.columns import TrialSettings
 from amdahl.data.prepare import ray_dataset, with_preprocessing
 from amdahl.data.storage import dataset_path, put_rows
 from amdahl.protocol.contract import LaunchConfig, TrialConfig, WorkerResources
@@ -62,19 +63,20 @@ def bench_launch(args, params: dict, path: str, name: str, workers: int) -> Laun
     """A one-rank launch of this benchmark's trial settings whose two repeats are the two
     consumers (ingest, train): `rows_per_launch` then sizes the ray_data pass as a sweep's
     trainable sizes it, for the longer of the two."""
-    trial = TrialConfig(
-        trial_id=f"bench-{name}",
+    settings = TrialSettings(
         devices=1,
         batch_size=args.batch,
-        per_device_batch=args.batch,
         precision="fp32",
         compile="eager",
         sync="none",
         data_workers=workers,
         input=name,
         prefetch_batches=args.prefetch,
+        axis_params={},
         params=params,
+        options={},
     )
+    trial = TrialConfig(trial_id=f"bench-{name}", settings=settings, per_device_batch=args.batch)
     return LaunchConfig(
         launch_id=f"bench-{name}",
         sweep="input_pipeline",
@@ -131,7 +133,8 @@ class Arm:
     def batches(self) -> Iterator[dict[str, torch.Tensor]]:
         """One trial's stream of host batches (CPU: no pinning)."""
         trial = self.launch.trials[0]
-        return host_batches(self.source, trial.per_device_batch, trial.prefetch_batches, False)
+        prefetch = trial.settings.prefetch_batches
+        return host_batches(self.source, trial.per_device_batch, prefetch, False)
 
     def close(self) -> None:
         """Stop the launch's input before the next arm runs: the split's executor is shut down

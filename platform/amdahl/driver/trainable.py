@@ -90,7 +90,7 @@ def launch_trainable(
         # The shared base rows, then this launch's preprocessing with data_workers tasks.
         train_data["train"] = with_preprocessing(
             datasets[f"ray_data:{launch.dataset_key}"],
-            make_workload(launch.workload, launch.trials[0].params),
+            make_workload(launch.workload, launch.trials[0].settings.params),
             launch.data_workers,
             res.cpus_per_data_worker,
             max(t.per_device_batch for t in launch.trials),

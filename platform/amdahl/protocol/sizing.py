@@ -45,6 +45,6 @@ def rows_per_launch(launch: LaunchConfig) -> int:
 def _rows_per_trial(launch: LaunchConfig, trial: TrialConfig) -> int:
     # + one step's micro-batches: what the feed holds ahead after the last step
     passes = (launch.steps_per_trial + 1) * trial.micro_steps + EXPOSED_COMM_PAIRS
-    if profiles(launch.train.profile_steps, trial.devices, trial.sync, False):
+    if profiles(launch.train.profile_steps, trial.settings.devices, trial.settings.sync, False):
         passes += (PROFILE_WARMUP + launch.train.profile_steps) * trial.micro_steps
     return passes * trial.per_device_batch

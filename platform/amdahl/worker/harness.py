@@ -62,7 +62,7 @@ def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
     torch.set_num_threads(launch.resources.torch_threads)
     # The launch's input (stored rows, preprocessing, validation split) is the same for every
     # trial (plan: Workload.input_key); model and loss come from each trial's own params.
-    workload = make_workload(launch.workload, launch.trials[0].params)
+    workload = make_workload(launch.workload, launch.trials[0].settings.params)
     shards, val = _before_first_trial(launch, workload, rank, device)
     # Everything alive now lives for the whole launch: keep it out of the collections that
     # each trial's memory reset runs (a full collection of torch's and Ray's ~380k objects
@@ -84,15 +84,12 @@ def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
             _calibrate(launch, item, worlds, rank, device)
             continue
         trial, item_launch = trials[item.trial_id], launch.for_item(item)
-        if not worlds.enter(trial.devices):
+        devices = trial.settings.devices
+        if not worlds.enter(devices):
             continue  # an idle rank: the next item's broadcast is its barrier
-        if trial.devices not in shards:
-            shards[trial.devices] = train_source(
-                launch, workload, rank, trial.devices, device.type == "cuda"
-            )
-        row = _run_item(
-            item_launch, item, trial, workload, shards[trial.devices], val, rank, device
-        )
+        if devices not in shards:
+            shards[devices] = train_source(launch, workload, rank, devices, device.type == "cuda")
+        row = _run_item(item_launch, item, trial, workload, shards[devices], val, rank, device)
         if rank == 0:
             ray.get(launch.queue.ack.remote(item.key, {**row, **launch_start}))
         launch_start = {}
@@ -144,7 +141,7 @@ def _run_item(
     rank: int,
     device: torch.device,
 ) -> dict[str, Any]:
-    """Run one item on this rank (one of the trial's `trial.devices` ranks) and return its
+    """Run one item on this rank (one of the trial's `devices` ranks) and return its
     results row (complete on rank 0). A failure that must end the worker group (a poisoned
     process, a rank stranded in a collective) is given up in the queue with its reason first,
     so the restarted group does not run it again."""
@@ -152,12 +149,9 @@ def _run_item(
 
     started = time.perf_counter()
     stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-    where = Placement(device, rank, trial.devices)
-    own = (
-        workload
-        if trial.params == workload.params
-        else make_workload(launch.workload, trial.params)
-    )
+    devices, params = trial.settings.devices, trial.settings.params
+    where = Placement(device, rank, devices)
+    own = workload if params == workload.params else make_workload(launch.workload, params)
     stats, error, kind = run_trial_guarded(own, trial, launch, source, val, where)
     _ship_trace(launch, item, rank, stats)
     try:
@@ -165,12 +159,12 @@ def _run_item(
             # No collective can run in this process any more: end the worker group; the
             # driver starts a new one for the rest.
             raise ProcessPoisoned(error.splitlines()[0])
-        _wait_for_every_rank(item.key, error, trial.devices)
+        _wait_for_every_rank(item.key, error, devices)
     except (ProcessPoisoned, RankStranded) as e:
         reason = f"launch failed: {type(e).__name__}: {e}"
         ray.get(launch.queue.fail.remote(item.key, reason))
         raise
-    gathered = _gather(stats, error, trial.devices)
+    gathered = _gather(stats, error, devices)
     return results_row(launch, trial, item.repeat, gathered, started, stamp, device)
 
 
@@ -197,7 +191,7 @@ def _before_first_trial(
     # The peak FLOP/s (the MFU denominator) of every precision the launch uses, measured once,
     # before any trial's model holds memory (a probe beside a model near the memory limit
     # could turn a trial that fits into an "oom").
-    for precision in sorted({t.precision for t in launch.trials}):
+    for precision in sorted({t.settings.precision for t in launch.trials}):
         measure_peak_flops(device, precision)
 
     # A launch whose workload preprocesses streams its input through Ray Train's split: start

@@ -149,7 +149,8 @@ def run_trial(
     are forgotten, TF32 is on only for tf32 and restored after, and an inductor trial compiles
     into fresh caches unless `options.compile_cache: warm` asks for the shared ones."""
     device = where.device
-    with tf32_flags(trial.precision == "tf32"), compile_caches(trial.compile_cache == "cold"):
+    tf32, fresh_caches = trial.settings.precision == "tf32", trial.compile_cache == "cold"
+    with tf32_flags(tf32), compile_caches(fresh_caches):
         reset_process_state()
         mem_baseline = memory_reset(device)
         setup_start = time.perf_counter()
@@ -174,18 +175,17 @@ def run_trial(
         if where.rank == 0:
             stats["flops_counted"], stats["flops_count_s"] = counted_flops(workload, feed.peek)
         del feed
-        stats["peak_flops"] = measure_peak_flops(device, trial.precision)
+        stats["peak_flops"] = measure_peak_flops(device, trial.settings.precision)
         return stats
 
 
 def _start_trial(
     workload: Workload, trial: TrialConfig, launch: LaunchConfig, source: Any, where: Placement
 ) -> _Trial:
-    precision = Precision.of(trial.precision)
+    precision = Precision.of(trial.settings.precision)
     model, optimizer, strategy, wrap_s = build_trial_model(workload, trial, launch, where.device)
-    batches = host_batches(
-        source, trial.per_device_batch, trial.prefetch_batches, where.device.type == "cuda"
-    )
+    prefetch, pin = trial.settings.prefetch_batches, where.device.type == "cuda"
+    batches = host_batches(source, trial.per_device_batch, prefetch, pin)
     return _Trial(
         workload=workload,
         trial=trial,
@@ -214,21 +214,22 @@ def build_trial_model(
     timed: the strategy's wrapping and the optimizer are not compilation (a process's first
     optimizer imports torch._dynamo, seconds that are not the trial's compile cost).
     """
+    settings = trial.settings
     torch.manual_seed(launch.train.seed)
     model = workload.build_model().to(device)
-    weights = Precision.of(trial.precision).weights_dtype
+    weights = Precision.of(settings.precision).weights_dtype
     if weights is not None:
         model = model.to(weights)
     wrap_s = 0.0
-    if trial.compile == "torchscript":
+    if settings.compile == "torchscript":
         start = time.perf_counter()
         model = torch.jit.script(model)
         wrap_s = time.perf_counter() - start
-    strategy = make_strategy(trial.sync, trial.options, device)
+    strategy = make_strategy(settings.sync, settings.options, device)
     model, optimizer = strategy.prepare(model, make_optimizer_factory(launch.train))
     if trial.inductor:
         start = time.perf_counter()
-        model = torch.compile(model, mode=trial.options["compile_mode"])
+        model = torch.compile(model, mode=settings.options["compile_mode"])
         wrap_s = time.perf_counter() - start
     return model, optimizer, strategy, wrap_s
 
@@ -328,7 +329,7 @@ def _trial_stats(
         "warmup_s": sum(p["total"] + p["data_wait"] for p in phases[:warm]),
         "first_step_s": first_step,
         "compile_s": t.wrap_s + max(0.0, first_step - steady)
-        if t.trial.compile != "eager"
+        if t.trial.settings.compile != "eager"
         else 0.0,
         "setup_s": setup_s,
         "final_loss": float(torch.stack(losses[-min(5, len(losses)) :]).float().mean()),
@@ -407,7 +408,9 @@ def _profile(t: _Trial) -> dict[str, Any]:
     `profile_s`, and this rank's compressed Chrome trace (`trace`, which the harness ships to
     the driver apart from the row) or why there is none (`trace_error`)."""
     launch = t.launch
-    if not profiles(launch.train.profile_steps, t.where.world, t.trial.sync, launch.ranking_only):
+    if not profiles(
+        launch.train.profile_steps, t.where.world, t.trial.settings.sync, launch.ranking_only
+    ):
         return {"profile_s": None}
     traced = profile_steps_pass(
         lambda step: _untimed_step(t, step),
