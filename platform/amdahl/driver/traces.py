@@ -2,7 +2,7 @@
 row's overlap columns before the row is recorded (docs/architecture.md, "Traces and overlap").
 
 The ranks' compressed Chrome traces come with the row from the work queue (`WorkQueue.attach`,
-under `work_queue.TRACES`), so a worker on another node needs no shared filesystem; the driver
+under `protocol.items.TRACES`), so a worker on another node needs no shared filesystem; the driver
 alone writes them, as it alone writes results.parquet. analysis/overlap.py computes the
 columns; a trace that cannot be read costs its columns (a warning), never the row.
 """
