@@ -6,7 +6,7 @@ Fashion-MNIST-format rows (raw uint8 bytes in parquet), decoded, augmented and n
 `ResNet.preprocess`. Each round is one launch per arm (a one-rank `LaunchConfig` of the
 benchmark's settings) read by two trials in a row, as the trials of a launch read it:
   ray_data      `data.prepare.with_preprocessing` over the stored rows, one pass sized by
-                `worker.trial.rows_per_launch` (as `driver.trainable.launch_trainable` builds
+                `protocol.sizing.rows_per_launch` (as `driver.trainable.launch_trainable` builds
                 it), split by Ray Train's own `DataConfig` (the streaming split a one-worker
                 group's `get_dataset_shard` returns) and read through `worker.input.
                 launch_stream`: started once per launch (`warm`, timed apart, as the harness
@@ -47,12 +47,13 @@ from typing import Any
 
 import torch
 
+from amdahl.columns import TrialSettings
 from amdahl.data.prepare import ray_dataset, with_preprocessing
 from amdahl.data.storage import dataset_path, put_rows
+from amdahl.protocol.contract import LaunchConfig, TrialConfig, WorkerResources
+from amdahl.protocol.sizing import rows_per_launch
 from amdahl.spec.schema import TrainSpec
-from amdahl.worker.contract import LaunchConfig, TrialConfig, WorkerResources
 from amdahl.worker.input import LoaderSource, host_batches, launch_stream
-from amdahl.worker.trial import rows_per_launch
 from workloads.resnet import ResNet
 
 NAMES = ("ray_data", "torch_loader")
@@ -62,19 +63,20 @@ def bench_launch(args, params: dict, path: str, name: str, workers: int) -> Laun
     """A one-rank launch of this benchmark's trial settings whose two repeats are the two
     consumers (ingest, train): `rows_per_launch` then sizes the ray_data pass as a sweep's
     trainable sizes it, for the longer of the two."""
-    trial = TrialConfig(
-        trial_id=f"bench-{name}",
+    settings = TrialSettings(
         devices=1,
         batch_size=args.batch,
-        per_device_batch=args.batch,
         precision="fp32",
         compile="eager",
         sync="none",
         data_workers=workers,
         input=name,
         prefetch_batches=args.prefetch,
+        axis_params={},
         params=params,
+        options={},
     )
+    trial = TrialConfig(trial_id=f"bench-{name}", settings=settings, per_device_batch=args.batch)
     return LaunchConfig(
         launch_id=f"bench-{name}",
         sweep="input_pipeline",
@@ -131,7 +133,8 @@ class Arm:
     def batches(self) -> Iterator[dict[str, torch.Tensor]]:
         """One trial's stream of host batches (CPU: no pinning)."""
         trial = self.launch.trials[0]
-        return host_batches(self.source, trial.per_device_batch, trial.prefetch_batches, False)
+        prefetch = trial.settings.prefetch_batches
+        return host_batches(self.source, trial.per_device_batch, prefetch, False)
 
     def close(self) -> None:
         """Stop the launch's input before the next arm runs: the split's executor is shut down

@@ -17,9 +17,11 @@ HEAVY = ("ray", "torch", "mlflow")
 #: The bottom: the shared vocabulary and helpers every layer may use.
 BASE = {"errors", "files", "columns", "strategies", "workload"}
 #: What each part of amdahl may import (besides itself). The driver/worker line is the one that
-#: matters most: the worker side sees only its own folder, the typed train section it receives
-#: (spec.schema), the stored data it reads and the base; nothing but the driver and the CLI
-#: reaches the driver, and nothing but the CLI reaches the CLI.
+#: matters most: the two sides meet in the protocol (plain data and pure functions both import);
+#: the worker side sees only its own folder, the protocol, the typed train section it receives
+#: (spec.schema), the stored data it reads and the base; the driver reaches the worker side only
+#: through its entry points (WORKER_ENTRY_POINTS); nothing but the driver and the CLI reaches
+#: the driver, and nothing but the CLI reaches the CLI.
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "files": set(),
@@ -30,13 +32,14 @@ ALLOWED: dict[str, set[str]] = {
     "plan": BASE | {"spec", "analysis"},
     "sweepdir": BASE | {"spec", "plan"},
     "data": BASE,
-    "worker": BASE | {"spec.schema", "data.storage"},
+    "protocol": BASE | {"spec.schema"},
+    "worker": BASE | {"protocol", "spec.schema", "data.storage"},
     "analysis": BASE | {"spec"},
     "search": BASE | {"spec", "analysis"},
     "report": BASE | {"spec", "plan", "sweepdir", "analysis", "search"},
     "track": BASE | {"spec", "sweepdir", "analysis", "report"},
     "driver": BASE
-    | {"spec", "plan", "sweepdir", "data", "worker", "analysis", "search"}
+    | {"spec", "plan", "sweepdir", "data", "protocol", "worker", "analysis", "search"}
     | {"report", "track"},
     "cli": BASE
     | {"spec", "plan", "sweepdir", "data", "analysis", "search", "report", "track"}
@@ -44,8 +47,11 @@ ALLOWED: dict[str, set[str]] = {
 }
 #: Pure parts: no Ray, torch or MLflow at import time, so they load fast and test without them.
 PURE = ["errors", "files", "columns", "strategies", "spec", "plan", "sweepdir", "analysis"]
-PURE += ["search", "report", "worker.contract", "worker.stepclock", "track.records"]
+PURE += ["search", "report", "protocol", "worker.stepclock", "track.records"]
 PURE += ["driver.events"]
+#: The only worker modules the driver imports: the launch's training function and the
+#: calibration measurement, each run inside Ray Train workers (all else goes through protocol).
+WORKER_ENTRY_POINTS = {"amdahl.worker.harness", "amdahl.worker.calibration_measurement"}
 
 
 def _module_name(path: Path) -> str:
@@ -185,6 +191,18 @@ def test_pure_parts_load_no_heavy_library_through_their_imports_either():
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _part(m) == "driver"))
+def test_the_driver_reaches_the_worker_side_only_through_its_entry_points(module):
+    """The driver hands work to the workers through the protocol (plain data that crosses
+    processes) and starts them with an entry point; it imports no other worker module."""
+    reached = {n for n in _amdahl_imports(module) if _part(n) == "worker" and n in MODULES}
+    assert reached <= WORKER_ENTRY_POINTS, f"{module} imports {sorted(reached)}"
+
+
+def test_the_worker_entry_points_exist_and_are_at_most_three():
+    assert WORKER_ENTRY_POINTS <= set(MODULES) and len(WORKER_ENTRY_POINTS) <= 3
+
+
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if _part(m) == "worker"))
 def test_worker_modules_never_reach_the_tracker(module):
     assert not {n for n in _imports(module) if n.startswith(("amdahl.track", "mlflow"))}
@@ -199,11 +217,14 @@ def test_workloads_use_only_the_public_api(path):
 
 
 @pytest.mark.parametrize(
-    "module", sorted(m for m in MODULES if _part(m) == "cli") + ["amdahl.driver.cluster"]
+    "module",
+    sorted(m for m in MODULES if _part(m) == "cli")
+    + ["amdahl.driver.cluster", "amdahl.driver.calibrate"],
 )
 def test_what_the_cli_imports_loads_nothing_heavy_at_import(module):
     """`platform --help` stays instant, and `platform plan` loads no Ray: the CLI and the
-    driver import Ray, torch and MLflow inside the functions that use them."""
+    driver import Ray, torch and MLflow (and the worker side) inside the functions that use
+    them."""
     imported = _imports(module, module_level_only=True)
     assert not {n for n in imported if n.split(".")[0] in HEAVY}
 

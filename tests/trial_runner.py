@@ -13,9 +13,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from amdahl.columns import TrialSettings
 from amdahl.data.storage import arrow_column
+from amdahl.protocol.contract import LaunchConfig, TrialConfig, WorkerResources
 from amdahl.spec.schema import TrainSpec
-from amdahl.worker.contract import LaunchConfig, TrialConfig, WorkerResources
 from amdahl.worker.input import LoaderSource, validation_rows
 from amdahl.worker.trial import Placement, run_trial_guarded
 from workloads.mlp import MLP
@@ -54,11 +55,13 @@ def settings(**overrides: Any) -> dict[str, Any]:
 
 
 def trial_config(base: dict[str, Any] | None = None, **overrides: Any) -> TrialConfig:
-    """A TrialConfig from `settings()` (or `base`) with `overrides`."""
-    s = {**(base or settings()), **overrides}
-    fields = TrialConfig.__dataclass_fields__
-    s.setdefault("trial_id", "trial")
-    return TrialConfig(**{k: s[k] for k in fields if k in s})
+    """A TrialConfig from `settings()` (or `base`) with `overrides`: the axes, `params` and
+    `options` go into its TrialSettings, the rest (`per_device_batch`, `flops_per_sample`,
+    ...) into the TrialConfig."""
+    s = {"trial_id": "trial", "axis_params": {}, **(base or settings()), **overrides}
+    held = {k: s[k] for k in TrialSettings.__dataclass_fields__}
+    derived = {k: s[k] for k in TrialConfig.__dataclass_fields__ if k in s and k != "settings"}
+    return TrialConfig(settings=TrialSettings(**held), **derived)
 
 
 def launch_config(trials: tuple[TrialConfig, ...] = (), **train: Any) -> LaunchConfig:

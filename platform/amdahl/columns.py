@@ -28,7 +28,7 @@ class TrialSettings:
     """One point of a sweep's grid, typed from plan to worker: a value for every axis (the
     fields named in AXES, in that order), the workload's parameters and the options the point's
     axis values read. plan.trials.expand_grid builds it, plan.trials.Trial carries it,
-    worker.contract.TrialConfig.from_settings reads it.
+    protocol.contract.TrialConfig carries it to the worker.
 
     The dicts are read-only by convention (plain dicts, so that they pickle and hash as JSON).
     A new axis is an entry in AXES and a field here with its default (keyword-only fields, so

@@ -14,8 +14,8 @@ from trial_runner import PARAMS, SlowData, SlowForward, launch_config, run, sett
 
 from amdahl import strategies
 from amdahl.worker.feed import DeviceFeed
-from amdahl.worker.harness import aggregate_ranks
 from amdahl.worker.peak import measure_peak_flops
+from amdahl.worker.rows import aggregate_ranks
 from workloads.mlp import MLP
 
 PRECISIONS = ["fp32", "tf32", "bf16", "fp16", "bf16_weights"]

@@ -21,7 +21,8 @@ pytestmark = pytest.mark.integration
 #: Up to 4 MiB: with 1 MiB the largest, a loaded box could time all three sizes alike (a fit with
 #: no bandwidth term is refused).
 SIZES = [1024, 131072, 4194304]
-#: What the workers measure (worker.calibration.calibration_result); the rest is the driver's.
+#: What the workers measure (worker.calibration_measurement.calibration_result); the rest is
+#: the driver's.
 MEASURED = ("devices", "backend", "device_name", "all_reduce", "peak_flops", "peak_source")
 
 

@@ -19,8 +19,8 @@ from torch import nn
 from trial_runner import MLP_PARAMS, launch_config, settings, trial_config
 
 from amdahl.data.storage import arrow_column
-from amdahl.worker.harness import aggregate_ranks
 from amdahl.worker.input import LoaderSource
+from amdahl.worker.rows import aggregate_ranks
 from amdahl.worker.trial import Placement, build_trial_model, run_trial, run_trial_guarded
 from workloads.mlp import MLP
 

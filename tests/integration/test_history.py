@@ -12,7 +12,7 @@ import torch
 from trial_runner import MLP_PARAMS, launch_config, settings, trial_config
 
 from amdahl.columns import COLUMNS, HISTORY_POINTS, history_steps
-from amdahl.worker.harness import aggregate_ranks
+from amdahl.worker.rows import aggregate_ranks
 from amdahl.worker.trial import Placement, run_trial
 from workloads.mlp import MLP
 

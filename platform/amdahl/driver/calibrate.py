@@ -1,22 +1,22 @@
-"""Measure the interconnect the report's alpha-beta model needs, and a peak FLOP/s for MFU.
+"""Measure the interconnect the report's alpha-beta model needs, and a peak FLOP/s for MFU: the
+driver side of `platform calibrate`.
 
-Worker side (`calibration_worker`, inside a Ray Train worker group): all-reduce latency and bus
-bandwidth over a range of message sizes, on whatever torch.distributed backend Ray Train
-initialised (gloo on CPU, NCCL on GPU); rank 0 also measures a peak per precision with the probe
-the harness uses (amdahl.worker.peak).
-Driver side (`run_calibration`): the sweep's workload checked first (an import error costs no
+The workers (worker/calibration_measurement.py, `calibration_worker`) time the all-reduce over
+a range of message sizes on whatever torch.distributed backend Ray Train initialised (gloo on
+CPU, NCCL on GPU), and rank 0 a peak per precision with the probe the harness uses.
+Here (`run_calibration`): the sweep's workload checked first (an import error costs no
 measurement), one `TorchTrainer` with `devices` workers, the ring model
 t = 2(p-1) alpha + 2(p-1)/p * bytes / bandwidth fitted to the times (analysis.alphabeta),
 `<sweep dir>/calibration.json` written as soon as that is known, then rewritten with the model's
 gradient bytes when the sweep directory says which model.
 
-ray and torch are imported inside the functions, so `import amdahl.driver.calibrate` stays cheap.
+Ray, torch and the worker side are imported inside the functions, so
+`import amdahl.driver.calibrate` stays cheap.
 """
 
 from __future__ import annotations
 
 import json
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -27,8 +27,8 @@ from amdahl.analysis.alphabeta import bus_bandwidth, fit_alpha_beta
 from amdahl.driver.cluster import connect_ray
 from amdahl.errors import UserError
 from amdahl.files import private_dir, write_private
-from amdahl.sweepdir.layout import CALIBRATION_FILE, STAMP_FORMAT, SweepDir
-from amdahl.worker.calibration import calibration_result, message_sizes
+from amdahl.protocol.items import message_sizes
+from amdahl.sweepdir.layout import STAMP_FORMAT, SweepDir
 
 #: Largest message on CPU (gloo): enough for its bandwidth, small enough for a quick CI run.
 CPU_MAX_BYTES = 16 * 2**20
@@ -36,38 +36,6 @@ CPU_MAX_BYTES = 16 * 2**20
 #: model has 143 MB of them), well inside the sizes where NCCL runs its bulk protocol and the
 #: time is bytes over the link's bandwidth.
 GPU_MAX_BYTES = 512 * 2**20
-#: The key rank 0 reports its measurements under (as JSON: one value, whatever Ray adds).
-RESULT_KEY = "amdahl_calibration"
-
-
-# --------------------------------------------------------------------------- worker side
-
-
-def calibration_worker(config: dict[str, Any]) -> None:
-    """`train_loop_per_worker`: measure, then rank 0 reports everything as one JSON value."""
-    import ray.train
-    import ray.train.torch
-    import torch
-
-    ctx = ray.train.get_context()
-    rank = ctx.get_world_rank()
-    device = ray.train.torch.get_device()
-    torch.set_num_threads(config["threads"])
-    result = calibration_result(config["sizes"], device, rank)
-    if rank != 0:
-        ray.train.report({})
-        return
-    # Train V2 keeps only checkpoint-attached metrics in Result.metrics: attach a small one
-    # (it also leaves the raw measurements in the run's storage).
-    with tempfile.TemporaryDirectory() as tmp:
-        Path(tmp, CALIBRATION_FILE).write_text(json.dumps(result))
-        ray.train.report(
-            {RESULT_KEY: json.dumps(result)},
-            checkpoint=ray.train.Checkpoint.from_directory(tmp),
-        )
-
-
-# --------------------------------------------------------------------------- driver side
 
 
 def run_calibration(
@@ -105,6 +73,8 @@ def run_calibration(
 
     import ray
 
+    from amdahl.worker.calibration_measurement import RESULT_KEY, calibration_worker
+
     started = connect_ray(address, SweepDir(sweep_dir).ray_log)  # sets ray.train's env first
     try:
         from ray.train import RunConfig, ScalingConfig
@@ -140,10 +110,10 @@ def finish_calibration(
     resources: dict[str, float],
     models: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A measurement (worker.calibration.calibration_result, from `platform calibrate`'s own
-    worker group or a sweep's live launch) fitted and written to calibration.json at once,
-    then again with the gradient bytes of the sweep's models (so a model that fails to build
-    loses no measurement). Returns what was written."""
+    """A measurement (worker.calibration_measurement.calibration_result, from `platform
+    calibrate`'s own worker group or a sweep's live launch) fitted and written to
+    calibration.json at once, then again with the gradient bytes of the sweep's models (so a
+    model that fails to build loses no measurement). Returns what was written."""
     world = result["devices"]
     for m in result["all_reduce"]:
         m["busbw_Bps"] = bus_bandwidth(world, m["bytes"], m["seconds"]) if world > 1 else 0.0

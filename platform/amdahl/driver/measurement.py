@@ -6,7 +6,7 @@
 back through the pool and are recorded by `Measurement.record`, the only writer of
 results.parquet and MLflow. `Measurement.calibrate` measures calibration.json in the live
 launch with the most workers. A launch's trainable, its datasets and the workers' contract for
-it are driver/trainable.py's.
+it (protocol.contract) are driver/trainable.py's.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from amdahl.driver.pool import LaunchPool
 from amdahl.driver.signals import InterruptFlag
 from amdahl.driver.traces import keep_traces
 from amdahl.plan.launches import SweepPlan
+from amdahl.protocol.items import WorkItem, item_key
 from amdahl.search.halving import ranks_only, rung_repeats, rung_steps
 from amdahl.spec.schema import SweepSpec
 from amdahl.sweepdir.layout import SweepDir
 from amdahl.sweepdir.table import append_rows
-from amdahl.worker.work_queue import WorkItem, item_key
 
 if TYPE_CHECKING:
     from amdahl.track.tracker import Tracker
@@ -75,7 +75,9 @@ class Measurement:
             all_steps = rung_steps(self.spec.search, self.spec.train)
             steps = all_steps[rung]
             self.emit(RungStarted(rung, len(all_steps), steps, todo))
-        # Repeat 0 of every trial, then repeat 1, ..., each launch's trials fewest devices first.
+        # Repeat 0 of every trial, then repeat 1, ..., each launch's trials fewest devices
+        # first: interleaved, a drift of the machine over the launch (another job, a warming
+        # cache, a throttling clock) falls on every configuration's repeats alike.
         items = [
             WorkItem(item_key(t.trial_id, r, rung), lid, t.trial_id, r, rung, steps, ranking_only)
             for r in repeats

@@ -32,12 +32,13 @@ from ray import tune
 from amdahl.driver.events import LaunchStarted
 from amdahl.driver.launch_watch import LaunchWatch
 from amdahl.driver.trainable import launch_config, launch_trainable, materialise_datasets
+from amdahl.driver.work_queue import WorkQueue
 from amdahl.plan.launches import Launch
 from amdahl.plan.resources import DRIVER_CPUS
+from amdahl.protocol.contract import LaunchConfig
+from amdahl.protocol.identity import failure_status, row_identity
+from amdahl.protocol.items import WorkItem
 from amdahl.sweepdir.driver_files import ray_storage
-from amdahl.worker.contract import LaunchConfig
-from amdahl.worker.rows import failure_status, row_identity
-from amdahl.worker.work_queue import WorkItem, WorkQueue
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -120,8 +121,8 @@ class LaunchPool:
     def calibrate(self, devices: int, max_bytes: int) -> dict[str, Any] | None:
         """Measure the all-reduce on the live launch with the most workers (at least
         `devices`), as `platform calibrate` would on a group of its own, and return the
-        measurement (worker.calibration.calibration_result); None where no launch has that
-        many workers, or the measurement failed."""
+        measurement (worker.calibration_measurement.calibration_result); None where no launch
+        has that many workers, or the measurement failed."""
         widest = max(self.shapes.values(), key=lambda launch: launch.resources.workers)
         if widest.resources.workers < devices:
             return None

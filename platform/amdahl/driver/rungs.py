@@ -16,11 +16,11 @@ from typing import Any
 
 from amdahl.driver.measurement import Measurement, rung_spec
 from amdahl.driver.trainable import launch_config
+from amdahl.protocol.identity import row_identity
 from amdahl.search.halving import SKIPPED, SearchState, anchor_trials, predicted_skips, replay
 from amdahl.search.spec_checks import AUTO_CALIBRATION, read_calibration
 from amdahl.sweepdir.layout import SweepDir
 from amdahl.sweepdir.table import read_results
-from amdahl.worker.rows import row_identity
 
 
 def run_halving(measurement: Measurement) -> SearchState | None:

@@ -2,7 +2,7 @@
 row's overlap columns before the row is recorded (docs/architecture.md, "Traces and overlap").
 
 The ranks' compressed Chrome traces come with the row from the work queue (`WorkQueue.attach`,
-under `work_queue.TRACES`), so a worker on another node needs no shared filesystem; the driver
+under `protocol.items.TRACES`), so a worker on another node needs no shared filesystem; the driver
 alone writes them, as it alone writes results.parquet. analysis/overlap.py computes the
 columns; a trace that cannot be read costs its columns (a warning), never the row.
 """
@@ -15,8 +15,8 @@ from typing import Any
 
 from amdahl.analysis.overlap import NO_FIGURES, rank_figures, read_trace, trace_figures
 from amdahl.files import private_dir, write_private
+from amdahl.protocol.items import TRACES
 from amdahl.sweepdir.layout import SweepDir
-from amdahl.worker.work_queue import TRACES
 
 _log = logging.getLogger(__name__)
 

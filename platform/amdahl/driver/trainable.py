@@ -12,9 +12,15 @@ from typing import Any
 
 from amdahl.plan.launches import Launch
 from amdahl.plan.trials import Trial
+from amdahl.protocol.contract import (
+    LaunchConfig,
+    TrialConfig,
+    WorkerResources,
+    collective_timeout_s,
+)
+from amdahl.protocol.sizing import rows_per_launch, rows_per_rank
 from amdahl.spec.schema import SweepSpec
 from amdahl.sweepdir.driver_files import ray_storage
-from amdahl.worker.contract import LaunchConfig, TrialConfig, WorkerResources
 from amdahl.workload.code import make_workload
 
 #: How often Ray Train's controller polls its workers (seconds).
@@ -63,7 +69,6 @@ def launch_trainable(
 
     from amdahl.data.prepare import repeat_to_cover, with_preprocessing
     from amdahl.worker.harness import train_launch
-    from amdahl.worker.trial import rows_per_launch, rows_per_rank
 
     # Train's controller polls its workers at this interval (default 2 s): how soon a dead
     # worker is noticed and the group restarted.
@@ -85,7 +90,7 @@ def launch_trainable(
         # The shared base rows, then this launch's preprocessing with data_workers tasks.
         train_data["train"] = with_preprocessing(
             datasets[f"ray_data:{launch.dataset_key}"],
-            make_workload(launch.workload, launch.trials[0].params),
+            make_workload(launch.workload, launch.trials[0].settings.params),
             launch.data_workers,
             res.cpus_per_data_worker,
             max(t.per_device_batch for t in launch.trials),
@@ -128,11 +133,10 @@ def launch_config(
     session: str,
     queue: Any = None,
 ) -> LaunchConfig:
-    """The workers' contract for one launch (worker.contract.LaunchConfig): plain data that
+    """The workers' contract for one launch (protocol.contract.LaunchConfig): plain data that
     crosses processes, from the typed spec and the planned launch; `queue` is the work queue
     actor it leases its items from (driver/pool.py)."""
     from amdahl.data.storage import dataset_path
-    from amdahl.worker.worlds import collective_timeout_s
 
     r = launch.resources
     t = spec.train

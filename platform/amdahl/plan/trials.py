@@ -53,7 +53,7 @@ class Trial:
 
     def identity(self, spec: SweepSpec) -> dict[str, Any]:
         """The columns its results rows will name its configuration by (as
-        worker/rows.row_identity writes them): what a label is made of."""
+        protocol/identity.row_identity writes them): what a label is made of."""
         s = self.settings
         return {
             "trial_id": self.trial_id,

@@ -1,21 +1,17 @@
 """Worker side: a launch's entry point, run inside each Ray Train worker of its worker group.
 
 One launch = one worker group that lives as long as the driver has work of its shape: rank 0
-leases the next trial run from the driver's work queue (worker/work_queue.py), broadcasts it to
+leases the next trial run from the driver's work queue (driver/work_queue.py), broadcasts it to
 the group, every rank runs it (worker/trial.py; ranks beyond the trial's device count wait), and
-rank 0 gathers the per-rank measurements into one results row and acknowledges the run with it.
-Before the first run each rank reads the validation split, measures its peak FLOP/s and starts
-a launch-long input stream. No Train checkpoint: the queue knows what is done, so a restarted
-worker group goes on with the run it lost. Workers never talk to MLflow.
+rank 0 gathers the per-rank measurements into one results row (worker/rows.py) and acknowledges
+the run with it. Before the first run each rank reads the validation split, measures its peak
+FLOP/s and starts a launch-long input stream. No Train checkpoint: the queue knows what is done,
+so a restarted worker group goes on with the run it lost. Workers never talk to MLflow.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import math
-import platform as _stdlib_platform
-import statistics
 import time
 from datetime import datetime, timezone
 from typing import Any
@@ -24,16 +20,14 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from amdahl.worker.calibration import calibration_result, message_sizes
-from amdahl.worker.contract import LaunchConfig, TrialConfig
-from amdahl.worker.flops import flops_figures
+from amdahl.protocol.contract import LaunchConfig, TrialConfig
+from amdahl.protocol.items import CLOSED, WAIT, WorkItem, message_sizes
+from amdahl.worker.calibration_measurement import calibration_result
 from amdahl.worker.input import train_source, validation_rows
 from amdahl.worker.peak import measure_peak_flops
-from amdahl.worker.rows import failure_status, row_identity
-from amdahl.worker.training import ProcessPoisoned, process_versions
+from amdahl.worker.rows import results_row
+from amdahl.worker.training import ProcessPoisoned
 from amdahl.worker.trial import Placement, run_trial_guarded
-from amdahl.worker.utilisation import utilisation_columns
-from amdahl.worker.work_queue import CLOSED, WAIT, WorkItem
 from amdahl.worker.worlds import TrialWorlds
 from amdahl.workload.api import Workload
 from amdahl.workload.code import make_workload
@@ -69,7 +63,7 @@ def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
     torch.set_num_threads(launch.resources.torch_threads)
     # The launch's input (stored rows, preprocessing, validation split) is the same for every
     # trial (plan: Workload.input_key); model and loss come from each trial's own params.
-    workload = make_workload(launch.workload, launch.trials[0].params)
+    workload = make_workload(launch.workload, launch.trials[0].settings.params)
     shards, val = _before_first_trial(launch, workload, rank, device)
     # Everything alive now lives for the whole launch: keep it out of the collections that
     # each trial's memory reset runs (a full collection of torch's and Ray's ~380k objects
@@ -90,14 +84,13 @@ def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
         if item.kind == "calibrate":
             _calibrate(launch, item, worlds, rank, device)
             continue
-        trial, run = trials[item.trial_id], launch.for_item(item)
-        if not worlds.enter(trial.devices):
+        trial, item_launch = trials[item.trial_id], launch.for_item(item)
+        devices = trial.settings.devices
+        if not worlds.enter(devices):
             continue  # an idle rank: the next item's broadcast is its barrier
-        if trial.devices not in shards:
-            shards[trial.devices] = train_source(
-                launch, workload, rank, trial.devices, device.type == "cuda"
-            )
-        row = _run_item(run, item, trial, workload, shards[trial.devices], val, rank, device)
+        if devices not in shards:
+            shards[devices] = train_source(launch, workload, rank, devices, device.type == "cuda")
+        row = _run_item(item_launch, item, trial, workload, shards[devices], val, rank, device)
         if rank == 0:
             ray.get(launch.queue.ack.remote(item.key, {**row, **launch_start}))
         launch_start = {}
@@ -149,7 +142,7 @@ def _run_item(
     rank: int,
     device: torch.device,
 ) -> dict[str, Any]:
-    """Run one item on this rank (one of the trial's `trial.devices` ranks) and return its
+    """Run one item on this rank (one of the trial's `devices` ranks) and return its
     results row (complete on rank 0). A failure that must end the worker group (a poisoned
     process, a rank stranded in a collective) is given up in the queue with its reason first,
     so the restarted group does not run it again."""
@@ -157,12 +150,9 @@ def _run_item(
 
     started = time.perf_counter()
     stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-    where = Placement(device, rank, trial.devices)
-    own = (
-        workload
-        if trial.params == workload.params
-        else make_workload(launch.workload, trial.params)
-    )
+    devices, params = trial.settings.devices, trial.settings.params
+    where = Placement(device, rank, devices)
+    own = workload if params == workload.params else make_workload(launch.workload, params)
     stats, error, kind = run_trial_guarded(own, trial, launch, source, val, where)
     _ship_trace(launch, item, rank, stats)
     try:
@@ -170,12 +160,12 @@ def _run_item(
             # No collective can run in this process any more: end the worker group; the
             # driver starts a new one for the rest.
             raise ProcessPoisoned(error.splitlines()[0])
-        _wait_for_every_rank(item.key, error, trial.devices)
+        _wait_for_every_rank(item.key, error, devices)
     except (ProcessPoisoned, RankStranded) as e:
         reason = f"launch failed: {type(e).__name__}: {e}"
         ray.get(launch.queue.fail.remote(item.key, reason))
         raise
-    gathered = _gather(stats, error, trial.devices)
+    gathered = _gather(stats, error, devices)
     return results_row(launch, trial, item.repeat, gathered, started, stamp, device)
 
 
@@ -202,7 +192,7 @@ def _before_first_trial(
     # The peak FLOP/s (the MFU denominator) of every precision the launch uses, measured once,
     # before any trial's model holds memory (a probe beside a model near the memory limit
     # could turn a trial that fits into an "oom").
-    for precision in sorted({t.precision for t in launch.trials}):
+    for precision in sorted({t.settings.precision for t in launch.trials}):
         measure_peak_flops(device, precision)
 
     # A launch whose workload preprocesses streams its input through Ray Train's split: start
@@ -214,7 +204,7 @@ def _before_first_trial(
     return shards, val
 
 
-# --------------------------------------------------------------------------- results row
+# --------------------------------------------------------------------------- every rank's end
 
 
 #: How long a rank whose trial failed waits for the other ranks to finish theirs.
@@ -268,95 +258,3 @@ def _gather(stats: dict[str, Any], error: str | None, world: int) -> list[dict[s
     out: list[Any] = [None] * world
     dist.all_gather_object(out, mine)
     return out
-
-
-def results_row(
-    launch: LaunchConfig,
-    trial: TrialConfig,
-    repeat: int,
-    ranks: list[dict],
-    started: float,
-    stamp: str,
-    device: torch.device,
-) -> dict[str, Any]:
-    """One trial repeat's results row from every rank's (stats, error) (`_gather`): its identity
-    and where it ran, then the first rank's failure or the ranks' aggregated measurements."""
-    errors = [r["error"] for r in ranks if r["error"]]
-    row: dict[str, Any] = {
-        **row_identity(launch, trial, repeat, started_at=stamp),
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "backend": dist.get_backend() if dist.is_initialized() else "none",
-        "torch_threads": launch.resources.torch_threads,
-        "host": _stdlib_platform.node(),
-        "versions": json.dumps(process_versions()),
-        "nodes": json.dumps([r.get("node") for r in ranks]),
-    }
-    if errors:
-        first = errors[0]
-        row["status"] = failure_status(first)
-        row["error"] = first
-    else:
-        row.update(aggregate_ranks([r["stats"] for r in ranks], trial, launch))
-    row["wall_s"] = time.perf_counter() - started
-    return row
-
-
-def aggregate_ranks(
-    stats: list[dict[str, Any]], trial: TrialConfig, launch: LaunchConfig
-) -> dict[str, Any]:
-    """Per-rank measurements -> one row: throughput over all ranks, median and max per phase;
-    the per-step curves (`history`) are rank 0's."""
-    med = lambda k: statistics.median(r[k] for r in stats)  # noqa: E731
-    top = lambda k: max(r[k] for r in stats)  # noqa: E731
-    micro = stats[0]["micro_steps"]
-    global_batch = trial.per_device_batch * len(stats) * micro
-    window = top("window_s")
-    measured_steps = stats[0]["measured_steps"]
-    throughput = global_batch * measured_steps / window
-    figures = flops_figures(
-        stats[0].get("flops_counted"), trial.flops_per_sample, trial.flops_override
-    )
-    flops = figures["flops_per_sample"]
-    losses = [r["final_loss"] for r in stats]
-    diverged = not all(math.isfinite(v) for v in losses)
-    reserved = [r["peak_mem_reserved_bytes"] for r in stats if r["peak_mem_reserved_bytes"]]
-    return {
-        "status": "diverged" if diverged else "ok",
-        "error": "non-finite training loss" if diverged else None,
-        "global_batch": global_batch,
-        "micro_steps": micro,
-        "steps": measured_steps,
-        "lr": stats[0]["lr"],
-        "steps_to_target": stats[0]["steps_to_target"],
-        "time_to_target_s": top("time_to_target_s") if stats[0]["steps_to_target"] else None,
-        "throughput": throughput,
-        "measured_s": window,
-        "step_time_s": top("step_time_s"),
-        "step_time_max_s": top("step_time_max_s"),
-        "data_wait_s": med("data_wait_s"),
-        "data_wait_max_s": top("data_wait_s"),
-        "data_wait_host_s": med("data_wait_host_s"),
-        "transfer_s": med("transfer_s") if stats[0]["transfer_s"] is not None else None,
-        "forward_s": med("forward_s"),
-        "backward_s": med("backward_s"),
-        "optimizer_s": med("optimizer_s"),
-        "warmup_s": top("warmup_s"),
-        "first_step_s": top("first_step_s"),
-        "compile_s": top("compile_s"),
-        "setup_s": top("setup_s"),
-        "final_loss": statistics.fmean(losses),
-        "val_loss": stats[0]["val_loss"],
-        "val_accuracy": stats[0]["val_accuracy"],
-        "peak_mem_bytes": top("peak_mem_bytes"),
-        "model_state_bytes": top("model_state_bytes"),
-        "peak_mem_reserved_bytes": max(reserved) if reserved else None,
-        **figures,
-        "flops_count_s": stats[0].get("flops_count_s"),
-        "achieved_flops": throughput * flops if flops else None,
-        "comm_s": med("comm_s") if stats[0]["comm_s"] is not None else None,
-        "profile_s": top("profile_s") if stats[0].get("profile_s") is not None else None,
-        "peak_flops": med("peak_flops"),
-        "mfu": throughput * flops / (med("peak_flops") * len(stats)) if flops else None,
-        "history": json.dumps(stats[0]["history"], separators=(",", ":")),  # rank 0's curves
-        **utilisation_columns([r.get("utilisation") for r in stats]),
-    }

@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from amdahl.data.storage import ROWS_PER_BLOCK, arrow_column, read_rows, table_columns
-from amdahl.worker.contract import LaunchConfig
+from amdahl.protocol.contract import LaunchConfig
 from amdahl.workload.api import Workload
 
 if TYPE_CHECKING:
@@ -532,7 +532,7 @@ def launch_stream(shard: Any, launch: LaunchConfig, pin: bool) -> LaunchStream:
     largest batches (about a block), prefetched as the largest `prefetch_batches` asks."""
     largest = max(t.per_device_batch for t in launch.trials)
     chunk = max(largest, ROWS_PER_BLOCK // largest * largest)
-    prefetch = max(t.prefetch_batches for t in launch.trials)
+    prefetch = max(t.settings.prefetch_batches for t in launch.trials)
     return LaunchStream(shard, chunk, math.ceil(prefetch * largest / chunk), pin, largest)
 
 

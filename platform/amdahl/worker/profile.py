@@ -5,10 +5,10 @@ Why: the measured window gives exposed communication but not how much of the all
 hidden behind backward, nor which rank the others wait for; a per-rank trace does
 (analysis/overlap.py reads it on the driver; docs/architecture.md, "Traces and overlap").
 The pass never runs inside the measured window, and its seconds are recorded apart
-(`profile_s`). `train.profile_steps` sets its length (0: off): one unrecorded step first (the
-profiler's own warm-up), then the recorded ones. On a GPU the device's kernels are recorded
-(CUPTI), so NCCL's kernels show; on a CPU, gloo's collectives show as annotations on gloo's
-threads.
+(`profile_s`). `train.profile_steps` sets its length (0: off; which trials run it:
+protocol.sizing.profiles): one unrecorded step first (the profiler's own warm-up), then the
+recorded ones. On a GPU the device's kernels are recorded (CUPTI), so NCCL's kernels show; on a
+CPU, gloo's collectives show as annotations on gloo's threads.
 
 A trace travels as bytes, gzip-compressed, through the driver's work queue
 (`WorkQueue.attach`), never through a shared filesystem; one larger than MAX_TRACE_BYTES is
@@ -26,11 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
-from amdahl.strategies import STRATEGIES
+from amdahl.protocol.sizing import PROFILE_WARMUP
 
-#: Unrecorded steps before the recorded ones (the profiler's warm-up: its first step pays for
-#: starting the tracer).
-PROFILE_WARMUP = 1
 #: The largest compressed trace one rank ships to the driver (the queue actor holds it until
 #: the driver takes it, a fraction of a second later).
 MAX_TRACE_BYTES = 32 * 2**20
@@ -44,14 +41,6 @@ class ProfiledTrace:
     blob: bytes | None
     seconds: float
     error: str | None = None
-
-
-def profiles(profile_steps: int, world: int, sync: str, ranking_only: bool) -> bool:
-    """Whether a trial runs the pass: asked for, on more than one device, with a strategy that
-    communicates, and a trial that measures everything (a ranking-only search rung does not)."""
-    strategy = STRATEGIES.get(sync)
-    talks = strategy.communicates if strategy is not None else True
-    return profile_steps > 0 and world > 1 and talks and not ranking_only
 
 
 def profile_steps_pass(

@@ -1,58 +1,115 @@
-"""The identity of a results row: the columns that say which measurement a row is, built the
-same for the rows a worker measures and the failed or skipped rows the driver records for it;
-and a failure's status.
+"""The results row a worker group measures for one trial repeat: its identity
+(protocol.identity.row_identity) and where it ran, then the first rank's failure or the
+ranks' measurements aggregated into the results table's columns (amdahl.columns). Built on
+rank 0 (worker/harness.py), which acknowledges the work item with it.
 """
 
 from __future__ import annotations
 
 import json
-import re
-from datetime import datetime, timezone
+import math
+import platform as _stdlib_platform
+import statistics
+import time
 from typing import Any
 
-from amdahl.columns import SETTING_COLUMNS
-from amdahl.spec.schema import TargetSpec
-from amdahl.worker.contract import LaunchConfig, TrialConfig
+import torch
+import torch.distributed as dist
+
+from amdahl.protocol.contract import LaunchConfig, TrialConfig
+from amdahl.protocol.identity import failure_status, row_identity
+from amdahl.worker.flops import flops_figures
+from amdahl.worker.training import process_versions
+from amdahl.worker.utilisation import utilisation_columns
 
 
-def row_identity(
-    launch: LaunchConfig, trial: TrialConfig, repeat: int, started_at: str | None = None
+def results_row(
+    launch: LaunchConfig,
+    trial: TrialConfig,
+    repeat: int,
+    ranks: list[dict],
+    started: float,
+    stamp: str,
+    device: torch.device,
 ) -> dict[str, Any]:
-    """The columns that say which measurement a row is (what was run, and how), the same in
-    every row the worker measures and every failed row the driver records for it."""
-    train = launch.train
-    return {
-        "sweep": launch.sweep,
-        "trial_id": trial.trial_id,
-        "repeat": repeat,
-        "rung": launch.rung,
-        "launch_id": launch.launch_id,
-        "workload": launch.workload,
-        "params": json.dumps(trial.params, sort_keys=True),
-        **{k: getattr(trial, k) for k in SETTING_COLUMNS},
-        "batch_size": trial.per_device_batch,
-        "compile_cache": trial.compile_cache,
-        "scaling": train.scaling,
-        "steps": train.steps,
-        "target": target_label(train.target),
-        "warmup_steps": train.warmup_steps,
-        "started_at": started_at or datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+    """One trial repeat's results row from every rank's (stats, error) (`_gather`): its identity
+    and where it ran, then the first rank's failure or the ranks' aggregated measurements."""
+    errors = [r["error"] for r in ranks if r["error"]]
+    row: dict[str, Any] = {
+        **row_identity(launch, trial, repeat, started_at=stamp),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "backend": dist.get_backend() if dist.is_initialized() else "none",
+        "torch_threads": launch.resources.torch_threads,
+        "host": _stdlib_platform.node(),
+        "versions": json.dumps(process_versions()),
+        "nodes": json.dumps([r.get("node") for r in ranks]),
     }
+    if errors:
+        first = errors[0]
+        row["status"] = failure_status(first)
+        row["error"] = first
+    else:
+        row.update(aggregate_ranks([r["stats"] for r in ranks], trial, launch))
+    row["wall_s"] = time.perf_counter() - started
+    return row
 
 
-def target_label(target: TargetSpec | None) -> str | None:
-    """`train.target` as the results table shows it, e.g. `val_accuracy>=0.9`."""
-    if target is None:
-        return None
-    op = "<=" if target.metric == "val_loss" else ">="
-    return f"{target.metric}{op}{target.value:g}"
-
-
-_OOM_REASON = re.compile(r"(launch failed: \S*RankStranded: )?oom: ")
-
-
-def failure_status(reason: str) -> str:
-    """The status of a row whose trial failed with `reason`: `oom` when a rank ran out of
-    memory (also when it reached the driver as a stopped worker group's last error line,
-    e.g. `launch failed: RankStranded: oom: rank 1: ...`), else `failed`."""
-    return "oom" if _OOM_REASON.match(reason) else "failed"
+def aggregate_ranks(
+    stats: list[dict[str, Any]], trial: TrialConfig, launch: LaunchConfig
+) -> dict[str, Any]:
+    """Per-rank measurements -> one row: throughput over all ranks, median and max per phase;
+    the per-step curves (`history`) are rank 0's."""
+    med = lambda k: statistics.median(r[k] for r in stats)  # noqa: E731
+    top = lambda k: max(r[k] for r in stats)  # noqa: E731
+    micro = stats[0]["micro_steps"]
+    global_batch = trial.per_device_batch * len(stats) * micro
+    window = top("window_s")
+    measured_steps = stats[0]["measured_steps"]
+    throughput = global_batch * measured_steps / window
+    figures = flops_figures(
+        stats[0].get("flops_counted"), trial.flops_per_sample, trial.flops_override
+    )
+    flops = figures["flops_per_sample"]
+    losses = [r["final_loss"] for r in stats]
+    diverged = not all(math.isfinite(v) for v in losses)
+    reserved = [r["peak_mem_reserved_bytes"] for r in stats if r["peak_mem_reserved_bytes"]]
+    return {
+        "status": "diverged" if diverged else "ok",
+        "error": "non-finite training loss" if diverged else None,
+        "global_batch": global_batch,
+        "micro_steps": micro,
+        "steps": measured_steps,
+        "lr": stats[0]["lr"],
+        "steps_to_target": stats[0]["steps_to_target"],
+        "time_to_target_s": top("time_to_target_s") if stats[0]["steps_to_target"] else None,
+        "throughput": throughput,
+        "measured_s": window,
+        "step_time_s": top("step_time_s"),
+        "step_time_max_s": top("step_time_max_s"),
+        "data_wait_s": med("data_wait_s"),
+        "data_wait_max_s": top("data_wait_s"),
+        "data_wait_host_s": med("data_wait_host_s"),
+        "transfer_s": med("transfer_s") if stats[0]["transfer_s"] is not None else None,
+        "forward_s": med("forward_s"),
+        "backward_s": med("backward_s"),
+        "optimizer_s": med("optimizer_s"),
+        "warmup_s": top("warmup_s"),
+        "first_step_s": top("first_step_s"),
+        "compile_s": top("compile_s"),
+        "setup_s": top("setup_s"),
+        "final_loss": statistics.fmean(losses),
+        "val_loss": stats[0]["val_loss"],
+        "val_accuracy": stats[0]["val_accuracy"],
+        "peak_mem_bytes": top("peak_mem_bytes"),
+        "model_state_bytes": top("model_state_bytes"),
+        "peak_mem_reserved_bytes": max(reserved) if reserved else None,
+        **figures,
+        "flops_count_s": stats[0].get("flops_count_s"),
+        "achieved_flops": throughput * flops if flops else None,
+        "comm_s": med("comm_s") if stats[0]["comm_s"] is not None else None,
+        "profile_s": top("profile_s") if stats[0].get("profile_s") is not None else None,
+        "peak_flops": med("peak_flops"),
+        "mfu": throughput * flops / (med("peak_flops") * len(stats)) if flops else None,
+        "history": json.dumps(stats[0]["history"], separators=(",", ":")),  # rank 0's curves
+        **utilisation_columns([r.get("utilisation") for r in stats]),
+    }

@@ -36,12 +36,13 @@ import torch
 import torch.distributed as dist
 
 from amdahl.columns import history_steps
-from amdahl.worker.contract import LaunchConfig, TrialConfig
+from amdahl.protocol.contract import LaunchConfig, TrialConfig
+from amdahl.protocol.sizing import EXPOSED_COMM_PAIRS, profiles
 from amdahl.worker.feed import DeviceFeed
 from amdahl.worker.flops import counted_flops
 from amdahl.worker.input import host_batches
 from amdahl.worker.peak import measure_peak_flops
-from amdahl.worker.profile import PROFILE_WARMUP, profile_steps_pass, profiles
+from amdahl.worker.profile import profile_steps_pass
 from amdahl.worker.stepclock import StepClock, StepMarks, attribute, clock_for, hold
 from amdahl.worker.sync import SyncStrategy, make_strategy, model_state_bytes, unwrap
 from amdahl.worker.training import (
@@ -59,10 +60,6 @@ from amdahl.worker.training import (
 )
 from amdahl.worker.utilisation import UtilisationSampler
 from amdahl.workload.api import Workload
-
-#: Interleaved pairs of (synced, no_sync) forward+backward passes run after the measured window.
-CALIBRATION_PAIRS = 5
-
 
 # --------------------------------------------------------------------------- one trial
 
@@ -152,7 +149,8 @@ def run_trial(
     are forgotten, TF32 is on only for tf32 and restored after, and an inductor trial compiles
     into fresh caches unless `options.compile_cache: warm` asks for the shared ones."""
     device = where.device
-    with tf32_flags(trial.precision == "tf32"), compile_caches(trial.compile_cache == "cold"):
+    tf32, fresh_caches = trial.settings.precision == "tf32", trial.compile_cache == "cold"
+    with tf32_flags(tf32), compile_caches(fresh_caches):
         reset_process_state()
         mem_baseline = memory_reset(device)
         setup_start = time.perf_counter()
@@ -177,18 +175,17 @@ def run_trial(
         if where.rank == 0:
             stats["flops_counted"], stats["flops_count_s"] = counted_flops(workload, feed.peek)
         del feed
-        stats["peak_flops"] = measure_peak_flops(device, trial.precision)
+        stats["peak_flops"] = measure_peak_flops(device, trial.settings.precision)
         return stats
 
 
 def _start_trial(
     workload: Workload, trial: TrialConfig, launch: LaunchConfig, source: Any, where: Placement
 ) -> _Trial:
-    precision = Precision.of(trial.precision)
+    precision = Precision.of(trial.settings.precision)
     model, optimizer, strategy, wrap_s = build_trial_model(workload, trial, launch, where.device)
-    batches = host_batches(
-        source, trial.per_device_batch, trial.prefetch_batches, where.device.type == "cuda"
-    )
+    prefetch, pin = trial.settings.prefetch_batches, where.device.type == "cuda"
+    batches = host_batches(source, trial.per_device_batch, prefetch, pin)
     return _Trial(
         workload=workload,
         trial=trial,
@@ -217,21 +214,22 @@ def build_trial_model(
     timed: the strategy's wrapping and the optimizer are not compilation (a process's first
     optimizer imports torch._dynamo, seconds that are not the trial's compile cost).
     """
+    settings = trial.settings
     torch.manual_seed(launch.train.seed)
     model = workload.build_model().to(device)
-    weights = Precision.of(trial.precision).weights_dtype
+    weights = Precision.of(settings.precision).weights_dtype
     if weights is not None:
         model = model.to(weights)
     wrap_s = 0.0
-    if trial.compile == "torchscript":
+    if settings.compile == "torchscript":
         start = time.perf_counter()
         model = torch.jit.script(model)
         wrap_s = time.perf_counter() - start
-    strategy = make_strategy(trial.sync, trial.options, device)
+    strategy = make_strategy(settings.sync, settings.options, device)
     model, optimizer = strategy.prepare(model, make_optimizer_factory(launch.train))
     if trial.inductor:
         start = time.perf_counter()
-        model = torch.compile(model, mode=trial.options["compile_mode"])
+        model = torch.compile(model, mode=settings.options["compile_mode"])
         wrap_s = time.perf_counter() - start
     return model, optimizer, strategy, wrap_s
 
@@ -247,11 +245,11 @@ def _train(t: _Trial, val: dict[str, np.ndarray], setup_s: float) -> dict[str, A
     lr = LRSchedule.for_trial(launch.train, t.trial.per_device_batch * t.where.world * micro_steps)
     warm, target = launch.train.warmup_steps, launch.target
 
-    run = _LoopRecord()
+    record = _LoopRecord()
     train_start = window_start = time.perf_counter()
     for step in range(launch.steps_per_trial):
         if step == warm:
-            with hold(clock, run.held):  # cut out of this step's data wait (stepclock.py)
+            with hold(clock, record.held):  # cut out of this step's data wait (stepclock.py)
                 gc.freeze()  # collections in the window skip what existed before it
                 window_start = time.perf_counter()
                 t.utilisation.start()
@@ -269,23 +267,23 @@ def _train(t: _Trial, val: dict[str, np.ndarray], setup_s: float) -> dict[str, A
         strategy.after_step(model, step)
         marks.append(clock.mark())
         feed.prefetch(micro_steps)  # the next step's batches, copied while this one computes
-        run.steps.append(StepMarks(taken.host_wait, marks, taken.copies, run.held))
-        run.losses.append(loss.detach())  # the step's last micro-batch's
-        run.held = []
+        record.steps.append(StepMarks(taken.host_wait, marks, taken.copies, record.held))
+        record.losses.append(loss.detach())  # the step's last micro-batch's
+        record.held = []
         if target and step >= warm and (step + 1 - warm) % target.eval_every == 0:
-            with hold(clock, run.held):
+            with hold(clock, record.held):
                 eval_start = time.perf_counter()
                 if target_reached(_evaluate(t, val), target):
-                    run.reached = (step + 1, eval_start - train_start - run.eval_s)
-                run.eval_s += time.perf_counter() - eval_start
-            if run.reached:
+                    record.reached = (step + 1, eval_start - train_start - record.eval_s)
+                record.eval_s += time.perf_counter() - eval_start
+            if record.reached:
                 break
     clock.synchronize()
-    run.window_s = time.perf_counter() - window_start - run.eval_s
+    record.window_s = time.perf_counter() - window_start - record.eval_s
     t.utilisation.stop()
     gc.unfreeze()
-    run.lr_peak = lr.peak
-    return _trial_stats(t, run, val, setup_s)
+    record.lr_peak = lr.peak
+    return _trial_stats(t, record, val, setup_s)
 
 
 @dataclass
@@ -304,22 +302,22 @@ class _LoopRecord:
 
 
 def _trial_stats(
-    t: _Trial, run: _LoopRecord, val: dict[str, np.ndarray], setup_s: float
+    t: _Trial, record: _LoopRecord, val: dict[str, np.ndarray], setup_s: float
 ) -> dict[str, Any]:
     """This rank's measurements of one trial, from the loop's record (after the loop, so the
     loop itself does no bookkeeping beyond its marks)."""
     warm = t.launch.train.warmup_steps
     full = not t.launch.ranking_only
     comm_s = _exposed_communication(t) if full else None
-    phases = attribute(run.steps, t.clock)
+    phases = attribute(record.steps, t.clock)
     measured = phases[warm:]
     steady = statistics.median(p["total"] for p in measured)
     first_step = phases[0]["total"] + phases[0]["data_wait"]
     val_loss, val_acc = _evaluate(t, val) if full else (None, None)
     mean = lambda key: statistics.fmean(p[key] for p in measured)  # noqa: E731
-    losses = run.losses
+    losses = record.losses
     return {
-        "window_s": run.window_s,
+        "window_s": record.window_s,
         "step_time_s": steady,
         "step_time_max_s": max(p["total"] for p in measured),
         "data_wait_s": mean("data_wait"),
@@ -331,7 +329,7 @@ def _trial_stats(
         "warmup_s": sum(p["total"] + p["data_wait"] for p in phases[:warm]),
         "first_step_s": first_step,
         "compile_s": t.wrap_s + max(0.0, first_step - steady)
-        if t.trial.compile != "eager"
+        if t.trial.settings.compile != "eager"
         else 0.0,
         "setup_s": setup_s,
         "final_loss": float(torch.stack(losses[-min(5, len(losses)) :]).float().mean()),
@@ -339,11 +337,11 @@ def _trial_stats(
         "val_accuracy": val_acc,
         "micro_steps": t.strategy.micro_steps,
         "measured_steps": len(measured),
-        "lr": run.lr_peak,
-        "steps_to_target": run.reached[0] if run.reached else None,
-        "time_to_target_s": run.reached[1] if run.reached else None,
+        "lr": record.lr_peak,
+        "steps_to_target": record.reached[0] if record.reached else None,
+        "time_to_target_s": record.reached[1] if record.reached else None,
         "comm_s": comm_s,
-        "history": _history(phases, losses, run.steps, t.clock),
+        "history": _history(phases, losses, record.steps, t.clock),
         "utilisation": t.utilisation.series(),
     }
 
@@ -373,38 +371,13 @@ def _history(
     }
 
 
-# --------------------------------------------------------------------------- rows a launch reads
-
-
-def rows_per_rank(launch: LaunchConfig) -> int:
-    """Training rows the largest trial of a launch reads on one rank (warmup, measured steps
-    with their micro-batches, exposed-communication calibration, and the step the feed holds
-    ahead): how much data the launch's input streams in one pass, so that no epoch boundary
-    falls inside a trial."""
-    return max(_rows_per_trial(launch, trial) for trial in launch.trials)
-
-
-def rows_per_launch(launch: LaunchConfig) -> int:
-    """Training rows one rank reads over every trial and repeat of a launch: what one pass of
-    a launch-long input stream (worker.input.LaunchStream) must hold."""
-    return launch.train.repeats * sum(_rows_per_trial(launch, t) for t in launch.trials)
-
-
-def _rows_per_trial(launch: LaunchConfig, trial: TrialConfig) -> int:
-    # + one step's micro-batches: what the feed holds ahead after the last step
-    passes = (launch.steps_per_trial + 1) * trial.micro_steps + CALIBRATION_PAIRS
-    if profiles(launch.train.profile_steps, trial.devices, trial.sync, False):
-        passes += (PROFILE_WARMUP + launch.train.profile_steps) * trial.micro_steps
-    return passes * trial.per_device_batch
-
-
 # ------------------------------------------------ measured outside the window: comm, validation
 
 
 def _exposed_communication(t: _Trial) -> float | None:
     """Exposed gradient communication per step, estimated outside the measured window.
 
-    Method: CALIBRATION_PAIRS interleaved pairs of forward+backward passes, one with DDP's
+    Method: EXPOSED_COMM_PAIRS interleaved pairs of forward+backward passes, one with DDP's
     gradient all-reduce and one under `no_sync()` (no all-reduce, no optimizer step, gradients
     discarded), on the same batches; exposed communication = median(synced) - median(no_sync),
     clipped at 0. It counts only the all-reduce time that backward could not hide, which is
@@ -416,7 +389,7 @@ def _exposed_communication(t: _Trial) -> float | None:
     if ddp is None or t.trial.inductor:
         return None
     timings: dict[bool, list[tuple[Any, Any]]] = {True: [], False: []}
-    for _ in range(CALIBRATION_PAIRS):
+    for _ in range(EXPOSED_COMM_PAIRS):
         batch = next(t.feed)
         for synced in (True, False):
             with contextlib.nullcontext() if synced else ddp.no_sync():
@@ -435,7 +408,9 @@ def _profile(t: _Trial) -> dict[str, Any]:
     `profile_s`, and this rank's compressed Chrome trace (`trace`, which the harness ships to
     the driver apart from the row) or why there is none (`trace_error`)."""
     launch = t.launch
-    if not profiles(launch.train.profile_steps, t.where.world, t.trial.sync, launch.ranking_only):
+    if not profiles(
+        launch.train.profile_steps, t.where.world, t.trial.settings.sync, launch.ranking_only
+    ):
         return {"profile_s": None}
     traced = profile_steps_pass(
         lambda step: _untimed_step(t, step),

@@ -11,36 +11,15 @@ collective ever reaches an idle rank. The other ranks skip the trial and wait in
 barrier (Ray Train's, a blocking wait that takes no CPU from the measured ranks).
 
 Every rank calls `enter` for every trial in the same order, so all agree on each group's name.
+Each group times out as the launch says (`LaunchConfig.collective_timeout_s`, which the driver
+sets by protocol.contract.collective_timeout_s).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 import torch.distributed as dist
-
-if TYPE_CHECKING:
-    from amdahl.worker.contract import TrialConfig
-
-#: Process-group timeout (seconds) for a launch's groups (Ray Train's TorchConfig and the rebuilt
-#: ones), by the slowest compilation its trials may run before their first collective: a rank
-#: compiling longer than this leaves its peers' collective to time out, and then NCCL's error
-#: handling aborts the process. max-autotune benchmarks many kernels per graph (tens of minutes
-#: for a large model is not unusual).
-COLLECTIVE_TIMEOUT_S = {"eager": 600, "torchscript": 600, "inductor": 1800, "max-autotune": 3600}
-
-
-def collective_timeout_s(trials: Iterable[TrialConfig]) -> int:
-    """The longest collective timeout any of a launch's trials needs."""
-    longest = COLLECTIVE_TIMEOUT_S["eager"]
-    for trial in trials:
-        kind = trial.compile
-        if kind == "inductor" and trial.options.get("compile_mode") == "max-autotune":
-            kind = "max-autotune"
-        longest = max(longest, COLLECTIVE_TIMEOUT_S[kind])
-    return longest
 
 
 class TrialWorlds:

@@ -16,8 +16,8 @@ from amdahl.driver.calibrate import (
     summary,
 )
 from amdahl.errors import UserError
+from amdahl.protocol.items import message_sizes
 from amdahl.report import build_report, report_from_rows
-from amdahl.worker.calibration import message_sizes
 
 
 def test_one_device_is_refused_before_anything_starts(tmp_path):

@@ -1,10 +1,11 @@
 """Faults lose nothing: a launch that dies is recorded with the worker's own error line, and
-the work queue (worker/work_queue.py) hands a lost item out again once, then gives it up."""
+the work queue (driver/work_queue.py) hands a lost item out again once, then gives it up."""
 
 from types import SimpleNamespace
 
 from amdahl.driver.launch_watch import launch_error
-from amdahl.worker.work_queue import CLOSED, WAIT, WorkItem, WorkQueue, item_key
+from amdahl.driver.work_queue import WorkQueue
+from amdahl.protocol.items import CLOSED, WAIT, WorkItem, item_key
 
 
 def test_launch_error_reads_tunes_local_error_file(tmp_path):

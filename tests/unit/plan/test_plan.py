@@ -14,6 +14,8 @@ from amdahl.plan import trials as planner
 from amdahl.plan.launches import WorkloadFacts, plan_sweep
 from amdahl.plan.resources import DRIVER_CPUS, Node
 from amdahl.plan.trials import expand_grid, trial_id
+from amdahl.protocol.contract import TrialConfig
+from amdahl.protocol.identity import row_identity
 from amdahl.spec.load import validate_spec
 from amdahl.spec.schema import (
     GridSpec,
@@ -23,8 +25,6 @@ from amdahl.spec.schema import (
     TrainSpec,
 )
 from amdahl.sweepdir.driver_files import ray_storage
-from amdahl.worker.contract import TrialConfig
-from amdahl.worker.rows import row_identity
 from workloads.mlp import MLP
 
 TWO_CPUS = [Node(cpus=2.0)]
@@ -273,10 +273,9 @@ def test_the_worker_contract_reads_a_planned_trials_typed_settings():
     plan = _plan(grid={"devices": [2], "batch_size": [128]}, train={"scaling": "strong"})
     (trial,) = plan.trials
     config = TrialConfig.from_settings(trial.trial_id, trial.settings, plan.spec.train.scaling)
-    s = trial.settings
-    assert (config.devices, config.batch_size, config.per_device_batch) == (2, 128, 64)
-    assert (config.sync, config.input, config.params) == (s.sync, s.input, s.params)
-    assert config.options == s.options and config.params is not s.params  # copies
+    assert config.settings is trial.settings  # held, not copied field by field
+    s = config.settings
+    assert (s.devices, s.batch_size, config.per_device_batch) == (2, 128, 64)
 
 
 def test_new_resources_and_train_fields_keep_ids_at_their_default():
@@ -457,7 +456,7 @@ def test_resources_auto_is_a_valid_setting_and_other_words_are_not():
 def test_plan_labels_are_what_the_report_makes_of_the_trials_rows(tmp_path, scaling):
     """The plan table, the live view and plan.json name a trial as the report and the MLflow
     runs will: the report's grouping (analysis.configs) over the rows the worker writes for
-    each planned trial (worker/rows.row_identity) gives the plan's labels."""
+    each planned trial (protocol/identity.row_identity) gives the plan's labels."""
     plan = _plan(
         grid={
             "devices": [1, 2],

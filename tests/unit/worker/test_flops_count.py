@@ -16,7 +16,7 @@ from trial_runner import PARAMS, launch_config, run, trial_config
 from amdahl.errors import UserError
 from amdahl.worker import flops
 from amdahl.worker.flops import count_training_flops, counted_flops, flops_figures
-from amdahl.worker.harness import aggregate_ranks
+from amdahl.worker.rows import aggregate_ranks
 from amdahl.workload.data_checks import check_workload
 from workloads.gpt import GPT
 from workloads.mlp import MLP

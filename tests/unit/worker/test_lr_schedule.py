@@ -3,8 +3,8 @@
 import pytest
 import torch
 
+from amdahl.protocol.identity import target_label
 from amdahl.spec.schema import TargetSpec, TrainSpec
-from amdahl.worker.rows import target_label
 from amdahl.worker.training import LRSchedule, target_reached
 
 BASE = TrainSpec(lr=0.1, lr_scaling="linear", lr_base_batch=256, lr_warmup_steps=4)

@@ -1,5 +1,5 @@
-"""The profiler pass (worker/profile.py, run by worker/trial.py after the measured window): which
-trials run it, and a real two-rank DDP trial on gloo whose ranks each return a compressed
+"""The profiler pass (worker/profile.py, run by worker/trial.py after the measured window): a real
+two-rank DDP trial on gloo whose ranks each return a compressed
 Chrome trace of exactly `train.profile_steps` steps holding gloo's all-reduces, with the pass's
 seconds apart from the window; then the trace's way to the driver: the work queue carries it
 with the row, and the driver writes it into the sweep directory and fills the overlap columns.
@@ -24,29 +24,14 @@ from amdahl.analysis.overlap import rank_figures, read_trace
 from amdahl.columns import COLUMNS
 from amdahl.data.storage import arrow_column
 from amdahl.driver.traces import keep_traces
+from amdahl.driver.work_queue import WorkQueue
+from amdahl.protocol.items import TRACES, WorkItem
 from amdahl.sweepdir.layout import SweepDir
 from amdahl.worker.input import LoaderSource, validation_rows
-from amdahl.worker.profile import profiles
-from amdahl.worker.trial import Placement, _rows_per_trial, run_trial_guarded
-from amdahl.worker.work_queue import TRACES, WorkItem, WorkQueue
+from amdahl.worker.trial import Placement, run_trial_guarded
 from workloads.mlp import MLP
 
 PROFILE_STEPS = 2
-
-
-def test_which_trials_profile():
-    assert profiles(3, 2, "ddp", ranking_only=False)
-    assert not profiles(0, 2, "ddp", ranking_only=False)  # train.profile_steps: 0 turns it off
-    assert not profiles(3, 1, "ddp", ranking_only=False)  # one device: nothing to overlap
-    assert not profiles(3, 2, "none", ranking_only=False)  # no communication
-    assert not profiles(3, 2, "ddp", ranking_only=True)  # a ranking-only search rung
-
-
-def test_the_input_holds_the_profiled_steps():
-    ddp = trial_config(devices=2, sync="ddp")
-    with_pass = _rows_per_trial(launch_config((ddp,), profile_steps=4), ddp)
-    without = _rows_per_trial(launch_config((ddp,), profile_steps=0), ddp)
-    assert with_pass - without == (1 + 4) * ddp.per_device_batch  # warm-up step + 4 traced
 
 
 # --------------------------------------------------------------------------- a real DDP trial

@@ -1,9 +1,9 @@
 """Every key of a row the code produces is a results column: `results.append_rows` keeps only
 `COLUMNS`, so a key the harness or the driver adds without a column would vanish from
 results.parquet without a word. Rows are built as the code builds them: the worker's
-(`harness.results_row`, from the stats of one trial really run in this process, and its
-failed variant) and the driver's (`results.row_identity` plus the keys of a failed or skipped
-row, see run.py)."""
+(`rows.results_row`, from the stats of one trial really run in this process, and its
+failed variant) and the driver's (`protocol.identity.row_identity` plus the keys of a failed
+or skipped row, see driver/pool.py and driver/halving.py)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import torch
 from trial_runner import PARAMS, launch_config, run, trial_config
 
 from amdahl.columns import COLUMNS
+from amdahl.protocol.identity import row_identity
 from amdahl.sweepdir.table import append_rows, read_results
-from amdahl.worker.harness import results_row
-from amdahl.worker.rows import row_identity
+from amdahl.worker.rows import results_row
 from workloads.mlp import MLP
 
 STAMP = "2025-01-01T12:00:00+00:00"
@@ -58,7 +58,7 @@ def _worker_row(stats: dict[str, Any], error: str | None) -> dict[str, Any]:
 def test_a_measured_row_has_only_results_columns(measured, tmp_path):
     row = _worker_row(measured, None)
     assert row["status"] == "ok" and row["throughput"] > 0  # a real measurement
-    _assert_all_columns(row, "harness.results_row (a measured trial)")
+    _assert_all_columns(row, "rows.results_row (a measured trial)")
     # and every value survives the table: nothing of the row is dropped on the way
     append_rows(tmp_path, [row])
     stored = read_results(tmp_path).to_pylist()[0]
@@ -68,7 +68,7 @@ def test_a_measured_row_has_only_results_columns(measured, tmp_path):
 def test_a_failed_worker_row_has_only_results_columns():
     row = _worker_row({}, "oom: CUDA out of memory. Tried to allocate 2.00 GiB")
     assert row["status"] == "oom"
-    _assert_all_columns(row, "harness.results_row (a failed trial)")
+    _assert_all_columns(row, "rows.results_row (a failed trial)")
 
 
 @pytest.mark.parametrize(

@@ -1,15 +1,12 @@
-"""The parts of a trial around its loop: failure classes, per-trial caches and timeouts."""
+"""The parts of a trial around its loop: failure classes and per-trial caches."""
 
 import os
 
 import pytest
 import torch
-from trial_runner import trial_config
 
 from amdahl.worker.peak import precision_dtype
-from amdahl.worker.rows import failure_status
 from amdahl.worker.training import Precision, compile_caches, failure_kind, tf32_flags
-from amdahl.worker.worlds import COLLECTIVE_TIMEOUT_S, collective_timeout_s
 
 
 @pytest.mark.parametrize(
@@ -37,33 +34,6 @@ def test_a_torch_accelerator_error_is_poisoned_whatever_its_text():
     if accelerator_error is None:
         pytest.skip("this torch has no AcceleratorError")
     assert failure_kind(accelerator_error("unknown error")) == "poisoned"
-
-
-@pytest.mark.parametrize(
-    "reason, status",
-    [
-        ("oom: CUDA out of memory", "oom"),
-        (
-            "launch failed: amdahl.worker.harness.RankStranded: oom: rank 1: CUDA out of memory",
-            "oom",
-        ),
-        ("launch failed: ProcessPoisoned: failed: AcceleratorError: illegal memory", "failed"),
-        ("failed: ValueError: oom: is not a word here\nsecond line", "failed"),
-    ],
-)
-def test_a_failed_rows_status_says_out_of_memory_when_a_rank_ran_out(reason, status):
-    assert failure_status(reason) == status
-
-
-def _trial(compile_="eager", mode="default"):
-    return trial_config(compile=compile_, options={"compile_mode": mode})
-
-
-def test_collective_timeout_outlasts_the_slowest_compile_of_the_launch():
-    assert collective_timeout_s([_trial()]) == COLLECTIVE_TIMEOUT_S["eager"]
-    assert collective_timeout_s([_trial(), _trial("inductor")]) == COLLECTIVE_TIMEOUT_S["inductor"]
-    slowest = collective_timeout_s([_trial("inductor", "max-autotune"), _trial("torchscript")])
-    assert slowest == COLLECTIVE_TIMEOUT_S["max-autotune"] > COLLECTIVE_TIMEOUT_S["inductor"]
 
 
 def test_cold_compile_caches_are_fresh_per_trial_and_removed_after():

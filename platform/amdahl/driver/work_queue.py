@@ -12,51 +12,23 @@ group that then dies is handed again to the restarted group (`enter`), and one t
 twice without an answer is given up with the reason. Rows and give-ups wait in the queue until
 the driver takes them (`take`): the driver alone writes results.parquet and MLflow.
 
-Plain Python (no Ray import): the driver wraps it with `ray.remote`.
+Why it lives in driver/: it is the driver's bookkeeping (what is pending, leased, done, given
+up), which the driver creates, feeds and reads. The workers never import this class: they hold
+a handle to the actor (`LaunchConfig.queue`) and call five of its methods (`enter`, `lease`,
+`ack`, `attach`, `fail`) with the plain data of amdahl.protocol.items (WorkItem, its key, WAIT,
+CLOSED). Plain Python (no Ray import): the driver wraps it with `ray.remote`.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import Any
 
-#: What `lease` answers when a launch has no item now but may get one (the driver is deciding
-#: the next rung, or the item is another shape's), and when it will never get one.
-WAIT = "wait"
-CLOSED = "closed"
+from amdahl.protocol.items import CLOSED, TRACES, WAIT, WorkItem
+
 #: How many times an item is handed out before a worker group's death during it gives it up.
 MAX_DELIVERIES = 2
-#: The key under which a row event carries the ranks' profiler traces ({rank: gzip bytes},
-#: `attach`); the driver takes it out before the row is written (driver/traces.py).
-TRACES = "_traces"
-
-
-@dataclass(frozen=True)
-class WorkItem:
-    """One trial repeat for one launch. Small on purpose: rank 0 broadcasts it to its group
-    through Ray Train's synchronisation actor; the worker finds the trial in its LaunchConfig."""
-
-    key: str
-    launch_id: str
-    trial_id: str
-    repeat: int
-    #: search: halving: the rung, whose length `steps` is (train.steps, or target.max_steps in
-    #: time-to-target mode); None in a grid sweep, which runs train.steps.
-    rung: int | None = None
-    steps: int | None = None
-    #: A rung before the last only ranks: no validation pass, no exposed-communication passes.
-    ranking_only: bool = False
-    #: "trial", or "calibrate": the whole group measures the all-reduce (message sizes up to
-    #: `max_bytes`) and one worker's peaks (worker/calibration.py); its answer is that.
-    kind: str = "trial"
-    max_bytes: int | None = None
-
-
-def item_key(trial_id: str, repeat: int, rung: int | None) -> str:
-    """A run's key: the results row's key (trial id, repeat, rung) as one string."""
-    return f"{trial_id}/{repeat}/{'-' if rung is None else rung}"
 
 
 class WorkQueue:

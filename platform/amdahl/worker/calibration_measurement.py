@@ -1,34 +1,59 @@
-"""What a calibration measures, on the workers: all-reduce seconds per message size over the
+"""The calibration measurement, on the workers: all-reduce seconds per message size over the
 worker group's process group, and one worker's matmul peak per precision (the report's and the
-step-time model's alpha-beta and MFU denominators). Run by `platform calibrate`'s own worker
-group (driver/calibrate.py) and, as a work item, by a sweep's live launch (worker/harness.py).
+step-time model's alpha-beta and MFU denominators).
+
+An entry point of the worker side: `calibration_worker` is the `train_loop_per_worker` of
+`platform calibrate`'s own worker group (driver/calibrate.py starts it); a sweep's live launch
+runs `calibration_result` for a calibrate work item (worker/harness.py). torch and Ray are
+imported inside the functions, as the driver imports this module to start the group.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
-from amdahl.errors import UserError
 from amdahl.worker.peak import matrix_size, measure_peak_flops
 
+#: The key rank 0 reports its measurement under (as JSON: one value, whatever Ray adds), which
+#: driver/calibrate.py reads from the Train result.
+RESULT_KEY = "amdahl_calibration"
+#: The file the measurement is written to in the checkpoint rank 0 reports it with.
+_CHECKPOINT_FILE = "calibration.json"
 #: Timed rounds per message size, each about _ROUND_S long, at most _MAX_ITERS calls.
 _ROUNDS = 5
 _ROUND_S = 0.05
 _MAX_ITERS = 100
 
 
-def message_sizes(max_bytes: int) -> list[int]:
-    """All-reduce message sizes, 4 B to `max_bytes`: powers of 4 below 1 MiB (latency: a few
-    points suffice), every power of 2 from 1 MiB (the bandwidth fit's range), and `max_bytes`
-    itself, rounded down to whole float32s."""
-    if max_bytes < 16:
-        raise UserError(f"--max-bytes {max_bytes}: needs at least 16 (two message sizes)")
-    sizes = [4**k for k in range(1, 10) if 4**k < min(2**20, max_bytes)]
-    sizes += [2**k for k in range(20, 64) if 2**k <= max_bytes]
-    top = max_bytes // 4 * 4
-    return sorted(set(sizes) | {top})
+def calibration_worker(config: dict[str, Any]) -> None:
+    """`train_loop_per_worker` of `platform calibrate`'s worker group (`config`: the message
+    `sizes` and the `threads` per worker): measure, then rank 0 reports everything as one JSON
+    value under RESULT_KEY."""
+    import ray.train
+    import ray.train.torch
+    import torch
+
+    ctx = ray.train.get_context()
+    rank = ctx.get_world_rank()
+    device = ray.train.torch.get_device()
+    torch.set_num_threads(config["threads"])
+    result = calibration_result(config["sizes"], device, rank)
+    if rank != 0:
+        ray.train.report({})
+        return
+    # Train V2 keeps only checkpoint-attached metrics in Result.metrics: attach a small one
+    # (it also leaves the raw measurements in the run's storage).
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, _CHECKPOINT_FILE).write_text(json.dumps(result))
+        ray.train.report(
+            {RESULT_KEY: json.dumps(result)},
+            checkpoint=ray.train.Checkpoint.from_directory(tmp),
+        )
 
 
 def calibration_result(sizes: list[int], device: Any, rank: int) -> dict[str, Any]:

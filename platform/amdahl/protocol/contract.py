@@ -1,46 +1,46 @@
-"""The driver -> worker contract: everything a launch's workers need, as frozen dataclasses.
+"""The driver -> worker contract: everything a launch's workers need, as frozen dataclasses,
+and the process-group timeout a launch's trials need.
 
-The driver (driver/sweep.py) builds one `LaunchConfig` per launch from the typed spec and the
-plan; it crosses process boundaries by pickle (Tune's param space, Ray Train's
-`train_loop_config`), and the worker side (harness, trial, input, training, worlds) reads only
-its fields. Pure: no Ray, no torch (docs/architecture.md, "The launch contract").
+The driver (driver/trainable.py, `launch_config`) builds one `LaunchConfig` per launch from the
+typed spec and the plan; it crosses process boundaries by pickle (Tune's param space, Ray
+Train's `train_loop_config`), and the worker side (harness, trial, input, training, worlds)
+reads only its fields. Pure: no Ray, no torch (docs/architecture.md, "The launch contract").
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
 
 from amdahl import columns, strategies
+from amdahl.columns import TrialSettings
+from amdahl.protocol.items import WorkItem
 from amdahl.spec.schema import TargetSpec, TrainSpec
 
-if TYPE_CHECKING:
-    from amdahl.worker.work_queue import WorkItem
+#: Process-group timeout (seconds) for a launch's groups (Ray Train's TorchConfig and the ones
+#: worker/worlds.py rebuilds), by the slowest compilation its trials may run before their first
+#: collective: a rank compiling longer than this leaves its peers' collective to time out, and
+#: then NCCL's error handling aborts the process. max-autotune benchmarks many kernels per graph
+#: (tens of minutes for a large model is not unusual).
+COLLECTIVE_TIMEOUT_S = {"eager": 600, "torchscript": 600, "inductor": 1800, "max-autotune": 3600}
 
 
 @dataclass(frozen=True)
 class TrialConfig:
-    """One trial of a launch: its id and its settings (one value per axis, resolved).
+    """One trial of a launch: its id, its settings as planned (one value per axis, the
+    workload's params, the options its axis values read: plan.trials.Trial.settings) and what
+    the driver derives for the workers. A new axis is a field of TrialSettings, read as
+    `trial.settings.<axis>`; nothing of it is declared again here.
 
-    `params` and `options` are read-only by convention (plain dicts, so that they pickle)."""
+    The settings' dicts are read-only by convention (plain dicts, so that they pickle)."""
 
     trial_id: str
-    devices: int
-    #: As in the sweep file: the global batch under strong scaling, per device under weak.
-    batch_size: int
-    #: What one rank's forward pass takes.
+    settings: TrialSettings
+    #: What one rank's forward pass takes: `settings.batch_size`, the global batch under strong
+    #: scaling (split over the devices) or per device under weak.
     per_device_batch: int
-    precision: str
-    compile: str
-    sync: str
-    data_workers: int
-    input: str
-    prefetch_batches: int
-    #: The workload's parameters (defaults, then the spec's, then this trial's axis values).
-    params: dict[str, Any] = field(default_factory=dict)
-    #: The `options` this trial's axis values read (plan._relevant_options).
-    options: dict[str, Any] = field(default_factory=dict)
     #: The workload's stated figure for these params (Workload.flops_per_sample): a cross-check
     #: of the count the worker makes (worker/flops.py), the figure MFU uses if `flops_override`.
     flops_per_sample: float | None = None
@@ -50,43 +50,28 @@ class TrialConfig:
     def from_settings(
         cls,
         trial_id: str,
-        settings: columns.TrialSettings,
+        settings: TrialSettings,
         scaling: str,
         flops_per_sample: float | None = None,
         flops_override: bool = False,
     ) -> TrialConfig:
-        """From a planned trial's settings (plan.Trial.settings)."""
-        devices, batch = settings.devices, settings.batch_size
-        return cls(
-            trial_id=trial_id,
-            devices=devices,
-            batch_size=batch,
-            per_device_batch=int(columns.per_device_batch(batch, devices, scaling)),
-            precision=settings.precision,
-            compile=settings.compile,
-            sync=settings.sync,
-            data_workers=settings.data_workers,
-            input=settings.input,
-            prefetch_batches=settings.prefetch_batches,
-            params=dict(settings.params),
-            options=dict(settings.options),
-            flops_per_sample=flops_per_sample,
-            flops_override=flops_override,
-        )
+        """From a planned trial's settings (plan.Trial.settings) and the spec's scaling."""
+        batch = columns.per_device_batch(settings.batch_size, settings.devices, scaling)
+        return cls(trial_id, settings, int(batch), flops_per_sample, flops_override)
 
     @property
     def inductor(self) -> bool:
-        return self.compile == "inductor"
+        return self.settings.compile == "inductor"
 
     @property
     def micro_steps(self) -> int:
         """Forward/backward passes per optimizer step (strategies.micro_steps)."""
-        return strategies.micro_steps(self.sync, self.options)
+        return strategies.micro_steps(self.settings.sync, self.settings.options)
 
     @property
     def compile_cache(self) -> str | None:
         """cold or warm for an inductor trial, None otherwise (nothing is compiled)."""
-        return self.options.get("compile_cache", "cold") if self.inductor else None
+        return self.settings.options.get("compile_cache", "cold") if self.inductor else None
 
 
 @dataclass(frozen=True)
@@ -105,8 +90,7 @@ class WorkerResources:
 
 @dataclass(frozen=True)
 class LaunchConfig:
-    """One launch: a worker group running `trials` one after another (plan.Launch), in the
-    order `schedule` gives."""
+    """One launch: a worker group running `trials` (plan.Launch), one work item at a time."""
 
     launch_id: str
     sweep: str
@@ -128,7 +112,7 @@ class LaunchConfig:
     placement: str
     storage_path: str
     run_name: str
-    #: The driver's work queue (a Ray actor handle, worker/work_queue.py) this launch leases
+    #: The driver's work queue (a Ray actor handle, driver/work_queue.py) this launch leases
     #: its items from; None where a launch is run by hand (tests run one trial directly).
     queue: Any = None
     #: search: halving: the rung this item measures (`train.steps` is the rung's), else None.
@@ -146,11 +130,11 @@ class LaunchConfig:
     @property
     def input(self) -> str:
         """ray_data or torch_loader: one per launch (it is part of the launch key)."""
-        return self.trials[0].input
+        return self.trials[0].settings.input
 
     @property
     def data_workers(self) -> int:
-        return self.trials[0].data_workers
+        return self.trials[0].settings.data_workers
 
     @property
     def target(self) -> TargetSpec | None:
@@ -174,13 +158,17 @@ class LaunchConfig:
             self, train=train, rung=item.rung, ranking_only=item.ranking_only
         )
 
-    def schedule(self) -> list[tuple[TrialConfig, int]]:
-        """The (trial, repeat) runs in the order the workers run them: repeat 0 of every trial,
-        then repeat 1 of every trial, and so on. Interleaved, a drift of the machine over the
-        launch (another job, a warming cache, a throttling clock) falls on every configuration's
-        repeats alike instead of on whichever ran last, so repeats compare configurations."""
-        return [(t, r) for r in range(self.train.repeats) for t in self.trials]
-
     def with_inputs(self, **inputs: Any) -> LaunchConfig:
         """A copy carrying the driver's object refs (`val_rows`, `train_rows`, `train_shards`)."""
         return dataclasses.replace(self, **inputs)
+
+
+def collective_timeout_s(trials: Iterable[TrialConfig]) -> int:
+    """The longest collective timeout any of a launch's trials needs."""
+    longest = COLLECTIVE_TIMEOUT_S["eager"]
+    for trial in trials:
+        kind = trial.settings.compile
+        if kind == "inductor" and trial.settings.options.get("compile_mode") == "max-autotune":
+            kind = "max-autotune"
+        longest = max(longest, COLLECTIVE_TIMEOUT_S[kind])
+    return longest
