@@ -91,12 +91,13 @@ class GPT(Workload):
         return (output.argmax(dim=-1) == target).float().mean(dim=1).sum()
 
     def flops_per_sample(self) -> float:
-        """Training FLOPs per sequence as the step executes them (2 per multiply-accumulate), a
-        cross-check of the counted figure (worker/flops.py): 6 per token and weight of the
+        """The model's training FLOPs per sequence (PaLM, appendix B; 2 per multiply-accumulate),
+        a cross-check of the counted figure (worker/flops.py): 6 per token and weight of the
         layers' linear maps and the vocabulary head (the embeddings are lookups, not matmuls,
         unlike Kaplan's 6 x all parameters), plus attention, per layer and token 4 x context x
-        width forward (scores, then values) and 10 backward (the fused kernels recompute the
-        scores), over the full matrix as torch counts it, not the causal half."""
+        width forward (scores, then values) and twice that backward: 12, PaLM's 12 x layers x
+        width x context, over the full matrix as torch counts it, not the causal half. The fused
+        kernels' recomputation of the scores (2 more) is hardware FLOPs, not the model's."""
         p = self.params
         w, n, t, v = p["width"], p["layers"], p["context"], p["vocab"]
-        return 6.0 * (n * 12 * w * w + v * w) * t + 14.0 * n * w * t * t
+        return 6.0 * (n * 12 * w * w + v * w) * t + 12.0 * n * w * t * t

@@ -226,8 +226,14 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     ),
     "flops_counted": (
         pa.float64(),
-        "FLOPs per sample of one training step's forward, loss and backward on the plain model "
-        "and one of the trial's batches, counted by torch's FlopCounterMode (rank 0)",
+        "the model's FLOPs per sample of one training step's forward, loss and backward on the "
+        "plain model and one of the trial's batches, counted by torch's FlopCounterMode (rank 0); "
+        "the fused attention backward's recomputation left out (PaLM's model FLOPs)",
+    ),
+    "flops_hardware": (
+        pa.float64(),
+        "flops_counted with the fused attention backward's recomputed scores: the FLOPs the "
+        "kernels execute (HFU's numerator); equal to flops_counted where nothing is recomputed",
     ),
     "flops_stated": (pa.float64(), "FLOPs per sample the workload states (flops_per_sample())"),
     "flops_count_s": (
@@ -241,7 +247,12 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
         "measured matmul FLOP/s of one worker at the trial's compute "
         "dtype (a measurement, not a datasheet peak); median over ranks",
     ),
-    "mfu": (pa.float64(), "achieved_flops / (peak_flops x devices)"),
+    "mfu": (pa.float64(), "achieved_flops / (peak_flops x devices): model FLOPs utilisation"),
+    "hfu": (
+        pa.float64(),
+        "hardware FLOPs utilisation: throughput x flops_hardware / (peak_flops x devices); "
+        "null where it equals mfu (nothing recomputed) or MFU uses the stated figure",
+    ),
     "cpu_utilisation": (
         pa.float64(),
         "percent of its allowed cores a rank's process kept busy over the measured window "

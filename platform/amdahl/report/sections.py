@@ -342,9 +342,11 @@ def _breakdown(r: Report) -> Section:
 
 #: Where the MFU numerator's FLOPs per sample come from (worker/flops.py).
 _FLOPS_TEXT = (
-    "Achieved FLOP/s = throughput x FLOPs per sample, counted by torch's FlopCounterMode over "
-    "one training step (forward, loss, backward) unless the workload's stated figure overrides "
-    "it (the flops_source column)."
+    "Achieved FLOP/s = throughput x the model's FLOPs per sample, counted by torch's "
+    "FlopCounterMode over one training step (forward, loss, backward) unless the workload's "
+    "stated figure overrides it (the flops_source column). MFU counts the model's FLOPs (PaLM, "
+    "appendix B); HFU, where shown, adds what the kernels recompute (fused attention's "
+    "backward recomputes the scores)."
 )
 
 
@@ -364,35 +366,28 @@ def _efficiency(r: Report) -> Section:
             f"at its precision (the same probe as `platform calibrate`). {_FLOPS_TEXT}"
         )
     rows = []
+    with_hfu = any(d.config.stat("hfu") for d in r.diagnoses)
     for d in r.diagnoses:
         c = d.config
         flops = c.stat("achieved_flops")
         mem = c.stat("peak_mem_bytes")
         comp = c.stat("compile_s")
+        hfu = c.stat("hfu")
         rows.append(
             [
                 c.label,
                 f"{flops.median / 1e9:,.2f}" if flops else "n/a",
                 f"{d.mfu:.1%} ({d.mfu_peak})" if d.mfu is not None else "n/a",
+                *([f"{hfu.median:.1%}" if hfu else "= MFU"] if with_hfu else []),
                 mib(mem.median) if mem else "n/a",
                 spread(mem),
                 f"{comp.median:.2f}" if comp else "n/a",
             ]
         )
     if rows:
-        sec.tables.append(
-            Table(
-                [
-                    "configuration",
-                    "achieved GFLOP/s",
-                    "MFU",
-                    "peak memory / device MiB",
-                    "memory spread",
-                    "compile s",
-                ],
-                rows,
-            )
-        )
+        header = ["configuration", "achieved GFLOP/s", "MFU", *(["HFU"] if with_hfu else [])]
+        header += ["peak memory / device MiB", "memory spread", "compile s"]
+        sec.tables.append(Table(header, rows))
     if any(d.mfu is not None and d.mfu > 1 for d in r.diagnoses):
         sec.bullets.append(
             "MFU above 100%: the workload beats the measured peak, so the peak (a square matmul "

@@ -21,8 +21,10 @@ shape changes from batch to batch (padded to each batch's longest sequence) is c
 
 What torch counts: matmuls, convolutions and attention, as 2 FLOPs per multiply-accumulate;
 element-wise work, norms and the loss's reductions are not counted, which is MFU's usual
-convention. Attention is counted as torch counts its fused kernels, the backward's
-recomputation of the scores included, and over the full (not the causal half) matrix. torch
+convention. Attention is counted over the full (not the causal half) matrix, two ways (PaLM,
+appendix B): the model's FLOPs (`Counted.model`, MFU's numerator), and the hardware's
+(`Counted.hardware`, HFU's), which add the fused kernels' recomputation of the scores in their
+backward, as torch's formula for them counts it. torch
 2.13 has no formula for the CPU flash-attention kernel, so attention on CPU would count as zero
 (8% of the GPT workload's work would vanish): `_CPU_ATTENTION` gives it torch's own formulas for
 the CUDA kernels, so a CPU and a GPU trial count the same figure.
@@ -39,6 +41,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -47,7 +50,7 @@ from torch.utils._pytree import tree_leaves
 
 from amdahl.workload.api import Workload
 
-_CACHE: dict[tuple, float | None] = {}
+_CACHE: dict[tuple, Counted | None] = {}
 
 
 def _attention(query: Any, key: Any, value: Any, *_: Any, out_shape: Any = None, **__: Any) -> int:
@@ -79,7 +82,18 @@ def _cpu_attention() -> dict[Any, Any]:
 _CPU_ATTENTION = _cpu_attention()
 
 
-def count_training_flops(workload: Workload, batch: dict[str, torch.Tensor]) -> float:
+@dataclass(frozen=True)
+class Counted:
+    """FLOPs per sample of one training step, as the model defines them and as executed."""
+
+    #: the model's: what the step must compute (MFU's numerator)
+    model: float
+    #: as the kernels execute them: the model's plus the fused attention backward's
+    #: recomputed scores (HFU's numerator); equal to `model` where nothing is recomputed
+    hardware: float
+
+
+def count_training_flops(workload: Workload, batch: dict[str, torch.Tensor]) -> Counted:
     """FLOPs per sample of one training step's forward, loss and backward (not the optimizer)
     on a fresh plain model of `workload`, in float32 and in training mode, on the device the
     batch is on. Torch's random state is left as it was (the model's initialisation and any
@@ -94,12 +108,27 @@ def count_training_flops(workload: Workload, batch: dict[str, torch.Tensor]) -> 
         rows = _rows(inputs)
         with flop_counter.FlopCounterMode(display=False, custom_mapping=_CPU_ATTENTION) as c:
             workload.loss(model(inputs), targets).backward()
-    return c.get_total_flops() / rows
+    hardware = c.get_total_flops()
+    return Counted((hardware - _recomputed(c.get_flop_counts())) / rows, hardware / rows)
+
+
+def _recomputed(counts: dict[str, dict[Any, int]]) -> float:
+    """FLOPs the fused attention kernels' backward spends recomputing the scores: torch's
+    formula (`flop_counter.sdpa_backward_flop_count`) counts four gradient products and one
+    recomputed q @ k^T, all of one size where queries and values have one width (as in every
+    transformer here), so a fifth of each backward's count. The unfused (math) path saves the
+    scores instead and shows no such op."""
+    ops = counts.get("Global", {})
+    return sum(n / 5 for op, n in ops.items() if _is_fused_attention_backward(str(op)))
+
+
+def _is_fused_attention_backward(name: str) -> bool:
+    return "attention" in name and name.endswith("backward")
 
 
 def counted_flops(
     workload: Workload, next_batch: Callable[[], dict[str, torch.Tensor]]
-) -> tuple[float | None, float]:
+) -> tuple[Counted | None, float]:
     """(FLOPs per sample, seconds spent now): counted once per process and `count_key` on the
     batch `next_batch()` gives (asked for only then), 0.0 seconds where it had been. None where
     counting failed or counted nothing (no op with a FlopCounterMode formula), with the reason
@@ -109,10 +138,11 @@ def counted_flops(
         return _CACHE[key], 0.0
     start = time.perf_counter()
     name = type(workload).__name__
-    per_sample: float | None = None
+    per_sample: Counted | None = None
     try:
         batch = next_batch()
-        per_sample = count_training_flops(workload, batch) or None
+        counted = count_training_flops(workload, batch)
+        per_sample = counted if counted.hardware > 0 else None
         if per_sample is None:
             print(
                 f"amdahl: FlopCounterMode counted no FLOPs in {name}'s training step (no op "
@@ -149,20 +179,23 @@ def _rows(inputs: Any) -> int:
     return int(tensors[0].shape[0])
 
 
-def flops_figures(counted: float | None, stated: float | None, override: bool) -> dict[str, Any]:
-    """The row's FLOPs columns: the figure MFU uses (`flops_per_sample`), which one it is
-    (`flops_source`), and both figures. The counted one, unless the workload's stated figure
-    overrides it (`Workload.flops_override`) or nothing was counted; null where neither exists."""
+def flops_figures(counted: Counted | None, stated: float | None, override: bool) -> dict[str, Any]:
+    """The row's FLOPs columns: the figure MFU uses (`flops_per_sample`, model FLOPs), which one
+    it is (`flops_source`), both figures, and the counted hardware FLOPs (HFU's numerator).
+    The counted one, unless the workload's stated figure overrides it
+    (`Workload.flops_override`) or nothing was counted; null where neither exists."""
     stated = float(stated) if stated is not None and stated > 0 else None
+    model = counted.model if counted is not None else None
     if stated is not None and (override or counted is None):
         used, source = stated, "stated"
-    elif counted is not None:
-        used, source = counted, "counted"
+    elif model is not None:
+        used, source = model, "counted"
     else:
         used, source = None, None
     return {
         "flops_per_sample": used,
         "flops_source": source,
-        "flops_counted": counted,
+        "flops_counted": model,
+        "flops_hardware": counted.hardware if counted is not None else None,
         "flops_stated": stated,
     }

@@ -193,7 +193,8 @@ def _before_first_trial(
     # before any trial's model holds memory (a probe beside a model near the memory limit
     # could turn a trial that fits into an "oom").
     for precision in sorted({t.settings.precision for t in launch.trials}):
-        measure_peak_flops(device, precision)
+        if workload.peak_flops(precision) is None:  # else the workload states its device's
+            measure_peak_flops(device, precision)
 
     # A launch whose workload preprocesses streams its input through Ray Train's split: start
     # that pipeline now, after the peak probe (which it would slow), not in the first trial.

@@ -110,6 +110,16 @@ def aggregate_ranks(
         "profile_s": top("profile_s") if stats[0].get("profile_s") is not None else None,
         "peak_flops": med("peak_flops"),
         "mfu": throughput * flops / (med("peak_flops") * len(stats)) if flops else None,
+        "hfu": _hfu(figures, throughput, med("peak_flops") * len(stats)),
         "history": json.dumps(stats[0]["history"], separators=(",", ":")),  # rank 0's curves
         **utilisation_columns([r.get("utilisation") for r in stats]),
     }
+
+
+def _hfu(figures: dict[str, Any], throughput: float, peak: float) -> float | None:
+    """Hardware FLOPs utilisation (PaLM, appendix B): the counted FLOPs with the fused attention
+    backward's recomputation; only where MFU uses the counted figure and the two differ."""
+    hardware, model = figures["flops_hardware"], figures["flops_counted"]
+    if figures["flops_source"] != "counted" or not hardware or hardware <= model or peak <= 0:
+        return None
+    return throughput * hardware / peak

@@ -175,7 +175,10 @@ def run_trial(
         if where.rank == 0:
             stats["flops_counted"], stats["flops_count_s"] = counted_flops(workload, feed.peek)
         del feed
-        stats["peak_flops"] = measure_peak_flops(device, trial.settings.precision)
+        precision = trial.settings.precision
+        stats["peak_flops"] = workload.peak_flops(precision) or measure_peak_flops(
+            device, precision
+        )
         return stats
 
 

@@ -50,3 +50,19 @@ def test_an_override_says_mfu_uses_the_stated_figure():
 def test_no_line_within_ten_percent_or_without_both_figures(flops):
     assert _flops_lines(_markdown(**flops)) == []
     assert FLOPS_DISAGREE == 0.10
+
+
+def test_hfu_sits_beside_mfu_where_the_kernels_recompute(tmp_path):
+    from report_rows import row, write_sweep
+
+    from amdahl.report import write_reports
+
+    rows = [
+        row(1, throughput=1000.0, achieved_flops=1e12, peak_flops=1e13, hfu=0.12),
+        row(2, throughput=1800.0, achieved_flops=1.8e12, peak_flops=1e13),
+    ]
+    paths = write_reports(write_sweep(tmp_path / "sweep", rows))
+    text = paths["markdown"].read_text()
+    table = text[text.index("| configuration | achieved GFLOP/s | MFU | HFU |") :]
+    assert "| 12.0% |" in table.split("\n\n")[0]  # the recomputing configuration's HFU
+    assert "= MFU" in table.split("\n\n")[0]  # and the other's says it equals MFU

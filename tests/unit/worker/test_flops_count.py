@@ -15,7 +15,7 @@ from trial_runner import PARAMS, launch_config, run, trial_config
 
 from amdahl.errors import UserError
 from amdahl.worker import flops
-from amdahl.worker.flops import count_training_flops, counted_flops, flops_figures
+from amdahl.worker.flops import Counted, count_training_flops, counted_flops, flops_figures
 from amdahl.worker.rows import aggregate_ranks
 from amdahl.workload.data_checks import check_workload
 from workloads.gpt import GPT
@@ -57,7 +57,9 @@ def test_the_d2l_mlp_counts_what_torch_executes_not_six_times_its_macs():
     # 6 x 164,096 MACs = 984,576, less the first layer's input gradient (2 x 512 x 256), which
     # autograd never computes: the inputs need no gradient.
     assert reference == 722_432
-    assert count_training_flops(MLP(), {"x": x, "y": y}) == reference
+    counted = count_training_flops(MLP(), {"x": x, "y": y})
+    assert counted.model == counted.hardware == reference  # nothing recomputed
+    assert MLP().flops_per_sample() == reference  # the workload's analytic figure agrees
 
 
 def test_attention_is_counted_on_cpu_as_torch_counts_its_fused_kernels():
@@ -69,16 +71,38 @@ def test_attention_is_counted_on_cpu_as_torch_counts_its_fused_kernels():
         unfused = _reference(gpt.build_model(), x, y, gpt.loss)
     # The fused kernels' backward recomputes the scores: one more q @ k^T per layer, as torch's
     # formula for the CUDA kernels counts it (2 FLOPs x context x context x width per sample).
+    # That is hardware FLOPs (HFU); the model's FLOPs (MFU, PaLM appendix B) are the unfused
+    # path's, which saves the scores instead.
     recomputed = gpt.params["layers"] * 2 * 16 * 16 * 32
-    assert count_training_flops(gpt, {"tokens": tokens}) == unfused + recomputed
+    counted = count_training_flops(gpt, {"tokens": tokens})
+    assert counted.model == unfused
+    assert counted.hardware == unfused + recomputed
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"vocab": 64, "width": 32, "layers": 2, "heads": 4, "context": 16},
+        {"vocab": 128, "width": 64, "layers": 3, "heads": 8, "context": 32},
+    ],
+)
+def test_gpt_model_flops_equal_palms_analytic_formula(params):
+    """Independent of the counter: 6 per token and weight of the linear maps and the head, plus
+    PaLM's 12 x layers x width x context per token for attention (appendix B)."""
+    gpt = GPT(**params)
+    tokens = torch.from_numpy(gpt.generate("train", 4, seed=0)["tokens"])
+    w, n, t, v = params["width"], params["layers"], params["context"], params["vocab"]
+    palm = 6.0 * (n * 12 * w * w + v * w) * t + 12.0 * n * w * t * t
+    assert count_training_flops(gpt, {"tokens": tokens}).model == pytest.approx(palm, rel=1e-9)
+    assert gpt.flops_per_sample() == palm
 
 
 def test_gpt_counted_differs_from_the_old_hand_formula():
     gpt = GPT()
     tokens = torch.from_numpy(gpt.generate("train", 4, seed=0)["tokens"])
-    counted = count_training_flops(gpt, {"tokens": tokens})
-    # Kaplan's formula counts the embeddings as matmuls (they are lookups) and attention as
-    # 12 units, not the fused kernels' 14; within the report's 10%, but not the figure.
+    counted = count_training_flops(gpt, {"tokens": tokens}).model
+    # Kaplan's formula counts the embeddings as matmuls (they are lookups); within the
+    # report's 10%, but not the figure.
     assert counted != _kaplan(gpt)
     assert counted == pytest.approx(_kaplan(gpt), rel=0.10)
 
@@ -89,12 +113,12 @@ def test_counted_once_per_model_and_without_touching_torchs_random_state():
     state = torch.get_rng_state()
     first, seconds = counted_flops(mlp, lambda: {"x": x, "y": y})
     assert torch.equal(torch.get_rng_state(), state)
-    assert first == _reference(_mlp([64, 64, 4]), x, y, nn.functional.cross_entropy)
+    assert first.model == _reference(_mlp([64, 64, 4]), x, y, nn.functional.cross_entropy)
     assert seconds > 0
     # The same model again (another trial of it): the cached figure, no batch asked for.
     assert counted_flops(MLP(**PARAMS), lambda: pytest.fail("counted again")) == (first, 0.0)
     wider, seconds = counted_flops(MLP(**{**PARAMS, "hidden": [128]}), lambda: {"x": x, "y": y})
-    assert wider > first and seconds > 0
+    assert wider.model > first.model and seconds > 0
 
 
 class _BrokenLoss(MLP):
@@ -113,12 +137,15 @@ def test_a_failed_count_leaves_the_stated_figure(capsys):
     assert flops_figures(counted, 5.0, override=False)["flops_source"] == "stated"
 
 
+COUNTED = Counted(model=100.0, hardware=110.0)
+
+
 @pytest.mark.parametrize(
     "counted, stated, override, used, source",
     [
-        (100.0, 140.0, False, 100.0, "counted"),  # the count wins
-        (100.0, 140.0, True, 140.0, "stated"),  # unless the workload overrides it
-        (100.0, None, True, 100.0, "counted"),  # an override with nothing stated
+        (COUNTED, 140.0, False, 100.0, "counted"),  # the count (the model's FLOPs) wins
+        (COUNTED, 140.0, True, 140.0, "stated"),  # unless the workload overrides it
+        (COUNTED, None, True, 100.0, "counted"),  # an override with nothing stated
         (None, 140.0, False, 140.0, "stated"),  # nothing counted
         (None, None, False, None, None),
     ],
@@ -126,7 +153,10 @@ def test_a_failed_count_leaves_the_stated_figure(capsys):
 def test_which_figure_mfu_uses(counted, stated, override, used, source):
     figures = flops_figures(counted, stated, override)
     assert (figures["flops_per_sample"], figures["flops_source"]) == (used, source)
-    assert (figures["flops_counted"], figures["flops_stated"]) == (counted, stated)
+    model = counted.model if counted else None
+    hardware = counted.hardware if counted else None
+    assert (figures["flops_counted"], figures["flops_hardware"]) == (model, hardware)
+    assert figures["flops_stated"] == stated
 
 
 class _Override(MLP):
@@ -177,7 +207,7 @@ def test_a_trial_counts_after_every_forward_of_its_own_and_times_the_count_apart
         "count"
     ]
     assert stats["flops_count_s"] >= _Watched.COUNT_S
-    assert stats["flops_counted"] == 6 * (64 * 64 + 64 * 4) - 2 * 64 * 64
+    assert stats["flops_counted"].model == 6 * (64 * 64 + 64 * 4) - 2 * 64 * 64
 
 
 def test_the_row_and_its_mfu_use_the_counted_figure():
