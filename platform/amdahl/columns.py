@@ -133,8 +133,8 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     ),
     "compile_s": (
         pa.float64(),
-        "seconds in torch.jit.script / torch.compile wrapping plus the "
-        "first step's excess over a steady step",
+        "seconds in torch.jit.script / torch.compile wrapping plus the first step's compute in "
+        "excess of a steady step (its wait for input left out: first_step_s holds both)",
     ),
     "setup_s": (pa.float64(), "seconds from trial start on the workers to its first step"),
     "wall_s": (pa.float64(), "seconds from trial start to its results row"),

@@ -15,7 +15,10 @@ peak reset, compile caches). Timing rules (asynchronous execution needs synchron
 - the measured window runs with the heap that existed before it frozen (`gc.freeze`): a full
   collection otherwise rescans every object of the worker process (Ray's, torch's; ~0.2 s
   for 330k objects without Ray), a pause the loop's own per-step records would trigger and a
-  plain training loop would not;
+  plain training loop would not. Inside a launch the harness froze the launch's heap already,
+  and that freeze is left alone: `gc.unfreeze` thaws every frozen object, the launch's too, so
+  a trial that froze and thawed its own would make every later trial's memory reset collect
+  the whole heap again (0.16 s a trial, measured);
 - FLOPs per sample are counted after all of that, on rank 0, never inside a timed phase
   (worker/flops.py).
 """
@@ -91,6 +94,9 @@ class _Trial:
     wrap_s: float
     #: Samples CPU/GPU busy share over the measured window (worker/utilisation.py).
     utilisation: UtilisationSampler
+    #: Whether this trial freezes the heap for its window (and thaws it after): only where
+    #: nothing froze it before (a launch's harness does, once for all its trials).
+    freezes_heap: bool = False
 
     @property
     def device(self) -> torch.device:
@@ -164,7 +170,8 @@ def run_trial(
             clean = True
         finally:
             t.utilisation.stop()
-            gc.unfreeze()  # a loop that raised inside its window left the heap frozen
+            if t.freezes_heap:
+                gc.unfreeze()  # a loop that raised inside its window left the heap frozen
             t.strategy.close(clean=clean)
         stats["model_state_bytes"] = sum(model_state_bytes(t.model, t.optimizer))
         # After every timed phase and the memory peak, on rank 0 (whose figure the row takes):
@@ -203,6 +210,7 @@ def _start_trial(
         clock=clock_for(where.device.type),
         wrap_s=wrap_s,
         utilisation=UtilisationSampler(where.device),
+        freezes_heap=gc.get_freeze_count() == 0,
     )
 
 
@@ -253,7 +261,8 @@ def _train(t: _Trial, val: dict[str, np.ndarray], setup_s: float) -> dict[str, A
     for step in range(launch.steps_per_trial):
         if step == warm:
             with hold(clock, record.held):  # cut out of this step's data wait (stepclock.py)
-                gc.freeze()  # collections in the window skip what existed before it
+                if t.freezes_heap:
+                    gc.freeze()  # collections in the window skip what existed before it
                 window_start = time.perf_counter()
                 t.utilisation.start()
         taken = feed.take(micro_steps)
@@ -284,7 +293,8 @@ def _train(t: _Trial, val: dict[str, np.ndarray], setup_s: float) -> dict[str, A
     clock.synchronize()
     record.window_s = time.perf_counter() - window_start - record.eval_s
     t.utilisation.stop()
-    gc.unfreeze()
+    if t.freezes_heap:
+        gc.unfreeze()
     record.lr_peak = lr.peak
     return _trial_stats(t, record, val, setup_s)
 
@@ -331,7 +341,8 @@ def _trial_stats(
         "optimizer_s": mean("optimizer"),
         "warmup_s": sum(p["total"] + p["data_wait"] for p in phases[:warm]),
         "first_step_s": first_step,
-        "compile_s": t.wrap_s + max(0.0, first_step - steady)
+        # the first step's compute alone: its input wait is the pipeline's, not the compiler's
+        "compile_s": t.wrap_s + max(0.0, phases[0]["total"] - steady)
         if t.trial.settings.compile != "eager"
         else 0.0,
         "setup_s": setup_s,
