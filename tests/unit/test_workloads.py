@@ -45,16 +45,17 @@ def test_workload_learns_from_its_data(name, params):
     ],
 )
 def test_stated_flops_are_what_torchs_counter_counts(name, params):
-    """Each shipped workload's stated figure is an exact cross-check of the count MFU uses
-    (worker/flops.py; the counter itself is checked against plain torch in
-    tests/unit/worker/test_flops_count.py), at its defaults and away from them."""
+    """Each shipped workload's stated figure is an exact cross-check of the model FLOPs MFU
+    uses (worker/flops.py; the counter itself is checked against plain torch in
+    tests/unit/worker/test_flops_count.py, and GPT's against PaLM's formula), at its defaults
+    and away from them."""
     from amdahl.worker.flops import count_training_flops
 
     workload = make_workload(name, params)
     rows = workload.generate("train", 4, seed=0)
     rows = workload.preprocess(rows, training=True) if workload.preprocesses else rows
     batch = {k: torch.as_tensor(v) for k, v in rows.items()}
-    assert workload.flops_per_sample() == count_training_flops(workload, batch)
+    assert workload.flops_per_sample() == count_training_flops(workload, batch).model
 
 
 def test_every_registered_workload_resolves():
