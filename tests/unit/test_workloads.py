@@ -101,3 +101,37 @@ def test_workload_is_an_abstract_base():
             make_workload(f"{__name__}:NoLoss", {})
     finally:
         del sys.modules[__name__].NoLoss
+
+
+def test_the_simulated_accelerator_states_its_times_and_moves_real_gradients():
+    from workloads.simulated import SimulatedTiming
+
+    workload = make_workload(
+        "simulated", {"layers": 3, "params_per_layer": 1000, "forward_fixed_ms": 0.0}
+    )
+    params = workload.params
+    timing = SimulatedTiming({**params, "forward_fixed_ms": 2.0, "forward_per_sample_us": 10.0})
+    x, w = torch.zeros(50, 16), torch.zeros(1000)
+    assert timing.seconds(x, w) == pytest.approx((0.0025, 0.005))  # 2 ms + 50 x 10 us; x2 back
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert timing.seconds(x, w)[0] == pytest.approx(0.0025 * params["bf16_factor"])
+    slow = SimulatedTiming({**params, "straggler_rank": 0, "straggler_factor": 3.0})
+    assert slow.seconds(x, w)[0] == pytest.approx(3 * params["forward_per_sample_us"] * 50e-6)
+    jittery = SimulatedTiming({**params, "jitter": 0.2})
+    spread = [
+        jittery.seconds(x, w)[0] / (params["forward_per_sample_us"] * 50e-6) for _ in range(50)
+    ]
+    assert 0.8 <= min(spread) < max(spread) <= 1.2
+
+    model = workload.build_model()
+    batch = {k: torch.from_numpy(v) for k, v in workload.generate("train", 64, seed=0).items()}
+    inputs, target = workload.split_batch(batch)
+    workload.loss(model(inputs), target).backward()
+    grads = [p.grad for p in model.parameters()]
+    assert sum(g.numel() for g in grads) == 3 * 1000 + 16 * 4 + 4  # every byte a DDP would move
+    assert all(torch.isfinite(g).all() and g.abs().sum() > 0 for g in grads)
+
+    # MFU's figures: the stated peak per precision, and the FLOPs it would run in the sleeps
+    assert workload.peak_flops("bf16") == 2 * workload.peak_flops("fp32") == 2e14
+    per_sample_s = 3 * params["forward_per_sample_us"] * 1e-6 * (1 + params["backward_factor"])
+    assert workload.flops_per_sample() == pytest.approx(1e14 * per_sample_s)
