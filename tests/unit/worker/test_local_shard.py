@@ -37,7 +37,7 @@ def _ray_shards(world: int, rows_per_pass: int) -> list:
 def test_a_local_shard_holds_the_rows_ray_data_reads_in_its_order(local_ray, world):
     for shard in _ray_shards(world, rows_per_pass=700):
         held = local_shard(shard)
-        assert isinstance(held, LocalShard) and held.fetch_s >= 0
+        assert isinstance(held, LocalShard)  # fetch_s: tests/integration/test_multinode.py
         reference = pa.concat_tables(shard.iter_batches(batch_size=None, batch_format="pyarrow"))
         assert held.rows == len(reference) == shard.count()
         assert pa.concat_tables(held.tables).equals(reference)
