@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
+from typing import Any
 
 from amdahl.analysis.configs import NO_SYNC, Config, scale_batch
 from amdahl.analysis.cost import cost_per_million, device_hours_per_million
@@ -150,6 +151,68 @@ class SweepPrediction:
     @property
     def errors(self) -> tuple[float, float, int] | None:
         return error_summary(self.loo)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every prediction with its terms and caveats, the model's measured error and the
+        device counts it was measured and calibrated at: `platform predict --json`."""
+        errors = self.errors
+        comm = self.model.comm
+        return {
+            "sweep": self.name,
+            "nodes": self.nodes,
+            "notes": list(self.notes),
+            "leave_one_out": (
+                {"median": errors[0], "p90": errors[1], "points": errors[2]} if errors else None
+            ),
+            "calibration": {
+                "alpha_s": comm.intra.alpha_s if comm.intra else None,
+                "bandwidth_Bps": comm.intra.bandwidth_Bps if comm.intra else None,
+                "calibrated_devices": comm.calibrated_devices,
+                "backend": comm.backend or None,
+            },
+            "families": [_family_dict(f) for f in self.families],
+        }
+
+
+def _family_dict(fp: FamilyPrediction) -> dict[str, Any]:
+    fam = fp.family
+    return {
+        "label": fam.label,
+        "settings": fam.settings,
+        "measured_devices": sorted({1, *fam.lines}) if fam.has_compute else [],
+        "terms": {
+            "a_c_s": fam.a_c,
+            "b_c_s_per_sample": fam.b_c,
+            "kappa": fam.kappa,
+            "wrapper_s": fam.wrapper_s,
+            "gamma": fam.gamma,
+            "theta": fam.theta,
+            "grad_bytes": fam.grad_bytes,
+        },
+        "failed_fits": [h.text() for h in fam.hits],
+        "predictions": [_row_dict(r) for r in fp.rows],
+    }
+
+
+def _row_dict(r: PredictedRow) -> dict[str, Any]:
+    pred = r.prediction
+    return {
+        "devices": r.devices,
+        "batch": r.batch,
+        "throughput": pred.throughput,
+        "speedup": r.speedup,
+        "efficiency": r.efficiency,
+        "baseline_measured": r.baseline_measured,
+        "step_s": pred.step_s,
+        "compute_s": pred.compute_s,
+        "comm_s": pred.comm_s,
+        "data_wait_s": pred.data_wait_s,
+        "cost": r.cost,
+        "cost_unit": "$ per million samples" if r.price > 0 else "device-hours per million",
+        "caveats": list(pred.caveats),
+        "failed_fit": list(pred.failed_fit),
+        "unknown": pred.unknown or None,
+    }
 
 
 def predict_inputs(

@@ -324,14 +324,25 @@ def _counts(ctx: click.Context, param: click.Parameter, value: str | None) -> li
 @click.option(
     "--nodes", type=click.IntRange(min=1), default=1, show_default=True, help="Nodes spanned."
 )
-def predict(sweep_dir: str, devices: list[int], batch_sizes: list[int] | None, nodes: int) -> None:
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print every prediction, its terms and caveats as JSON."
+)
+def predict(
+    sweep_dir: str, devices: list[int], batch_sizes: list[int] | None, nodes: int, as_json: bool
+) -> None:
     """Predict throughput, speedup, efficiency and cost at device counts, batch sizes and node
     counts SWEEP_DIR did not measure, from its results.parquet and calibration.json (no Ray)."""
     from amdahl import predict_sweep
+
+    result = predict_sweep(Path(sweep_dir), devices, batch_sizes, nodes)
+    if as_json:
+        import json
+
+        click.echo(json.dumps(result.as_dict(), indent=1, default=str))
+        return
     from amdahl.report.prediction_document import prediction_sections
     from amdahl.report.render_text import print_sections
 
-    result = predict_sweep(Path(sweep_dir), devices, batch_sizes, nodes)
     print_sections(prediction_sections(result), Terminal())
 
 

@@ -358,3 +358,24 @@ def test_leave_one_out_leaves_out_the_sync_none_twin_too():
     # Without the twin, nothing at 2 devices shows the contention: the prediction is faster
     # than measured. With it, compute at 2 devices would come out exact and the error tiny.
     assert ddp.predicted is not None and ddp.error > 0.2
+
+
+def test_cli_predict_json_carries_every_prediction_with_its_terms_and_caveats(tmp_path):
+    d = _sweep(tmp_path)
+    result = CliRunner().invoke(main, ["predict", str(d), "--devices", "4,16", "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    from amdahl.report.predict import load_model_inputs
+
+    api = predict_inputs(load_model_inputs(d), [4, 16])
+    assert out["calibration"]["alpha_s"] == pytest.approx(CALIBRATION["alpha_s"])
+    assert out["calibration"]["calibrated_devices"] == CALIBRATION["devices"]
+    assert out["leave_one_out"]["points"] == api.errors[2]
+    assert [f["label"] for f in out["families"]] == [f.family.label for f in api.families]
+    for fam, expected in zip(out["families"], api.families, strict=True):
+        assert fam["measured_devices"] == [1, 2, 4]  # scaling_rows: 1, 2 and 4 devices
+        assert [p["devices"] for p in fam["predictions"]] == [r.devices for r in expected.rows]
+        for p, r in zip(fam["predictions"], expected.rows, strict=True):
+            assert p["throughput"] == pytest.approx(r.prediction.throughput)
+            assert p["caveats"] == list(r.prediction.caveats)
+        assert set(fam["terms"]) >= {"a_c_s", "b_c_s_per_sample", "gamma", "theta"}
