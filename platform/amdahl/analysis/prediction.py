@@ -7,6 +7,7 @@ Pure: imports neither ray nor torch.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -67,6 +68,61 @@ def _twins(a: Point, b: Point) -> bool:
     i = FAMILY_SETTINGS.index("sync")
     same_rest = a.family[:i] + a.family[i + 1 :] == b.family[:i] + b.family[i + 1 :]
     return same_rest and NO_SYNC in (a.family[i], b.family[i])
+
+
+@dataclass(frozen=True)
+class Extrapolation:
+    """The model's measured error beyond what it was fitted on: refitted without the sweep's
+    widest device count and asked for it (the calibration, measured at the widest launch,
+    stays in)."""
+
+    fitted_max: int  # the widest device count left in the fit
+    held_out: int  # the device count predicted
+    median: float
+    p90: float
+    points: int
+
+
+def extrapolation_check(inputs: ModelInputs) -> Extrapolation | None:
+    """Fit on every device count but the widest (at least two left, 1 among them), predict the
+    widest; None where the sweep measured fewer than three device counts."""
+    points = inputs.points()
+    counts = sorted({pt.devices for pt in points})
+    if len(counts) < 3 or counts[0] != 1:
+        return None
+    held = counts[-1]
+    model = fit(inputs, [pt for pt in points if pt.devices < held])
+    errors = []
+    for pt in points:
+        if pt.devices != held or pt.family not in model.families:
+            continue
+        pred = model.predict(
+            model.families[pt.family], pt.devices, pt.batch, pt.nodes, withhold=False
+        )
+        if pred.throughput and pt.throughput:
+            errors.append(abs(pred.throughput - pt.throughput) / pt.throughput)
+    if not errors:
+        return None
+    errors.sort()
+    return Extrapolation(
+        counts[-2], held, statistics.median(errors), quantile(errors, 0.9), len(errors)
+    )
+
+
+def beyond_measured(devices: int, widest: int, ext: Extrapolation | None) -> str:
+    """The caveat of a prediction beyond the widest measured device count: the error measured
+    when the model last had to extrapolate, or that none was measured."""
+    head = f"{devices} devices is {devices / widest:.3g}x the widest measured ({widest})"
+    if ext is None:
+        return (
+            f"{head}; the model's error beyond its fit was not measured (it needs 1 and at "
+            "least two more device counts): treat it as unchecked"
+        )
+    return (
+        f"{head}; fitted up to {ext.fitted_max} devices, the model predicted {ext.held_out} "
+        f"({ext.held_out / ext.fitted_max:.3g}x) with median error {ext.median:.1%}, p90 "
+        f"{ext.p90:.1%} over {ext.points} configurations; farther out, expect more"
+    )
 
 
 def error_summary(loo: list[LooPoint], min_devices: int = 2) -> tuple[float, float, int] | None:
@@ -147,6 +203,8 @@ class SweepPrediction:
     price: float
     nodes: int
     notes: list[str] = field(default_factory=list)
+    #: The model's measured error predicting a device count it was not fitted on
+    extrapolation: Extrapolation | None = None
 
     @property
     def errors(self) -> tuple[float, float, int] | None:
@@ -170,6 +228,7 @@ class SweepPrediction:
                 "calibrated_devices": comm.calibrated_devices,
                 "backend": comm.backend or None,
             },
+            "extrapolation": dataclasses.asdict(self.extrapolation) if self.extrapolation else None,
             "families": [_family_dict(f) for f in self.families],
         }
 
@@ -228,6 +287,8 @@ def predict_inputs(
         by_family.setdefault(family_key(c.settings), []).append(c)
     out = SweepPrediction(inputs.name, model, [], leave_one_out(inputs), inputs.price, nodes)
     out.notes = list(inputs.notes)
+    out.extrapolation = extrapolation_check(inputs)
+    widest = max((pt.devices for pt in inputs.points()), default=1)
     if model.comm.intra is None:
         out.notes.append(
             "no calibration.json with alpha and bandwidth: no communication model, so only "
@@ -250,6 +311,9 @@ def predict_inputs(
             for p in devices:
                 per_device = b / p if fam.scaling == "strong" else float(b)
                 pred = model.predict(fam, p, per_device, nodes)
+                if p > widest:
+                    caveat = beyond_measured(p, widest, out.extrapolation)
+                    pred = dataclasses.replace(pred, caveats=(*pred.caveats, caveat))
                 rows.append(
                     PredictedRow(
                         p, b, pred, baseline, one is not None, inputs.price, unwrapped=unwrapped

@@ -5,6 +5,7 @@ section on a sweep directory."""
 
 import json
 import random
+import statistics
 
 import pytest
 from click.testing import CliRunner
@@ -379,3 +380,41 @@ def test_cli_predict_json_carries_every_prediction_with_its_terms_and_caveats(tm
             assert p["throughput"] == pytest.approx(r.prediction.throughput)
             assert p["caveats"] == list(r.prediction.caveats)
         assert set(fam["terms"]) >= {"a_c_s", "b_c_s_per_sample", "gamma", "theta"}
+
+
+def test_predictions_beyond_the_measured_devices_carry_the_measured_extrapolation_error(tmp_path):
+    from amdahl.report.predict import predict_sweep
+
+    d = _sweep(tmp_path)  # 1, 2 and 4 devices
+    result = predict_sweep(d, [4, 16])
+    ext = result.extrapolation
+    assert (ext.fitted_max, ext.held_out) == (2, 4) and ext.points > 0
+    # the figure is the refit's: without the 4-device points, predicting them
+    from amdahl.analysis.prediction import extrapolation_check
+    from amdahl.report.predict import load_model_inputs
+
+    inputs = load_model_inputs(d)
+    refit = fit(inputs, [p for p in inputs.points() if p.devices < 4])
+    at4 = [p for p in inputs.points() if p.devices == 4]
+    errs = sorted(
+        abs(
+            refit.predict(refit.families[p.family], 4, p.batch, 1, withhold=False).throughput
+            - p.throughput
+        )
+        / p.throughput
+        for p in at4
+    )
+    assert extrapolation_check(inputs).median == pytest.approx(statistics.median(errs))
+    for fam in result.families:
+        for row_ in fam.rows:
+            beyond = [c for c in row_.prediction.caveats if "the widest measured" in c]
+            if row_.devices == 16:
+                assert beyond and "4x the widest measured (4)" in beyond[0]
+                assert f"median error {ext.median:.1%}" in beyond[0]
+            else:
+                assert not beyond  # 4 devices were measured
+    two = [r for r in scaling_rows() if r["devices"] <= 2]
+    unchecked = predict_sweep(write_sweep(tmp_path / "two", two, CALIBRATION), [8])
+    assert unchecked.extrapolation is None
+    caveats = [c for f in unchecked.families for r in f.rows for c in r.prediction.caveats]
+    assert any("not measured" in c and "unchecked" in c for c in caveats)
