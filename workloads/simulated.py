@@ -129,6 +129,8 @@ class SimulatedAccelerator(Workload):
     flops_override = True
     #: The stored rows depend only on these; the timings are not data.
     data_params = ("features", "classes", "train_rows", "val_rows")
+    #: A rank mostly sleeps: 8 of them and their input fit on 2 cores (`resources: auto`).
+    host_cpus_per_device = 0.2
     #: Compilation values it cannot honour (the planner refuses them with the reason).
     eager_only = (
         "the simulated accelerator's layers are host sleeps, which neither TorchScript nor "

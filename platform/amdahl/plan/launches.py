@@ -127,6 +127,8 @@ class WorkloadFacts:
     input_key: Callable[[dict[str, Any]], Any] | None = None
     #: Why the workload runs eager only (Workload.eager_only); None: every compile value.
     eager_only: str | None = None
+    #: What a rank needs of its host (Workload.host_cpus_per_device); None: the default.
+    host_cpus_per_device: float | None = None
 
     @classmethod
     def of(cls, spec: SweepSpec) -> WorkloadFacts:
@@ -137,6 +139,7 @@ class WorkloadFacts:
             workload.preprocesses,
             lambda params: make_workload(spec.workload, params).input_key(),
             workload.eager_only,
+            workload.host_cpus_per_device,
         )
 
 
@@ -153,7 +156,7 @@ def plan_sweep(
     """
     facts = workload if workload is not None else WorkloadFacts.of(spec)
     grid = expand_grid(spec, facts.defaults)
-    spec, note = auto_resources(spec, grid, nodes)
+    spec, note = auto_resources(spec, grid, nodes, facts.host_cpus_per_device)
     trials = [_make_trial(spec, settings, nodes, facts) for settings in grid]
     if facts.input_key is not None:
         key = facts.input_key

@@ -95,7 +95,10 @@ AUTO_GPU_NODE_RESERVE = 1.0
 
 
 def auto_resources(
-    spec: SweepSpec, grid: list[TrialSettings], nodes: list[Node]
+    spec: SweepSpec,
+    grid: list[TrialSettings],
+    nodes: list[Node],
+    cpus_per_device: float | None = None,
 ) -> tuple[SweepSpec, str | None]:
     """`spec` with `cpus_per_device` and `cpus_per_data_worker` chosen where left to auto, and
     a line saying what was chosen and why (None when both were set).
@@ -104,7 +107,9 @@ def auto_resources(
     and DRIVER_CPUS for the Tune trial) must fit the cluster's CPUs, so neither hang case
     (Ray Data left no CPU, the trial's own CPU) can arise from a default; both values shrink
     in proportion from AUTO_CPUS_PER_DEVICE / AUTO_CPUS_PER_DATA_WORKER, rounded down to
-    0.01, no lower than AUTO_MIN_SHARE of them. GPU trials: each worker gets its GPU node's
+    0.01, no lower than AUTO_MIN_SHARE of them; `cpus_per_device`, where the workload states
+    what a rank needs of its host (Workload.host_cpus_per_device), replaces
+    AUTO_CPUS_PER_DEVICE. GPU trials: each worker gets its GPU node's
     CPUs, less AUTO_GPU_NODE_RESERVE (or the largest trial's input CPUs, if more), divided by
     the workers the node holds; the smallest GPU node type decides. A value the user set is
     kept as set, and `resource_problem` still refuses what does not fit.
@@ -126,7 +131,7 @@ def auto_resources(
         why = f"({node.cpus:g} CPUs less {reserve:g} for Ray, over {node.gpus:g} GPUs"
         why += f" of {node.name})"
     else:
-        c0 = AUTO_CPUS_PER_DEVICE if dev_auto else r.cpus_per_device
+        c0 = (cpus_per_device or AUTO_CPUS_PER_DEVICE) if dev_auto else r.cpus_per_device
         budget = sum(n.cpus for n in nodes) - DRIVER_CPUS
         share = 1.0
         if nodes:

@@ -60,6 +60,11 @@ class Workload(abc.ABC):
     #: value. The planner refuses the others with this reason.
     eager_only: ClassVar[str | None] = None
 
+    #: CPUs one rank needs of its host when the planner chooses them (`resources: auto`);
+    #: None: the planner's default for a CPU rank. A simulated device, whose rank mostly
+    #: sleeps, needs a fraction.
+    host_cpus_per_device: ClassVar[float | None] = None
+
     def __init__(self, **params: Any):
         unknown = sorted(set(params) - set(self.defaults) - {"data"})
         if unknown:

@@ -491,3 +491,14 @@ def test_an_eager_only_workload_has_its_compiled_trials_refused_with_its_reason(
     for value in ("torchscript", "inductor"):
         assert refused[value].startswith(f"compile={value}: the simulated accelerator's layers")
         assert "sweep compile: [eager]" in refused[value]
+
+
+def test_resources_auto_fits_eight_simulated_ranks_on_two_cpus():
+    """The simulated device's rank mostly sleeps (Workload.host_cpus_per_device): auto gives it
+    a fraction of a CPU, where a CPU rank's default would refuse 8 ranks on 2 CPUs."""
+    spec = validate_spec({"workload": "simulated", "grid": {"devices": [1, 2, 4, 8]}})
+    plan = plan_sweep(spec, TWO_CPUS)
+    assert all(t.refused is None for t in plan.trials), [t.refused for t in plan.trials]
+    assert plan.spec.resources.cpus_per_device <= 0.2
+    mlp = plan_sweep(validate_spec({"workload": "mlp", "grid": {"devices": [8]}}), TWO_CPUS)
+    assert mlp.trials[0].refused  # a CPU rank's default does not fit 8 on 2 CPUs
