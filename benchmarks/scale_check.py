@@ -5,7 +5,7 @@ Two sweeps of the same configurations on one local Ray sized to this machine (ML
 the fit sweep at `--fit` device counts (default 1, 2, 4; its closing calibration measures the
 all-reduce at its widest launch, as a user's sweep would), then the truth sweep at `--truth`
 device counts (default 8, 12, 16). Each held-out configuration's measured median (over
-`--repeats` runs) is compared with
+`--repeats` runs, with its standard error: Stat.rel_se_median) is compared with
 
 - the model: `report.predict.predict_sweep(fit_dir, truth_devices)`, what `platform predict`
   prints (a prediction the model withholds as a failed fit is made anyway, and marked);
@@ -126,9 +126,9 @@ def evaluate(fit_dir: Path, truth_dir: Path, truth_devices: list[int]) -> None:
     for c in fit_inputs.configs:
         if c.ok and c.throughput:
             fitted.setdefault(_key(c), {})[c.devices] = c.throughput.median
-    errors: dict[str, dict[int, list[float]]] = {"model": {}, "amdahl": {}, "linear": {}}
+    errors: dict[str, dict[int, list[float]]] = {"model": {}, "amdahl": {}, "linear": {}, "se": {}}
     print(
-        f"\n{'held-out':24s} {'measured':>10s} {'spread':>7s} {'model':>10s} {'err':>7s} "
+        f"\n{'held-out':24s} {'measured':>10s} {'se':>7s} {'model':>10s} {'err':>7s} "
         f"{'amdahl':>10s} {'err':>7s} {'linear':>10s} {'err':>7s}"
     )
     for c in sorted(truth_inputs.configs, key=lambda c: (_key(c), c.devices)):
@@ -177,10 +177,13 @@ def _print_point(c, model, curve: dict[int, float], errors) -> None:
         err = (value - measured) / measured
         errors[name].setdefault(c.devices, []).append(abs(err))
         cells.append(f"{value:10,.0f} {err:+7.1%}")
+    se = c.throughput.rel_se_median
+    if se is not None:
+        errors.setdefault("se", {}).setdefault(c.devices, []).append(se)
     mark = " FAILED FIT" if pred and pred.failed_fit else ""
     if pred and pred.unknown:
         mark += f" ({pred.unknown})"
-    spread = f"{c.throughput.rel_spread:7.1%}" if c.throughput.n > 1 else f"{'n=1':>7s}"
+    spread = f"{se:7.1%}" if se is not None else f"{'n=1':>7s}"
     label = f"{c.sync} b{_key(c)[1]} p{c.devices}"
     print(f"{label:24s} {measured:10,.0f} {spread} {' '.join(cells)}{mark}")
 
@@ -188,7 +191,10 @@ def _print_point(c, model, curve: dict[int, float], errors) -> None:
 def _print_summary(errors, truth_devices: list[int]) -> None:
     from amdahl.analysis.prediction import quantile
 
-    print("\n|relative error| by held-out device count (median / p90):")
+    print(
+        "\n|relative error| by held-out device count (median / p90); se: the measured medians' "
+        "standard error (an error within it is as close as the measurement allows):"
+    )
     for p in truth_devices:
         parts = []
         for name, by_p in errors.items():

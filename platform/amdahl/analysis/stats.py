@@ -49,6 +49,16 @@ class Stat:
     def rel_spread(self) -> float:
         return self.spread / abs(self.median) if self.median else 0.0
 
+    @property
+    def rel_se_median(self) -> float | None:
+        """The median's standard error relative to it: sqrt(pi/2) x sd / sqrt(n), the large-n
+        figure for roughly normal repeats (small n understates it); None with one repeat. What
+        a prediction's error is compared with: a miss within it is as close as the
+        measurement allows."""
+        if self.n < 2:
+            return None
+        return math.sqrt(math.pi / 2) * self.cv / math.sqrt(self.n)
+
     def scale(self, k: float) -> Stat:
         lo, hi = sorted((self.lo * k, self.hi * k))
         return Stat(self.median * k, lo, hi, self.n, self.cv)
