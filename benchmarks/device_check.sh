@@ -8,7 +8,8 @@
 #   STEPS=14 bash benchmarks/device_check.sh   # only steps 1 and 4
 #
 # All four steps take about 12 minutes on an H200 (tests/gpu alone about 5), more than one
-# device call may run (10): pick STEPS to fit what the session has left.
+# device call may run (10): split them over calls, e.g. STEPS=1 then STEPS=234. Step 4 starts
+# only while less than STEP4_BEFORE_S (default 320) seconds have passed in this call.
 #
 # The machine's image has torch (CUDA) but neither Ray nor pydantic: their wheels travel in
 # .whl/ (Ray's without its Java jars and dashboard UI, binaries stripped, to fit a call) and are

@@ -7,8 +7,9 @@ all-reduce at its widest launch, as a user's sweep would), then the truth sweep 
 device counts (default 8, 12, 16). Each held-out configuration's measured median (over
 `--repeats` runs, with its standard error: Stat.rel_se_median) is compared with
 
-- the model: `report.predict.predict_sweep(fit_dir, truth_devices)`, what `platform predict`
-  prints (a prediction the model withholds as a failed fit is made anyway, and marked);
+- the model: the step-time model fitted on the fit sweep (`analysis.stepmodel.fit`, what
+  `platform predict` uses), asked for each held-out configuration (a prediction the model
+  withholds as a failed fit is made anyway, and marked);
 - naive A: the Amdahl fit (analysis.scaling.fit_amdahl) over the fit sweep's speedups of that
   configuration, extrapolated;
 - naive B: the largest fitted device count's per-device throughput times p.

@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from amdahl import Workload
+from amdahl import UserError, Workload
 
 
 class _SleepLayer(torch.autograd.Function):
@@ -136,6 +136,15 @@ class SimulatedAccelerator(Workload):
         "the simulated accelerator's layers are host sleeps, which neither TorchScript nor "
         "torch.compile can compile; sweep compile: [eager]"
     )
+
+    def __init__(self, **params: Any):
+        super().__init__(**params)
+        for name in ("bf16_factor", "fp16_factor", "backward_factor", "stated_tflops"):
+            if not self.params[name] > 0:
+                raise UserError(f"params.{name}: must be > 0, got {self.params[name]!r}")
+        for name in ("forward_fixed_ms", "forward_per_sample_us", "jitter"):
+            if not self.params[name] >= 0:
+                raise UserError(f"params.{name}: must be >= 0, got {self.params[name]!r}")
 
     def build_model(self) -> nn.Module:
         p = self.params

@@ -245,7 +245,8 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "peak_flops": (
         pa.float64(),
         "measured matmul FLOP/s of one worker at the trial's compute "
-        "dtype (a measurement, not a datasheet peak); median over ranks",
+        "dtype (a measurement, not a datasheet peak), or the peak a workload states for the "
+        "device it simulates (Workload.peak_flops); median over ranks",
     ),
     "mfu": (pa.float64(), "achieved_flops / (peak_flops x devices): model FLOPs utilisation"),
     "hfu": (

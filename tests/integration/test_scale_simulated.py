@@ -47,6 +47,7 @@ def scale_sweep(ray_cluster, tmp_path_factory):
     )
     outcome = run_sweep(spec, runs_dir=tmp_path_factory.mktemp("scale"), tracking=False)
     rows = read_results(outcome.sweep_dir).to_pylist()
+    assert len(rows) == 4, rows  # every trial recorded once: none lost, none twice
     return outcome, {(r["devices"], r["params"]): r for r in rows}
 
 
@@ -61,10 +62,14 @@ def test_one_worker_group_serves_2_4_and_8_devices(scale_sweep):
     ok = [_row(rows, d) for d in (2, 4, 8)]
     assert [r["status"] for r in ok] == ["ok"] * 3, [(r["devices"], r["error"]) for r in ok]
     assert all(r["throughput"] > 0 for r in ok)
-    # the dead rank's trial cost one restart: the healthy 8-device trial ran in the group
-    # started after it, the 2- and 4-device ones in the first
+    # the dead rank's trial cost one restart: the 2- and 4-device trials ran in the first
+    # group, before it; the healthy 8-device trial after it, in the group started then
     assert outcome.group_starts == 2
-    assert ok[0]["launch_id"] == ok[1]["launch_id"]
+    dead = _row(rows, 8, kill_rank=7)
+    assert ok[0]["started_at"] < ok[1]["started_at"] < dead["started_at"] < ok[2]["started_at"]
+    assert ok[0]["launch_entered_unix_s"] is not None  # the first group's first row
+    assert ok[1]["launch_entered_unix_s"] is None  # the same group, no new start
+    assert ok[2]["launch_entered_unix_s"] is not None  # the group started after the death
 
 
 def test_a_dead_rank_at_8_fails_its_trial_and_the_sweep_goes_on(scale_sweep):
@@ -72,7 +77,6 @@ def test_a_dead_rank_at_8_fails_its_trial_and_the_sweep_goes_on(scale_sweep):
     dead = _row(rows, 8, kill_rank=7)
     assert dead["status"] != "ok"
     assert dead["error"].startswith("launch failed: ")
-    assert len(rows) == 4  # every trial recorded once
 
 
 def test_the_traces_name_the_straggler_and_measure_overlap(scale_sweep):
@@ -81,6 +85,7 @@ def test_the_traces_name_the_straggler_and_measure_overlap(scale_sweep):
     assert eight["straggler_rank"] == STRAGGLER
     # rank 5 sleeps 4x as long: the others wait for it, several simulated layers' worth
     assert eight["straggler_s"] > 0.02
+    assert eight["comm_trace_s"] > 0  # the traces hold the all-reduces
     assert 0.0 <= eight["comm_overlap"] <= 1.0
     four = _row(rows, 4)  # no rank 5 among 4: nobody is that slow
     assert four["straggler_s"] < eight["straggler_s"]

@@ -11,6 +11,7 @@ from amdahl.workload.code import REGISTERED, make_workload
     [
         ("mlp", {"inputs": 32, "hidden": [32], "train_rows": 512}),
         ("gpt", {"vocab": 32, "width": 32, "layers": 1, "heads": 2, "context": 16}),
+        ("simulated", {"forward_fixed_ms": 0.0, "forward_per_sample_us": 0.001}),
     ],
 )
 def test_workload_learns_from_its_data(name, params):
@@ -135,3 +136,12 @@ def test_the_simulated_accelerator_states_its_times_and_moves_real_gradients():
     assert workload.peak_flops("bf16") == 2 * workload.peak_flops("fp32") == 2e14
     per_sample_s = 3 * params["forward_per_sample_us"] * 1e-6 * (1 + params["backward_factor"])
     assert workload.flops_per_sample() == pytest.approx(1e14 * per_sample_s)
+
+
+def test_the_simulated_accelerators_times_must_be_positive():
+    from amdahl.errors import UserError
+
+    with pytest.raises(UserError, match=r"params.bf16_factor: must be > 0, got 0"):
+        make_workload("simulated", {"bf16_factor": 0})
+    with pytest.raises(UserError, match=r"params.jitter: must be >= 0"):
+        make_workload("simulated", {"jitter": -0.1})

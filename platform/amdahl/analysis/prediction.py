@@ -115,13 +115,15 @@ def beyond_measured(devices: int, widest: int, ext: Extrapolation | None) -> str
     head = f"{devices} devices is {devices / widest:.3g}x the widest measured ({widest})"
     if ext is None:
         return (
-            f"{head}; the model's error beyond its fit was not measured (it needs 1 and at "
-            "least two more device counts): treat it as unchecked"
+            f"{head}; the model's error beyond its fit was not measured (that needs ok runs at "
+            "1 and at least two more device counts, predictable without the widest): treat "
+            "it as unchecked"
         )
     return (
         f"{head}; fitted up to {ext.fitted_max} devices, the model predicted {ext.held_out} "
         f"({ext.held_out / ext.fitted_max:.3g}x) with median error {ext.median:.1%}, p90 "
-        f"{ext.p90:.1%} over {ext.points} configurations; farther out, expect more"
+        f"{ext.p90:.1%} over {ext.points} configurations, its communication calibrated at "
+        f"{ext.held_out} all the same; farther out, and uncalibrated, expect more"
     )
 
 
@@ -192,6 +194,8 @@ class PredictedRow:
 class FamilyPrediction:
     family: Family
     rows: list[PredictedRow]
+    #: the device counts this family has ok runs at
+    measured_devices: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -238,7 +242,7 @@ def _family_dict(fp: FamilyPrediction) -> dict[str, Any]:
     return {
         "label": fam.label,
         "settings": fam.settings,
-        "measured_devices": sorted({1, *fam.lines}) if fam.has_compute else [],
+        "measured_devices": fp.measured_devices,
         "terms": {
             "a_c_s": fam.a_c,
             "b_c_s_per_sample": fam.b_c,
@@ -319,7 +323,8 @@ def predict_inputs(
                         p, b, pred, baseline, one is not None, inputs.price, unwrapped=unwrapped
                     )
                 )
-        out.families.append(FamilyPrediction(fam, rows))
+        measured_at = sorted({c.devices for c in configs if c.ok})
+        out.families.append(FamilyPrediction(fam, rows, measured_at))
     return out
 
 

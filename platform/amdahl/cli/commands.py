@@ -45,8 +45,22 @@ class _Group(click.Group):
                 raise
             click.echo(f"error: {e}", err=True)
             sys.exit(e.exit_code)
-        except BrokenPipeError:  # click.echo's output into a closed pipe (cli/terminal.py)
-            Terminal().on_broken_pipe()
+        except BrokenPipeError:
+            if ctx.params.get("debug") or not _stdout_closed():
+                raise  # a socket's or a subprocess's pipe: a fault, not a reader that left
+            Terminal().on_broken_pipe()  # click.echo's output into a closed pipe
+
+
+def _stdout_closed() -> bool:
+    """Whether standard output's reader is gone (a pipe whose read end closed)."""
+    import select
+
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(event & select.POLLERR for _, event in poll.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 @click.group(cls=_Group)

@@ -32,11 +32,13 @@ def prediction_sections(pred: SweepPrediction) -> list[Section]:
     head.paras.append(
         "Beyond the widest measured device count: refitted without it, the model predicted "
         f"{ext.held_out} devices from fits up to {ext.fitted_max} with median error "
-        f"{ext.median:.1%} (p90 {ext.p90:.1%}, {ext.points} configurations); each prediction "
-        "beyond the measured counts says how far out it is."
+        f"{ext.median:.1%} (p90 {ext.p90:.1%}, {ext.points} configurations), with the "
+        "communication still calibrated at the held-out count; each prediction beyond the "
+        "measured counts says how far out it is."
         if ext
-        else "Beyond the widest measured device count the model's error is not measured (it "
-        "needs 1 and at least two more device counts): predictions out there are unchecked."
+        else "Beyond the widest measured device count the model's error is not measured (that "
+        "needs ok runs at 1 and at least two more device counts): predictions out there are "
+        "unchecked."
     )
     head.paras.append(
         f"Devices spread over {pred.nodes} node(s). Speedup and efficiency divide by the "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from amdahl.analysis.configs import NO_SYNC
+from amdahl.analysis.configs import NO_SYNC, Config
 from amdahl.analysis.scaling import Curve
 from amdahl.analysis.stats import Stat
 from amdahl.report.bottleneck import THRESHOLD_TEXT
@@ -350,6 +350,15 @@ _FLOPS_TEXT = (
 )
 
 
+def _hfu_cell(c: Config, hfu: Stat | None) -> str:
+    """HFU where the kernels recompute; "= MFU" only where the counted figure says they do
+    not (an HFU is null also where MFU uses a stated figure, or is unknown)."""
+    if hfu:
+        return f"{hfu.median:.1%}"
+    counted = any(r.get("flops_source") == "counted" for r in c.ok_rows)
+    return "= MFU" if counted else "n/a"
+
+
 def _efficiency(r: Report) -> Section:
     sec = Section("efficiency", "Hardware efficiency and memory")
     cal = r.calibration
@@ -357,13 +366,15 @@ def _efficiency(r: Report) -> Section:
         peaks = ", ".join(f"{k} {v / 1e9:,.1f} GFLOP/s" for k, v in cal.peak_flops.items())
         sec.paras.append(
             "MFU = achieved FLOP/s / (p x peak), peak = each trial's own measured matmul FLOP/s "
-            f"at its precision, else calibration.json's: {peaks} "
+            "at its precision (or the peak a simulated device's workload states), else "
+            f"calibration.json's: {peaks} "
             f"({cal.peak_source or 'source not stated'}). {_FLOPS_TEXT}"
         )
     else:
         sec.paras.append(
             "MFU = achieved FLOP/s / (p x peak), peak = each trial's own measured matmul FLOP/s "
-            f"at its precision (the same probe as `platform calibrate`). {_FLOPS_TEXT}"
+            "at its precision (the same probe as `platform calibrate`; a simulated device's "
+            f"workload states its own). {_FLOPS_TEXT}"
         )
     rows = []
     with_hfu = any(d.config.stat("hfu") for d in r.diagnoses)
@@ -378,7 +389,7 @@ def _efficiency(r: Report) -> Section:
                 c.label,
                 f"{flops.median / 1e9:,.2f}" if flops else "n/a",
                 f"{d.mfu:.1%} ({d.mfu_peak})" if d.mfu is not None else "n/a",
-                *([f"{hfu.median:.1%}" if hfu else "= MFU"] if with_hfu else []),
+                *([_hfu_cell(c, hfu)] if with_hfu else []),
                 mib(mem.median) if mem else "n/a",
                 spread(mem),
                 f"{comp.median:.2f}" if comp else "n/a",

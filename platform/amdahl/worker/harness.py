@@ -94,6 +94,11 @@ def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
         if rank == 0:
             ray.get(launch.queue.ack.remote(item.key, {**row, **launch_start}))
         launch_start = {}
+        # What outlives a trial lives for the launch too (inductor's modules and caches, ~80k
+        # objects once imported): collect the trial's garbage, then freeze the survivors, so
+        # no later trial's reset or window scans them. Outside every measured window.
+        gc.collect()
+        gc.freeze()
 
 
 def _calibrate(
