@@ -16,3 +16,17 @@ def local_ray(request):
     yield
     if started:
         ray.shutdown()
+
+
+@pytest.fixture
+def no_cluster(tmp_path, monkeypatch):
+    """No Ray cluster for `platform plan` to find: RAY_ADDRESS unset, Ray's temp directory one
+    without a record of `ray start`, and no Ray initialised in this process (in a combined run
+    the integration tests' session Ray is up, and a plan is made for the Ray a process has)."""
+    import sys
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "raytmp"))
+    ray = sys.modules.get("ray")
+    if ray is not None:
+        monkeypatch.setattr(ray, "is_initialized", lambda: False)

@@ -98,7 +98,7 @@ def test_a_directory_no_sweep_wrote_is_one_message_and_exit_2(tmp_path, command)
     assert not (tmp_path / "driver.lock").exists()
 
 
-def test_plan_json_on_a_tiny_spec(tmp_path):
+def test_plan_json_on_a_tiny_spec(tmp_path, no_cluster):
     result = CliRunner().invoke(main, ["plan", str(_spec_file(tmp_path)), "--json"])
     assert result.exit_code == 0, result.output
     plan = json.loads(result.output)

@@ -22,10 +22,8 @@ CLUSTER = [Node(cpus=8.0, gpus=2.0, name="10.0.0.1"), Node(cpus=8.0, gpus=2.0, n
 
 
 @pytest.fixture
-def nowhere(tmp_path, monkeypatch):
-    """No cluster to find: RAY_ADDRESS unset, and Ray's temp directory one without a record."""
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "raytmp"))
+def nowhere(no_cluster, tmp_path):
+    """No cluster to find (tests/unit/conftest.py's no_cluster)."""
     return tmp_path / "raytmp"
 
 
