@@ -259,6 +259,11 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
         "percent of its allowed cores a rank's process kept busy over the measured window "
         "(CPU seconds / wall seconds / cores); median over ranks",
     ),
+    "host_cores": (
+        pa.int64(),
+        "cores rank 0's process may run on (its affinity mask): what cpu_utilisation is a "
+        "percentage of, and the node capacity the step-time model's contention term starts from",
+    ),
     "gpu_utilisation": (
         pa.float64(),
         "percent of the measured window NVML saw a kernel running on the rank's GPU (GPU "

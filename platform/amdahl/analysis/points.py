@@ -43,6 +43,9 @@ class Point:
     data_wait_s: float | None
     compute_s: float | None  # a compute observation, when this trial gives one
     nodes: int
+    #: CPU seconds a rank spent per step (its busy share x host_cores x step), when recorded.
+    host_cpu_s: float | None = None
+    host_cores: float | None = None  # cores of rank 0's node (its affinity), when recorded
 
 
 def family_key(settings: dict[str, Any]) -> tuple:
@@ -71,6 +74,8 @@ def measured_point(c: Config) -> Point | None:
         comm = c.stat("comm_s")
         if comm is not None and busy - comm.median > 0:
             compute = busy - comm.median
+    util, cores = c.stat("cpu_utilisation"), c.stat("host_cores")
+    host_cpu = util.median / 100 * cores.median * wall if util and cores else None
     return Point(
         config=c,
         family=family_key(c.settings),
@@ -83,6 +88,8 @@ def measured_point(c: Config) -> Point | None:
         data_wait_s=wait,
         compute_s=compute,
         nodes=nodes_of(c),
+        host_cpu_s=host_cpu,
+        host_cores=cores.median if cores else None,
     )
 
 

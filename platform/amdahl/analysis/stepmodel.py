@@ -74,6 +74,7 @@ from amdahl.analysis.computefit import (
     on_bound,
 )
 from amdahl.analysis.configs import NO_SYNC, Config
+from amdahl.analysis.contention import CORES_SPAN, Contention, HostShare, fit_contention
 from amdahl.analysis.points import FAMILY_SETTINGS, Point, family_key, measured_point
 from amdahl.analysis.stats import is_number, minimize_scalar
 from amdahl.spec.schema import OptionsSpec
@@ -116,6 +117,11 @@ class Family:
     wrapper_source: str = "none: the compute term holds whatever the trials ran"
     #: Parameters on a bound of their range (failed fits), this family's and those it borrowed.
     hits: list[BoundHit] = field(default_factory=list)
+    #: Host contention between a node's ranks (analysis/contention.py), where the rows say
+    #: each rank's CPU share and the node's cores; None keeps the nearest measured line.
+    contention: Contention | None = None
+    #: Ranks per node each measured line in `lines` ran with (its devices on one node).
+    line_ranks: dict[int, int] = field(default_factory=dict)
 
     @property
     def sync(self) -> str:
@@ -129,20 +135,44 @@ class Family:
     def has_compute(self) -> bool:
         return self.a_c is not None and self.b_c is not None
 
-    def compute_s(self, batch: float, devices: int) -> float | None:
-        """Compute per step on `devices` devices at a per-device batch, the wrapper included."""
+    def compute_s(self, batch: float, devices: int, nodes: int = 1) -> float | None:
+        """Compute per step on `devices` devices over `nodes` nodes at a per-device batch, the
+        wrapper included: the measured line at that device count; else, with a contention
+        model, the nearest measured line (1 device included) scaled by the model's slowdown
+        between the two; else the nearest measured line as it is."""
         if not self.has_compute:
             return None
+        one = self.a_c + self.b_c * batch
         if devices <= 1:
-            return self.a_c + self.b_c * batch + self.wrapper_s
+            return one + self.wrapper_s
+        if devices in self.lines:
+            a, b = self.lines[devices]
+            return a + b * batch + self.wrapper_s
+        if self.contention is not None:
+            anchor = self.contention_anchor(devices)
+            base = one if anchor == 1 else self.lines[anchor][0] + self.lines[anchor][1] * batch
+            ranks = math.ceil(devices / max(1, nodes))
+            from_ranks = self.line_ranks.get(anchor, anchor)
+            return base * self.contention.ratio(one, batch, ranks, from_ranks) + self.wrapper_s
         p = nearest_devices(sorted(self.lines), devices)
         if p is not None:
             a, b = self.lines[p]
             return a + b * batch + self.wrapper_s
-        return (self.a_c + self.b_c * batch) * self.kappa + self.wrapper_s
+        return one * self.kappa + self.wrapper_s
+
+    def contention_anchor(self, devices: int) -> int:
+        """The measured device count (1 included) nearest `devices` on a log scale, the larger
+        on a tie: the line the contention model scales from."""
+        return min([1, *self.lines], key=lambda q: (abs(math.log(q / devices)), -q))
 
     def compute_caveat(self, devices: int) -> str:
         """Where compute at `devices` was not measured: which device count stands in."""
+        if devices > 1 and devices not in self.lines and self.contention is not None:
+            anchor = self.contention_anchor(devices)
+            return (
+                f"compute at {devices} devices: measured at {anchor}, scaled by the host "
+                f"contention model ({self.contention.cores:.2g} effective cores per node)"
+            )
         p = nearest_devices(sorted(self.lines), devices)
         if devices > 1 and p is None and self.kappa_source.startswith("default"):
             return f"compute at {devices} devices taken as at 1 (contention not measured)"
@@ -202,7 +232,7 @@ class StepModel:
         failed fit (a parameter on a bound) is withheld, or with `withhold=False` made and
         flagged (for checks of the model, never for users' figures)."""
         p, nodes = max(1, int(devices)), max(1, int(nodes))
-        compute = family.compute_s(batch, p)
+        compute = family.compute_s(batch, p, nodes)
         if compute is None:
             why = "no compute measurement in this family or its sync none sibling"
             return Prediction(p, batch, nodes, unknown=why)
@@ -343,6 +373,7 @@ def _fit_compute(fam: Family, points: list[Point]) -> None:
         lines = fit_lines(obs)
         if lines.one is not None:
             _take_lines(fam, lines, obs)
+            _fit_contention(fam, points)
             return
     _fit_compute_fallback(fam, points)
 
@@ -366,6 +397,44 @@ def _take_lines(fam: Family, lines: Lines, obs: dict[int, list[tuple[float, floa
         fam.kappa_source = "default 1: no sync none trial on more than 1 device"
 
 
+def _fit_contention(fam: Family, points: list[Point]) -> None:
+    """The family's host contention model, where its 1-device sync none points say their CPU
+    share and the node's cores (rows from before `host_cores` was recorded do not)."""
+    for p in fam.lines:
+        nodes = [pt.nodes for pt in points if pt.devices == p] or [1]
+        fam.line_ranks[p] = math.ceil(p / max(1, statistics.median(nodes)))
+    ones = [pt for pt in points if pt.devices == 1 and pt.compute_s and pt.host_cpu_s]
+    cores = [pt.host_cores for pt in points if pt.host_cores]
+    if not ones or not cores:
+        return
+    by_batch: dict[float, list[float]] = {}
+    for pt in ones:
+        wall = pt.busy_s + (pt.data_wait_s or 0.0)
+        by_batch.setdefault(pt.batch, []).append(min(1.0, pt.host_cpu_s / wall))
+    share = HostShare(tuple((b, statistics.median(v)) for b, v in sorted(by_batch.items())))
+    observed = [
+        (math.ceil(pt.devices / max(1, pt.nodes)), pt.batch, pt.compute_s)
+        for pt in points
+        if pt.devices > 1 and pt.compute_s
+    ]
+    one_device = [(b, fam.a_c + fam.b_c * b) for b in {b for _, b, _ in observed}]
+    fam.contention = fit_contention(share, statistics.median(cores), one_device, observed)
+    if side := fam.contention.on_bound:
+        fam.hits.append(_cores_hit(fam.contention, side))
+
+
+def _cores_hit(contention: Contention, side: str) -> BoundHit:
+    fewer = side == "lower"
+    meaning = (
+        "the ranks would get "
+        + ("almost none of the node's cores" if fewer else "many times the node's cores")
+        + ": their measured CPU share does not explain how compute changes with the device "
+        "count (another bottleneck, such as memory bandwidth, or other load on the node)"
+    )
+    span = CORES_SPAN if not fewer else 1 / CORES_SPAN
+    return BoundHit("cores", contention.cores, contention.nominal_cores * span, side, meaning)
+
+
 def _adopt_compute(fam: Family, sibling: Family, points: list[Point]) -> None:
     """`fam` takes its sync-none sibling's compute (x the micro-steps ratio), and its own
     1-device trials give the wrapper's seconds apart from it."""
@@ -373,6 +442,7 @@ def _adopt_compute(fam: Family, sibling: Family, points: list[Point]) -> None:
     fam.a_c, fam.b_c = sibling.a_c * scale, sibling.b_c * scale
     fam.lines = {p: (a * scale, b * scale) for p, (a, b) in sibling.lines.items()}
     fam.kappa, fam.kappa_source = sibling.kappa, f"sync none's: {sibling.kappa_source}"
+    fam.contention, fam.line_ranks = sibling.contention, dict(sibling.line_ranks)
     fam.compute_source = f"borrowed from sync none ({sibling.compute_source})"
     fam.hits = [replace(h, where=h.where or "sync none's") for h in sibling.hits]
     one = [(pt.batch, pt.compute_s) for pt in points if pt.devices == 1 and pt.compute_s]
@@ -473,24 +543,33 @@ def _fit_overlaps(model: StepModel, points: list[Point]) -> None:
         comm = volume.seconds(link) if volume else 0.0
         if comm > 0:
             pairs.setdefault(fam.sync, []).append((compute, comm, pt.busy_s))
-    model.overlaps = {sync: (*_fit_overlap(tuple(obs)), len(obs)) for sync, obs in pairs.items()}
+    notes: dict[str, str] = {}
+    for sync, obs in pairs.items():
+        gamma, theta, notes[sync] = _fit_overlap(tuple(obs))
+        model.overlaps[sync] = (gamma, theta, len(obs))
     everything = tuple(o for obs in pairs.values() for o in obs)
     needed = any(
         f.sync not in model.overlaps and f.sync not in SILENT for f in model.families.values()
     )
+    pooled_note = ""
     if everything and needed:
-        model.pooled_overlap = (*_fit_overlap(everything), len(everything))
+        gamma, theta, pooled_note = _fit_overlap(everything)
+        model.pooled_overlap = (gamma, theta, len(everything))
     for fam in model.families.values():
         if fam.sync in SILENT:
             fam.gamma_source = "not used: no communication"
         elif fam.sync in model.overlaps:
             fam.gamma, fam.theta, n = model.overlaps[fam.sync]
             fam.gamma_source = f"gamma and theta fitted over {n} multi-device {fam.sync} point(s)"
+            if notes.get(fam.sync):
+                fam.gamma_source += f" ({notes[fam.sync]})"
         elif model.pooled_overlap:
             fam.gamma, fam.theta, n = model.pooled_overlap
             fam.gamma_source = (
                 f"gamma and theta pooled over {n} multi-device point(s) of other strategies"
             )
+            if pooled_note:
+                fam.gamma_source += f" ({pooled_note})"
         else:
             continue
         if side := on_bound(fam.theta, *THETA_RANGE):
@@ -514,9 +593,13 @@ def _theta_hit(theta: float, side: str) -> BoundHit:
 
 
 @functools.lru_cache(maxsize=1024)
-def _fit_overlap(obs: tuple[tuple[float, float, float], ...]) -> tuple[float, float]:
-    """(gamma, theta) for observations (compute, calibrated comm, measured busy step).
-    Cached: a leave-one-out refit changes the observations of one strategy only."""
+def _fit_overlap(obs: tuple[tuple[float, float, float], ...]) -> tuple[float, float, str]:
+    """(gamma, theta, note) for observations (compute, calibrated comm, measured busy step).
+
+    Where the points cannot separate the two (`separable`): theta, when it is the loose one,
+    is fixed at its prior 1 (the calibrated collective, a measurement) and gamma fitted alone;
+    gamma loose alone is left as fitted (the points barely depend on it). The note says which.
+    Cached: a leave-one-out refit changes one strategy's points only."""
 
     def sse(gamma: float, theta: float) -> float:
         return sum(math.log(combine(c, theta * n, gamma) / t) ** 2 for c, n, t in obs)
@@ -528,4 +611,42 @@ def _fit_overlap(obs: tuple[tuple[float, float, float], ...]) -> tuple[float, fl
         return sse(best_gamma(theta), theta) + THETA_PRIOR * math.log(theta) ** 2
 
     theta = minimize_scalar(cost, *THETA_RANGE, log=True)
-    return best_gamma(theta), theta
+    gamma = best_gamma(theta)
+    weaker = separable(sse, gamma, theta, len(obs))
+    if weaker == "theta":
+        gamma = best_gamma(1.0)
+        return gamma, 1.0, (
+            f"gamma and theta not separable on {len(obs)} point(s): theta fixed at its prior 1 "
+            "(the calibrated collective), gamma fitted alone"
+        )
+    if weaker == "gamma":
+        return gamma, theta, (
+            f"gamma not pinned by {len(obs)} point(s): the steps barely depend on it"
+        )
+    return gamma, theta, ""
+
+
+#: Per point, the squared log error within which two fits describe the points equally well
+#: (a 2% step error: below the run-to-run noise of the measured steps).
+SEPARABLE_NOISE = 0.02**2
+#: theta is pinned when the thetas that fit equally well span at most this factor; gamma when
+#: they span at most this much of its value.
+THETA_PINNED, GAMMA_PINNED = 1.5, 1.0
+
+
+def separable(sse: Any, gamma: float, theta: float, points: int) -> str | None:
+    """None where gamma and theta are both pinned by the points, else the looser one's name.
+    Each parameter's profile (the other at its best on a grid) is scanned over its range; the
+    values that fit within SEPARABLE_NOISE per point of the best fit span its uncertainty:
+    more than a factor THETA_PINNED for theta, more than GAMMA_PINNED for gamma, is loose."""
+    floor = sse(gamma, theta) + SEPARABLE_NOISE * points
+    t_lo, t_hi = (math.log(v) for v in THETA_RANGE)
+    thetas = [math.exp(t_lo + (t_hi - t_lo) * i / 48) for i in range(49)]
+    gammas = [GAMMA_RANGE[0] + (GAMMA_RANGE[1] - GAMMA_RANGE[0]) * i / 28 for i in range(29)]
+    fit_t = [t for t in thetas if min(sse(g, t) for g in gammas) <= floor] or [theta]
+    fit_g = [g for g in gammas if min(sse(g, t) for t in thetas) <= floor] or [gamma]
+    loose_theta = max(fit_t) / min(fit_t) > THETA_PINNED
+    loose_gamma = max(fit_g) - min(fit_g) > GAMMA_PINNED
+    if loose_theta:
+        return "theta"
+    return "gamma" if loose_gamma else None

@@ -20,7 +20,7 @@ from amdahl.protocol.contract import LaunchConfig, TrialConfig
 from amdahl.protocol.identity import failure_status, row_identity
 from amdahl.worker.flops import flops_figures
 from amdahl.worker.training import process_versions
-from amdahl.worker.utilisation import utilisation_columns
+from amdahl.worker.utilisation import allowed_cores, utilisation_columns
 
 
 def results_row(
@@ -113,6 +113,7 @@ def aggregate_ranks(
         "hfu": _hfu(figures, throughput, med("peak_flops") * len(stats)),
         "history": json.dumps(stats[0]["history"], separators=(",", ":")),  # rank 0's curves
         **utilisation_columns([r.get("utilisation") for r in stats]),
+        "host_cores": allowed_cores(),
     }
 
 

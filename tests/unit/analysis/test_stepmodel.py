@@ -418,3 +418,15 @@ def test_predictions_beyond_the_measured_devices_carry_the_measured_extrapolatio
     assert unchecked.extrapolation is None
     caveats = [c for f in unchecked.families for r in f.rows for c in r.prediction.caveats]
     assert any("not measured" in c and "unchecked" in c for c in caveats)
+
+
+def test_two_points_at_one_ratio_cannot_separate_gamma_from_theta_and_say_so():
+    """One device count and one batch measured twice: any theta has a gamma that fits, so theta
+    stays at its prior (the calibrated collective) and the family says why."""
+    rows = synthetic(theta=1.6, devices=(1, 2), batches=(64, 64), syncs=("ddp", "none"))
+    ddp = next(f for f in fit(_inputs(rows)).families.values() if f.sync == "ddp")
+    assert ddp.theta == pytest.approx(1.0)
+    assert "not separable" in ddp.gamma_source and "theta fixed at its prior 1" in ddp.gamma_source
+    spread = synthetic(theta=1.6, gamma=2.5, devices=(1, 2, 4, 8), batches=(32, 256))
+    ddp = next(f for f in fit(_inputs(spread)).families.values() if f.sync == "ddp")
+    assert ddp.theta == pytest.approx(1.6, rel=0.05) and "separable" not in ddp.gamma_source

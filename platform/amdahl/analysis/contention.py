@@ -1,0 +1,148 @@
+"""Contention between the ranks of one node for its host cores: the compute term of the
+step-time model at device counts the sweep did not measure (docs/architecture.md, "The step-time
+model").
+
+A rank's step is, to its host, two kinds of time: host work (the Python loop, the input
+pipeline, kernel launches, on CPU training the arithmetic itself), `demand_s` CPU seconds per
+step, and time it needs no core for (kernels running on the device, a simulated device's
+sleeps), `think_s`. p ranks on a node with C cores are a closed queueing network: p customers,
+each alternating a delay of `think_s` and a visit to a C-server processor-sharing station that
+serves `demand_s` (the machine-repairman model). Mean-value analysis gives its step time exactly,
+and for processor sharing the answer does not depend on how the demand is distributed (BCMP): so
+
+    step(p) = think_s + R(p),  R the CPU residence time mean-value analysis gives,
+
+which is think + demand while the node has cores to spare and tends to p x demand / C once its
+cores are the bottleneck, with the queueing between the two that makes 8 ranks on 2 cores
+slower well before 8 x demand reaches 2 cores.
+
+The demand is measured, not fitted: each 1-device trial's CPU busy share (`cpu_utilisation`, of
+`host_cores` cores) times its step. What is fitted, over the measured multi-device `sync: none`
+points, is the node's effective cores C: the cores the ranks get, less what Ray, the driver and
+the OS take, with a weak prior at the node's nominal cores (where the measured device counts
+show no contention, C stays there: nothing in the data says otherwise).
+
+Pure: imports neither ray nor torch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from amdahl.analysis.stats import minimize_scalar
+
+#: Effective cores are fitted within [nominal / CORES_SPAN, nominal x CORES_SPAN]; a fit on a
+#: bound is a failed fit (the demand figures do not describe the slowdown).
+CORES_SPAN = 8.0
+#: Weight of log(C / nominal)^2 in the fit: small against a point's squared log error.
+CORES_PRIOR = 0.01
+
+
+def closed_step_s(ranks: int, think_s: float, demand_s: float, cores: float) -> float:
+    """Mean step of `ranks` ranks sharing `cores` cores, each needing `demand_s` CPU seconds and
+    `think_s` seconds without a core per step: exact mean-value analysis of the closed network
+    (a delay station and a load-dependent processor-sharing station of rate min(j, cores))."""
+    if ranks < 1 or demand_s <= 0:
+        return think_s + max(demand_s, 0.0)
+    probs = [1.0]  # probs[j]: j ranks at the CPU, in the network with one rank fewer
+    residence = 0.0
+    for n in range(1, ranks + 1):
+        residence = sum(
+            j / min(j, cores) * demand_s * probs[j - 1] for j in range(1, n + 1)
+        )
+        x = n / (think_s + residence)
+        nxt = [0.0] * (n + 1)
+        for j in range(1, n + 1):
+            nxt[j] = demand_s * x / min(j, cores) * probs[j - 1]
+        nxt[0] = max(0.0, 1.0 - sum(nxt[1:]))
+        probs = nxt
+    return think_s + residence
+
+
+@dataclass(frozen=True)
+class HostShare:
+    """A configuration's host demand at 1 device: the share of its compute step that is CPU
+    work, per per-device batch (measured at those batches, interpolated between them)."""
+
+    shares: tuple[tuple[float, float], ...]  # (per-device batch, CPU share of the step, 0..1)
+
+    def at(self, batch: float) -> float:
+        pts = self.shares
+        if batch <= pts[0][0]:
+            return pts[0][1]
+        for (b0, s0), (b1, s1) in zip(pts, pts[1:], strict=False):
+            if batch <= b1:
+                return s0 + (s1 - s0) * (batch - b0) / (b1 - b0)
+        return pts[-1][1]
+
+
+@dataclass(frozen=True)
+class Contention:
+    """The fitted model of one family: effective cores and the host share per batch."""
+
+    cores: float  # effective cores the ranks of one node get
+    nominal_cores: float
+    share: HostShare
+    points: int  # multi-device observations fitted on
+    source: str
+    on_bound: str | None = None  # "lower" / "upper" when the fitted cores sit on a bound
+
+    def step_s(self, one_device_s: float, batch: float, ranks_per_node: int) -> float:
+        """Compute per step of one rank among `ranks_per_node`, from its 1-device compute."""
+        demand = self.share.at(batch) * one_device_s
+        return closed_step_s(ranks_per_node, one_device_s - demand, demand, self.cores)
+
+    def ratio(self, one_device_s: float, batch: float, ranks: int, from_ranks: int) -> float:
+        """How much slower a rank's compute is among `ranks` ranks of a node than among
+        `from_ranks`."""
+        base = self.step_s(one_device_s, batch, from_ranks)
+        return self.step_s(one_device_s, batch, ranks) / base if base > 0 else 1.0
+
+    def describe(self) -> str:
+        lo, hi = min(s for _, s in self.share.shares), max(s for _, s in self.share.shares)
+        share = f"{lo:.0%}" if math.isclose(lo, hi, abs_tol=0.005) else f"{lo:.0%}-{hi:.0%}"
+        return (
+            f"host contention: {self.cores:.2g} effective cores of {self.nominal_cores:g} per "
+            f"node, a rank's step {share} CPU work at 1 device ({self.source})"
+        )
+
+
+def fit_contention(
+    share: HostShare,
+    nominal_cores: float,
+    one_device: Sequence[tuple[float, float]],
+    observed: Sequence[tuple[int, float, float]],
+) -> Contention:
+    """Effective cores from observations (ranks per node, per-device batch, measured compute
+    seconds), against each batch's 1-device compute (`one_device`: (batch, seconds) of the
+    1-device line at the observed batches). Without observations C is the nominal cores."""
+    base = dict(one_device)
+    obs = [(p, b, t, base[b]) for p, b, t in observed if b in base and t > 0 and base[b] > 0]
+    lo, hi = nominal_cores / CORES_SPAN, nominal_cores * CORES_SPAN
+    if not obs:
+        return Contention(
+            nominal_cores, nominal_cores, share, 0, "no multi-device compute measured: nominal cores"
+        )
+
+    def cost(cores: float) -> float:
+        model = Contention(cores, nominal_cores, share, 0, "")
+        err = sum(math.log(model.step_s(t1, b, p) / t) ** 2 for p, b, t, t1 in obs)
+        return err + CORES_PRIOR * math.log(cores / nominal_cores) ** 2
+
+    cores = minimize_scalar(cost, lo, hi, log=True)
+    side = None
+    if cores <= lo * 1.01:
+        side = "lower"
+    elif cores >= hi * 0.99:
+        side = "upper"
+    counts = sorted({p for p, *_ in obs})
+    return Contention(
+        cores,
+        nominal_cores,
+        share,
+        len(obs),
+        f"fitted on {len(obs)} sync none point(s) at {', '.join(map(str, counts))} ranks per node",
+        side,
+    )
