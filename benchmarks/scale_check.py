@@ -57,10 +57,17 @@ def main() -> None:
         metavar=("FIT_DIR", "TRUTH_DIR"),
         help="only evaluate two existing sweep directories (rows so far)",
     )
+    parser.add_argument(
+        "--host-cores",
+        type=int,
+        default=None,
+        help="with --evaluate, for sweeps recorded before rows carried host_cores: the cores "
+        "their node had (rows that have the column keep theirs)",
+    )
     args = parser.parse_args()
     fit_devices, truth_devices = _ints(args.fit), _ints(args.truth)
     if args.evaluate:
-        evaluate(*args.evaluate, truth_devices)
+        evaluate(*args.evaluate, truth_devices, args.host_cores)
         return
     syncs = [s.strip() for s in args.syncs.split(",") if s.strip()]
     if "none" not in syncs:
@@ -110,14 +117,21 @@ def main() -> None:
     evaluate(dirs["fit"], dirs["truth"], truth_devices)
 
 
-def evaluate(fit_dir: Path, truth_dir: Path, truth_devices: list[int]) -> None:
+def evaluate(
+    fit_dir: Path, truth_dir: Path, truth_devices: list[int], host_cores: int | None = None
+) -> None:
     """Print each held-out point against the model and the two naive predictors."""
     from amdahl.analysis.stepmodel import fit as fit_model
     from amdahl.report.predict import load_model_inputs
 
     fit_inputs = load_model_inputs(fit_dir)
     truth_inputs = load_model_inputs(truth_dir)
+    if host_cores is not None:
+        for r in (r for c in fit_inputs.configs for r in c.rows):
+            if r.get("host_cores") is None:
+                r["host_cores"] = host_cores
     model = fit_model(fit_inputs)
+    _print_fit(model)
     comm = model.comm.intra
     if comm is not None:
         print(
@@ -136,6 +150,17 @@ def evaluate(fit_dir: Path, truth_dir: Path, truth_devices: list[int]) -> None:
         if c.ok and c.throughput and c.devices in truth_devices:
             _print_point(c, model, fitted.get(_key(c), {}), errors)
     _print_summary(errors, truth_devices)
+
+
+def _print_fit(model) -> None:
+    """What the model fitted: contention, each strategy's gamma and theta, the collective's
+    growth."""
+    for fam in model.families.values():
+        if fam.sync == "none" and fam.contention is not None:
+            print(f"{fam.label}: {fam.contention.describe()}")
+        elif fam.sync != "none":
+            print(f"{fam.label}: gamma {fam.gamma:.2f}, theta {fam.theta:.2f} ({fam.gamma_source})")
+    print(f"communication: {model.comm.growth()}")
 
 
 def _key(c) -> tuple:

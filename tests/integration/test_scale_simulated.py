@@ -96,3 +96,6 @@ def test_the_closing_calibration_runs_at_8(scale_sweep):
     calibration = json.loads((outcome.sweep_dir / "calibration.json").read_text())
     assert calibration["devices"] == 8
     assert calibration["all_reduce"]
+    # and over the first 2, 3 and 4 ranks: how the all-reduce grows with p, measured
+    assert set(calibration["all_reduce_by_devices"]) == {"2", "3", "4", "8"}
+    assert "8" in calibration["by_devices"] and len(calibration["by_devices"]) >= 2

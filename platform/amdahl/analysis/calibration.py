@@ -47,6 +47,9 @@ class Calibration:
     param_shapes_by_params: dict[str, list[list[int]] | None] = field(default_factory=dict)
     #: Per precision, the median `peak_flops` the trials measured themselves (results rows).
     row_peak_flops: dict[str, float] = field(default_factory=dict)
+    #: alpha and B fitted at each device count measured (the group's and its subgroups'):
+    #: devices -> (alpha_s, bandwidth_Bps). How the collective grows with the device count.
+    by_devices: dict[int, tuple[float, float]] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Calibration:
@@ -83,6 +86,7 @@ class Calibration:
                 str(k): v if _is_shape_list(v) else None
                 for k, v in (shapes.items() if isinstance(shapes, dict) else [])
             },
+            by_devices=_by_devices(d.get("by_devices")),
         )
 
     @property
@@ -146,3 +150,20 @@ def _is_shape_list(v: Any) -> bool:
     return isinstance(v, list) and all(
         isinstance(s, list) and all(isinstance(d, int) and d >= 0 for d in s) for s in v
     )
+
+
+def _by_devices(raw: Any) -> dict[int, tuple[float, float]]:
+    """calibration.json's `by_devices` ({"2": {"alpha_s", "bandwidth_Bps"}, ...}); an entry
+    with an odd key or value is left out."""
+    out: dict[int, tuple[float, float]] = {}
+    for key, fit in raw.items() if isinstance(raw, dict) else []:
+        try:
+            q = int(key)
+        except (TypeError, ValueError):
+            continue
+        if not isinstance(fit, dict) or q < 2:
+            continue
+        alpha, bandwidth = fit.get("alpha_s"), fit.get("bandwidth_Bps")
+        if is_number(alpha) and alpha >= 0 and is_number(bandwidth) and bandwidth > 0:
+            out[q] = (float(alpha), float(bandwidth))
+    return out

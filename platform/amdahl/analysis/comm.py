@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from amdahl import strategies
@@ -228,18 +228,51 @@ _OWN_VOLUME: dict[str, Callable[..., CommVolume]] = {
 # --------------------------------------------------------------------------- links
 
 
+#: Growth exponents of alpha and 1/B with the device count are fitted within this range.
+GROWTH_RANGE = (-1.0, 2.0)
+
+
 @dataclass(frozen=True)
 class CommModel:
-    """The calibrated links: within a node (calibration.json's alpha_s, bandwidth_Bps) and,
-    when given, across nodes."""
+    """The calibrated links: within a node (calibration.json's alpha_s, bandwidth_Bps, at
+    `calibrated_devices`) and, when given, across nodes; and how the intra-node terms grow with
+    the device count, fitted over every device count the calibration measured (`by_devices`):
+
+        alpha(p) = alpha (p / P)^alpha_exp,   B(p) = B (p / P)^-bandwidth_exp
+
+    on top of the ring's 2(p-1) latency steps and 2(p-1)/p bytes: 0 and 0 where the ring
+    describes the links (NCCL within a node), more where the ranks share cores (gloo on a CPU
+    box: every ring step waits for a process to get a core) or a tree takes over."""
 
     intra: Link | None
     inter: Link | None = None
     backend: str = ""
     calibrated_devices: int | None = None
+    by_devices: dict[int, Link] = field(default_factory=dict)
+    alpha_exp: float = 0.0
+    bandwidth_exp: float = 0.0
 
-    def link(self, nodes: int) -> tuple[Link | None, str]:
-        """The link a collective over `nodes` nodes runs at, and a caveat when a stand-in."""
+    @property
+    def calibrated_range(self) -> tuple[int, int] | None:
+        counts = sorted(self.by_devices) or (
+            [self.calibrated_devices] if self.calibrated_devices else []
+        )
+        return (counts[0], counts[-1]) if counts else None
+
+    def growth(self) -> str:
+        """How alpha and B are taken to grow with the device count, and from what."""
+        if len(self.by_devices) < 2:
+            at = f" at {self.calibrated_devices} devices" if self.calibrated_devices else ""
+            return f"the ring's 2(p-1) steps assumed: all-reduce calibrated{at} only"
+        lo, hi = self.calibrated_range
+        return (
+            f"calibrated at {lo}-{hi} devices: alpha x p^{self.alpha_exp:.2f} and 1/B x "
+            f"p^{self.bandwidth_exp:.2f} on top of the ring's 2(p-1) steps"
+        )
+
+    def link(self, nodes: int, devices: int | None = None) -> tuple[Link | None, str]:
+        """The link a collective over `devices` ranks on `nodes` nodes runs at, and a caveat
+        when a stand-in."""
         if nodes > 1 and self.inter is not None:
             return self.inter, ""
         if nodes > 1 and self.intra is not None:
@@ -248,11 +281,23 @@ class CommModel:
                 "(inter_node_alpha_s, inter_node_bandwidth_Bps): the intra-node terms stand in "
                 "and likely understate the communication"
             )
-        return self.intra, ""
+        if self.intra is None or devices is None or len(self.by_devices) < 2:
+            return self.intra, ""
+        if devices in self.by_devices:
+            return self.by_devices[devices], ""
+        ref = self.calibrated_devices or max(self.by_devices)
+        scale = max(2, devices) / ref
+        link = Link(
+            self.intra.alpha_s * scale**self.alpha_exp,
+            self.intra.bandwidth_Bps * scale ** (-self.bandwidth_exp),
+            self.intra.scope,
+        )
+        return link, ""
 
 
 def comm_model(calibration: Calibration | None) -> CommModel:
-    """The links calibration.json describes (none without it)."""
+    """The links calibration.json describes (none without it), with the growth fitted over
+    the device counts it measured."""
     if calibration is None:
         return CommModel(None)
     intra = inter = None
@@ -262,4 +307,28 @@ def comm_model(calibration: Calibration | None) -> CommModel:
         inter = Link(
             calibration.inter_node_alpha_s, calibration.inter_node_bandwidth_Bps, "inter-node"
         )
-    return CommModel(intra, inter, calibration.backend, calibration.devices)
+    by_devices = {
+        q: Link(alpha, bandwidth, "intra-node")
+        for q, (alpha, bandwidth) in calibration.by_devices.items()
+    }
+    if intra is None or len(by_devices) < 2:
+        return CommModel(intra, inter, calibration.backend, calibration.devices)
+    qs = sorted(by_devices)
+    alpha_exp = _slope([(q, by_devices[q].alpha_s) for q in qs])
+    bandwidth_exp = _slope([(q, 1 / by_devices[q].bandwidth_Bps) for q in qs])
+    return CommModel(
+        intra, inter, calibration.backend, calibration.devices, by_devices, alpha_exp, bandwidth_exp
+    )
+
+
+def _slope(points: list[tuple[int, float]]) -> float:
+    """Least-squares slope of log y on log p (points with y > 0), within GROWTH_RANGE; 0 with
+    fewer than two such points."""
+    xy = [(math.log(p), math.log(y)) for p, y in points if y > 0]
+    if len(xy) < 2:
+        return 0.0
+    mx = sum(x for x, _ in xy) / len(xy)
+    my = sum(y for _, y in xy) / len(xy)
+    var = sum((x - mx) ** 2 for x, _ in xy)
+    slope = sum((x - mx) * (y - my) for x, y in xy) / var if var > 0 else 0.0
+    return min(max(slope, GROWTH_RANGE[0]), GROWTH_RANGE[1])

@@ -49,9 +49,7 @@ def closed_step_s(ranks: int, think_s: float, demand_s: float, cores: float) -> 
     probs = [1.0]  # probs[j]: j ranks at the CPU, in the network with one rank fewer
     residence = 0.0
     for n in range(1, ranks + 1):
-        residence = sum(
-            j / min(j, cores) * demand_s * probs[j - 1] for j in range(1, n + 1)
-        )
+        residence = sum(j / min(j, cores) * demand_s * probs[j - 1] for j in range(1, n + 1))
         x = n / (think_s + residence)
         nxt = [0.0] * (n + 1)
         for j in range(1, n + 1):
@@ -123,7 +121,11 @@ def fit_contention(
     lo, hi = nominal_cores / CORES_SPAN, nominal_cores * CORES_SPAN
     if not obs:
         return Contention(
-            nominal_cores, nominal_cores, share, 0, "no multi-device compute measured: nominal cores"
+            nominal_cores,
+            nominal_cores,
+            share,
+            0,
+            "no multi-device compute measured: nominal cores",
         )
 
     def cost(cores: float) -> float:

@@ -13,6 +13,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from amdahl.analysis.calibration import Calibration
 from amdahl.analysis.configs import NO_SYNC, Config, scale_batch
 from amdahl.analysis.cost import cost_per_million, device_hours_per_million
 from amdahl.analysis.points import FAMILY_SETTINGS, Point, family_key, nodes_of
@@ -73,14 +74,15 @@ def _twins(a: Point, b: Point) -> bool:
 @dataclass(frozen=True)
 class Extrapolation:
     """The model's measured error beyond what it was fitted on: refitted without the sweep's
-    widest device count and asked for it (the calibration, measured at the widest launch,
-    stays in)."""
+    widest device count and asked for it; the calibration without the device counts above the
+    fit too, where it measured two or more up to there (`calibrated_max`), else as it is."""
 
     fitted_max: int  # the widest device count left in the fit
     held_out: int  # the device count predicted
     median: float
     p90: float
     points: int
+    calibrated_max: int | None = None  # the widest calibrated device count the check used
 
 
 def extrapolation_check(inputs: ModelInputs) -> Extrapolation | None:
@@ -91,7 +93,9 @@ def extrapolation_check(inputs: ModelInputs) -> Extrapolation | None:
     if len(counts) < 3 or counts[0] != 1:
         return None
     held = counts[-1]
-    model = fit(inputs, [pt for pt in points if pt.devices < held])
+    narrowed = _calibration_up_to(inputs.calibration, counts[-2])
+    check = dataclasses.replace(inputs, calibration=narrowed) if narrowed else inputs
+    model = fit(check, [pt for pt in points if pt.devices < held])
     errors = []
     for pt in points:
         if pt.devices != held or pt.family not in model.families:
@@ -104,8 +108,29 @@ def extrapolation_check(inputs: ModelInputs) -> Extrapolation | None:
     if not errors:
         return None
     errors.sort()
+    cal = check.calibration
     return Extrapolation(
-        counts[-2], held, statistics.median(errors), quantile(errors, 0.9), len(errors)
+        counts[-2],
+        held,
+        statistics.median(errors),
+        quantile(errors, 0.9),
+        len(errors),
+        cal.devices if cal else None,
+    )
+
+
+def _calibration_up_to(cal: Calibration | None, devices: int) -> Calibration | None:
+    """The calibration as if measured over `devices` ranks: its fits at those device counts
+    only, the widest of them as the reference; None where fewer than two are left."""
+    if cal is None:
+        return None
+    kept = {q: v for q, v in cal.by_devices.items() if q <= devices}
+    if len(kept) < 2:
+        return None
+    widest = max(kept)
+    alpha, bandwidth = kept[widest]
+    return dataclasses.replace(
+        cal, alpha_s=alpha, bandwidth_Bps=bandwidth, devices=widest, by_devices=kept
     )
 
 
@@ -122,9 +147,15 @@ def beyond_measured(devices: int, widest: int, ext: Extrapolation | None) -> str
     return (
         f"{head}; fitted up to {ext.fitted_max} devices, the model predicted {ext.held_out} "
         f"({ext.held_out / ext.fitted_max:.3g}x) with median error {ext.median:.1%}, p90 "
-        f"{ext.p90:.1%} over {ext.points} configurations, its communication calibrated at "
-        f"{ext.held_out} all the same; farther out, and uncalibrated, expect more"
+        f"{ext.p90:.1%} over {ext.points} configurations, {_calibrated_as(ext)}; farther "
+        "out, expect more"
     )
+
+
+def _calibrated_as(ext: Extrapolation) -> str:
+    if ext.calibrated_max is not None and ext.calibrated_max < ext.held_out:
+        return f"its communication extrapolated from a calibration up to {ext.calibrated_max}"
+    return f"its communication calibrated at {ext.held_out} all the same"
 
 
 def error_summary(loo: list[LooPoint], min_devices: int = 2) -> tuple[float, float, int] | None:
@@ -230,6 +261,10 @@ class SweepPrediction:
                 "alpha_s": comm.intra.alpha_s if comm.intra else None,
                 "bandwidth_Bps": comm.intra.bandwidth_Bps if comm.intra else None,
                 "calibrated_devices": comm.calibrated_devices,
+                "calibrated_range": list(comm.calibrated_range) if comm.calibrated_range else None,
+                "alpha_exponent": comm.alpha_exp,
+                "bandwidth_exponent": comm.bandwidth_exp,
+                "growth": comm.growth(),
                 "backend": comm.backend or None,
             },
             "extrapolation": dataclasses.asdict(self.extrapolation) if self.extrapolation else None,

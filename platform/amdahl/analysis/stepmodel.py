@@ -221,6 +221,8 @@ class StepModel:
     #: sync -> (gamma, theta, points)
     overlaps: dict[str, tuple[float, float, int]] = field(default_factory=dict)
     pooled_overlap: tuple[float, float, int] | None = None
+    #: The widest device count whose measured steps gamma and theta were fitted on.
+    widest_fitted: int = 0
 
     def family_of(self, c: Config) -> Family | None:
         return self.families.get(family_key(c.settings))
@@ -249,7 +251,7 @@ class StepModel:
         if family.sync not in strategies.NAMES:
             return Prediction(p, batch, nodes, compute, unknown=f"unknown sync {family.sync!r}")
         if communicates(family.sync, p):
-            link, caveat = self.comm.link(nodes)
+            link, caveat = self.comm.link(nodes, p)
             if link is None:
                 return Prediction(
                     p,
@@ -270,6 +272,9 @@ class StepModel:
                 )
             if caveat:
                 caveats.append(caveat)
+            span = self.comm.calibrated_range
+            if span and p > max(span[1], self.widest_fitted):
+                caveats.append(f"communication at {p} devices: {self.comm.growth()}")
             volume = comm_volume(family.sync, p, family.grad_bytes, self.options, family.shapes)
             if volume.estimate:
                 caveats.append(volume.estimate)
@@ -530,19 +535,7 @@ def _fit_data_wait(fam: Family, points: list[Point]) -> None:
 
 def _fit_overlaps(model: StepModel, points: list[Point]) -> None:
     """gamma and theta per sync strategy over its multi-device points with a communication term."""
-    pairs: dict[str, list[tuple[float, float, float]]] = {}
-    for pt in points:
-        fam = model.families.get(pt.family)
-        if fam is None or pt.devices <= 1 or fam.sync in SILENT or not fam.sync:
-            continue
-        compute = fam.compute_s(pt.batch, pt.devices)
-        link, _ = model.comm.link(pt.nodes)
-        if compute is None or link is None or not fam.grad_bytes:
-            continue
-        volume = comm_volume(fam.sync, pt.devices, fam.grad_bytes, model.options, fam.shapes)
-        comm = volume.seconds(link) if volume else 0.0
-        if comm > 0:
-            pairs.setdefault(fam.sync, []).append((compute, comm, pt.busy_s))
+    pairs = _overlap_observations(model, points)
     notes: dict[str, str] = {}
     for sync, obs in pairs.items():
         gamma, theta, notes[sync] = _fit_overlap(tuple(obs))
@@ -558,22 +551,41 @@ def _fit_overlaps(model: StepModel, points: list[Point]) -> None:
     for fam in model.families.values():
         if fam.sync in SILENT:
             fam.gamma_source = "not used: no communication"
-        elif fam.sync in model.overlaps:
+            continue
+        if fam.sync in model.overlaps:
             fam.gamma, fam.theta, n = model.overlaps[fam.sync]
-            fam.gamma_source = f"gamma and theta fitted over {n} multi-device {fam.sync} point(s)"
-            if notes.get(fam.sync):
-                fam.gamma_source += f" ({notes[fam.sync]})"
+            source, note = f"fitted over {n} multi-device {fam.sync} point(s)", notes[fam.sync]
         elif model.pooled_overlap:
             fam.gamma, fam.theta, n = model.pooled_overlap
-            fam.gamma_source = (
-                f"gamma and theta pooled over {n} multi-device point(s) of other strategies"
-            )
-            if pooled_note:
-                fam.gamma_source += f" ({pooled_note})"
+            source = f"pooled over {n} multi-device point(s) of other strategies"
+            note = pooled_note
         else:
             continue
+        fam.gamma_source = f"gamma and theta {source}" + (f" ({note})" if note else "")
         if side := on_bound(fam.theta, *THETA_RANGE):
             fam.hits.append(_theta_hit(fam.theta, side))
+
+
+def _overlap_observations(
+    model: StepModel, points: list[Point]
+) -> dict[str, list[tuple[float, float, float]]]:
+    """Per sync strategy, (compute, calibrated comm, measured busy step) of each multi-device
+    point that communicates."""
+    pairs: dict[str, list[tuple[float, float, float]]] = {}
+    for pt in points:
+        fam = model.families.get(pt.family)
+        if fam is None or pt.devices <= 1 or fam.sync in SILENT or not fam.sync:
+            continue
+        compute = fam.compute_s(pt.batch, pt.devices)
+        link, _ = model.comm.link(pt.nodes, pt.devices)
+        if compute is None or link is None or not fam.grad_bytes:
+            continue
+        volume = comm_volume(fam.sync, pt.devices, fam.grad_bytes, model.options, fam.shapes)
+        comm = volume.seconds(link) if volume else 0.0
+        if comm > 0:
+            pairs.setdefault(fam.sync, []).append((compute, comm, pt.busy_s))
+            model.widest_fitted = max(model.widest_fitted, pt.devices)
+    return pairs
 
 
 def _theta_hit(theta: float, side: str) -> BoundHit:
@@ -615,13 +627,19 @@ def _fit_overlap(obs: tuple[tuple[float, float, float], ...]) -> tuple[float, fl
     weaker = separable(sse, gamma, theta, len(obs))
     if weaker == "theta":
         gamma = best_gamma(1.0)
-        return gamma, 1.0, (
-            f"gamma and theta not separable on {len(obs)} point(s): theta fixed at its prior 1 "
-            "(the calibrated collective), gamma fitted alone"
+        return (
+            gamma,
+            1.0,
+            (
+                f"gamma and theta not separable on {len(obs)} point(s): theta fixed at its prior 1 "
+                "(the calibrated collective), gamma fitted alone"
+            ),
         )
     if weaker == "gamma":
-        return gamma, theta, (
-            f"gamma not pinned by {len(obs)} point(s): the steps barely depend on it"
+        return (
+            gamma,
+            theta,
+            (f"gamma not pinned by {len(obs)} point(s): the steps barely depend on it"),
         )
     return gamma, theta, ""
 

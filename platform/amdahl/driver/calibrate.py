@@ -140,9 +140,26 @@ def write_calibration(sweep_dir: Path, result: dict[str, Any]) -> Path:
 
 
 def _fit(result: dict[str, Any]) -> dict[str, Any]:
+    """alpha and B at the group's device count, and at each device count measured over a
+    subgroup (`by_devices`, where the measurement has them; a count whose times do not fit is
+    left out of it, the rest kept)."""
     ms = result["all_reduce"]
     ab = fit_alpha_beta(result["devices"], [m["bytes"] for m in ms], [m["seconds"] for m in ms])
-    return {"alpha_s": ab.alpha_s, "bandwidth_Bps": ab.bandwidth_Bps, "fit_rel_rmse": ab.rel_rmse}
+    out = {"alpha_s": ab.alpha_s, "bandwidth_Bps": ab.bandwidth_Bps, "fit_rel_rmse": ab.rel_rmse}
+    by_devices = {}
+    for q, sub in (result.get("all_reduce_by_devices") or {}).items():
+        try:
+            fit = fit_alpha_beta(int(q), [m["bytes"] for m in sub], [m["seconds"] for m in sub])
+        except ValueError:
+            continue
+        by_devices[str(q)] = {
+            "alpha_s": fit.alpha_s,
+            "bandwidth_Bps": fit.bandwidth_Bps,
+            "fit_rel_rmse": fit.rel_rmse,
+        }
+    if by_devices:
+        out["by_devices"] = by_devices
+    return out
 
 
 def _sweep_models(sweep_dir: Path) -> dict[str, Any]:

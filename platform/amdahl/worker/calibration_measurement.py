@@ -57,18 +57,29 @@ def calibration_worker(config: dict[str, Any]) -> None:
 
 
 def calibration_result(sizes: list[int], device: Any, rank: int) -> dict[str, Any]:
-    """Every rank of the current process group measures the all-reduce; rank 0 then measures
-    the peaks alone. Collective. Rank 0's dict is the measurement (others' lack the peaks)."""
+    """Every rank of the current process group measures the all-reduce, over the whole group
+    and over its first q ranks for each smaller q of `sub_counts` (how the collective grows
+    with the device count is measured, not assumed); rank 0 then measures the peaks alone.
+    Collective. Rank 0's dict is the measurement (others' lack the peaks)."""
     import torch
     import torch.distributed as dist
 
+    world = dist.get_world_size() if dist.is_initialized() else 1
     result: dict[str, Any] = {
-        "devices": dist.get_world_size() if dist.is_initialized() else 1,
+        "devices": world,
         "backend": dist.get_backend() if dist.is_initialized() else "none",
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch_threads": torch.get_num_threads(),
         "all_reduce": measure_all_reduce(sizes, device),
     }
+    by_devices = {}
+    for q in sub_counts(world)[:-1]:
+        group = dist.new_group(list(range(q)))  # every rank of the world must call it
+        if rank < q:
+            by_devices[str(q)] = measure_all_reduce(sizes, device, group)
+        dist.barrier()
+    if by_devices:
+        result["all_reduce_by_devices"] = {**by_devices, str(world): result["all_reduce"]}
     if dist.is_initialized():
         dist.barrier()
     if rank == 0:
@@ -78,9 +89,19 @@ def calibration_result(sizes: list[int], device: Any, rank: int) -> dict[str, An
     return result
 
 
-def measure_all_reduce(sizes: list[int], device: Any) -> list[dict[str, float]]:
-    """Seconds per all_reduce (sum, float32) per message size: per round, the slowest rank's
-    mean over the round's calls; the median over rounds. Collective: every rank calls it."""
+def sub_counts(world: int) -> list[int]:
+    """The device counts a calibration over `world` ranks measures, `world` last: every count
+    from 2 up to 4, then the powers of two below `world` (2, 3, 4 of 4; 2, 3, 4, 8, 12 of 12)."""
+    if world < 2:
+        return [world]
+    counts = {q for q in range(2, min(world, 4) + 1)} | {2**k for k in range(1, 8) if 2**k < world}
+    return sorted(counts - {world}) + [world]
+
+
+def measure_all_reduce(sizes: list[int], device: Any, group: Any = None) -> list[dict[str, float]]:
+    """Seconds per all_reduce (sum, float32) per message size over `group` (default: the
+    world): per round, the slowest rank's mean over the round's calls; the median over rounds.
+    Collective: every rank of the group calls it."""
     import torch
     import torch.distributed as dist
 
@@ -89,25 +110,25 @@ def measure_all_reduce(sizes: list[int], device: Any) -> list[dict[str, float]]:
     for nbytes in sizes:
         x = torch.zeros(max(1, nbytes // 4), dtype=torch.float32, device=device)
         for _ in range(2):
-            dist.all_reduce(x)
+            dist.all_reduce(x, group=group)
         sync()
-        dist.barrier()
+        dist.barrier(group=group)
         t0 = time.perf_counter()
-        dist.all_reduce(x)
+        dist.all_reduce(x, group=group)
         sync()
         probe = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=device)
-        dist.all_reduce(probe, op=dist.ReduceOp.MAX)  # every rank runs the same count
+        dist.all_reduce(probe, op=dist.ReduceOp.MAX, group=group)  # every rank runs the same count
         iters = int(min(_MAX_ITERS, max(3, _ROUND_S / max(float(probe), 1e-6))))
         rounds = []
         for _ in range(_ROUNDS):
-            dist.barrier()
+            dist.barrier(group=group)
             t0 = time.perf_counter()
             for _ in range(iters):
-                dist.all_reduce(x)
+                dist.all_reduce(x, group=group)
             sync()
             per_call = (time.perf_counter() - t0) / iters
             slowest = torch.tensor([per_call], dtype=torch.float64, device=device)
-            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+            dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)
             rounds.append(float(slowest))
         seconds = statistics.median(rounds)
         out.append(

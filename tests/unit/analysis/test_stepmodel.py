@@ -430,3 +430,40 @@ def test_two_points_at_one_ratio_cannot_separate_gamma_from_theta_and_say_so():
     spread = synthetic(theta=1.6, gamma=2.5, devices=(1, 2, 4, 8), batches=(32, 256))
     ddp = next(f for f in fit(_inputs(spread)).families.values() if f.sync == "ddp")
     assert ddp.theta == pytest.approx(1.6, rel=0.05) and "separable" not in ddp.gamma_source
+
+
+def test_a_calibration_at_several_device_counts_says_how_the_collective_grows():
+    """alpha and 1/B measured doubling from 2 to 4 devices: at 8 the model takes them doubled
+    again (alpha x p^1, 1/B x p^1 on top of the ring), says so beside the prediction, and a
+    calibrated count keeps its own fit."""
+    from amdahl.analysis.comm import comm_model
+
+    by = {
+        "2": {"alpha_s": 1e-5, "bandwidth_Bps": 1e9},
+        "4": {"alpha_s": 2e-5, "bandwidth_Bps": 5e8},
+    }
+    cal = Calibration.from_dict(
+        {**CALIBRATION, "alpha_s": 2e-5, "bandwidth_Bps": 5e8, "devices": 4, "by_devices": by}
+    )
+    comm = comm_model(cal)
+    assert comm.alpha_exp == pytest.approx(1.0) and comm.bandwidth_exp == pytest.approx(1.0)
+    link, _ = comm.link(1, 8)
+    assert link.alpha_s == pytest.approx(4e-5) and link.bandwidth_Bps == pytest.approx(2.5e8)
+    assert comm.link(1, 2)[0].alpha_s == pytest.approx(1e-5)
+    assert "calibrated at 2-4 devices" in comm.growth()
+    model = fit(ModelInputs(group_configs(synthetic(devices=(1, 2, 4))), cal))
+    ddp = next(f for f in model.families.values() if f.sync == "ddp")
+    caveats = model.predict(ddp, 8, 64.0, withhold=False).caveats
+    assert any(c.startswith("communication at 8 devices: calibrated at 2-4") for c in caveats)
+    assert not any("communication at" in c for c in model.predict(ddp, 4, 64.0).caveats)
+    # one device count only: the ring as it is, and said
+    assert "ring's 2(p-1) steps assumed" in comm_model(Calibration.from_dict(CALIBRATION)).growth()
+
+
+def test_the_calibration_measures_every_small_device_count_and_the_powers_of_two():
+    from amdahl.worker.calibration_measurement import sub_counts
+
+    assert sub_counts(1) == [1] and sub_counts(2) == [2]
+    assert sub_counts(4) == [2, 3, 4]
+    assert sub_counts(8) == [2, 3, 4, 8]
+    assert sub_counts(12) == [2, 3, 4, 8, 12]
