@@ -22,6 +22,13 @@ leave-one-out error over every multi-device trial. Nothing is asserted.
     python benchmarks/predictor_accuracy.py [--steps N] [--repeats 3] [--batches 64,128,256,512]
         [--syncs ddp,none,...] [--keep] [--evaluate DIR]
 
+That is batch interpolation at a measured device count. The headline test holds out whole device
+counts: `--hold-out-devices 8,12,16` fits at 1, 2 and 4 devices and predicts those, 3 runs of
+each point, on the simulated accelerator (ddp, ddp_fp16 and zero1 at per-device batch 16 and 64,
+8-16 ranks fit on 2 cores), beside the two naive predictions, against the measured medians'
+standard error: it runs benchmarks/scale_check.py with those settings (its own options, such as
+`--workload mlp` on a machine with the cores, pass through).
+
 Run it on a quiet machine: the two workers share the machine's cores with whatever else runs.
 """
 
@@ -38,6 +45,25 @@ from pathlib import Path
 SYNCS = ["ddp", "ddp_fp16", "powersgd", "zero1", "local_sgd", "none"]
 
 
+def _hold_out_devices(devices: str, repeats: int, rest: list[str]) -> None:
+    """scale_check.py on the simulated accelerator, fitted at 1, 2 and 4 devices."""
+    import runpy
+    import sys
+
+    defaults = {
+        "--workload": "simulated",
+        "--syncs": "ddp,ddp_fp16,zero1",
+        "--batches": "16,64",
+        "--steps": "100",
+    }
+    argv = ["scale_check.py", "--fit", "1,2,4", "--truth", devices, "--repeats", str(repeats)]
+    for flag, value in defaults.items():
+        if flag not in rest:
+            argv += [flag, value]
+    sys.argv = argv + rest
+    runpy.run_path(str(Path(__file__).with_name("scale_check.py")), run_name="__main__")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=1000, help="measured steps per trial")
@@ -47,7 +73,17 @@ def main() -> None:
     parser.add_argument("--syncs", default=",".join(SYNCS), help="sync strategies")
     parser.add_argument("--keep", action="store_true", help="keep the sweep directory")
     parser.add_argument("--evaluate", type=Path, help="only evaluate this sweep directory")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--hold-out-devices",
+        default=None,
+        help="hold out these whole device counts instead (benchmarks/scale_check.py)",
+    )
+    args, rest = parser.parse_known_args()
+    if args.hold_out_devices:
+        _hold_out_devices(args.hold_out_devices, args.repeats, rest)
+        return
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     batches = sorted(int(b) for b in args.batches.split(","))
     if len(batches) < 3:
         parser.error("--batches needs at least three sizes: two to fit on, one to predict")
