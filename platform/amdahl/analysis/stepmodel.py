@@ -7,9 +7,11 @@ puts it to use.
 Per configuration family (every setting except the device count and the per-device batch):
 
     compute        T_c(b, p) = a_p + b_p * b              (per measured device count p, fitted
-                                                           on sync none: analysis/computefit.py)
+                                                           on sync none: analysis/computefit.py;
+                                                           an unmeasured p: the nearest line x
+                                                           host contention, contention.py)
                    + omega                                (the strategy's wrapper, per step)
-    communication  T_n(p) = latency_steps * alpha + bytes(sync, p, options) / B
+    communication  T_n(p) = latency_steps * alpha(p) + bytes(sync, p, options) / B(p)
                    x theta                                (fitted per strategy, 1 if unknown)
     step           (T_c^gamma + T_n^gamma)^(1/gamma)      (Pollux's overlap exponent, 1..8)
     wall per step  step + data wait                       (the family's measured data wait)
@@ -18,14 +20,17 @@ Per configuration family (every setting except the device count and the per-devi
 Compute is fitted from what compute is: the `sync: none` sibling's trials (no communication, no
 wrapper) give a line at 1 device (a_c, b_c) and one at each device count measured (contention:
 workers sharing cores and memory bandwidth, measured, not assumed; kappa is reported as the
-ratio at the largest one). A device count not measured takes the nearest measured one below it,
-and says so. omega is the wrapper's cost (DDP's reducer and bucket copies on one device): the
+ratio at the largest one). A device count not measured takes the nearest measured line times
+the slowdown the host-contention model (analysis/contention.py: the node's ranks queueing for its
+cores, each rank's CPU demand measured) gives between the two, and says so; without the rows'
+CPU figures, the nearest measured line below it. omega is the wrapper's cost (DDP's reducer and bucket copies on one device): the
 strategy's 1-device trials minus the sync-none line at the same batch. A family without a
 sync-none sibling falls back to its own trials (1-device trials, wrapper inseparable, and
 multi-device ones through `comm_s`, scaled by a fitted kappa). gamma and theta are fitted
 together per sync strategy over its measured multi-device trials (squared log error of the
 step, plus a small penalty on log theta so that a strategy with few points stays near the
-calibrated collective), else pooled over every strategy's, else 1 and 1. theta is what the
+calibrated collective), else pooled over every strategy's, else 1 and 1 (where the points cannot
+separate the two, theta is fixed at 1 and the family says so). theta is what the
 strategy's communication costs against the calibrated ring: the work the wire formula does not
 see (ZeRO's partition broadcast, PowerSGD's factorisation, hook casts, comm threads taking cores
 from compute where workers share them).
@@ -37,7 +42,8 @@ checks, gives them flagged). gamma's ends are not failures: 1 is no overlap and 
 9%, full overlap, both states a system can be in.
 
 alpha and B come from calibration.json (`alpha_s`, `bandwidth_Bps`, measured within a node by
-`platform calibrate`). Where the file also has `inter_node_alpha_s` and `inter_node_bandwidth_Bps`
+`platform calibrate`, and `by_devices`: the same at smaller device counts, from which
+analysis/comm.py fits how they grow with p). Where the file also has `inter_node_alpha_s` and `inter_node_bandwidth_Bps`
 (put there by hand: `platform calibrate` does not measure across nodes), a prediction that spans
 nodes uses those for every collective (a ring across nodes runs at its slowest link); without
 them it uses the intra-node terms and says so. The bytes per optimizer step of each strategy are
