@@ -276,6 +276,11 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "nodes": (pa.string(), "Ray node id of each rank, in rank order, as JSON"),
     "versions": (pa.string(), "library versions as JSON"),
     "started_at": (pa.string(), "UTC ISO time the trial started, to the millisecond"),
+    "window_opened_unix": (
+        pa.float64(),
+        "Unix time rank 0's measured window opened (after set-up and warmup), stamped by the "
+        "worker: the closing summary's first measured step is the earliest, minus the start",
+    ),
     "history": (
         pa.string(),
         "per-step training curves of rank 0, as JSON: `step` (the optimizer step, 1-based, "

@@ -3,6 +3,8 @@ trials go to the launch that is already up, a worker that dies gets its item aga
 a trial measured in a long-lived group computes what it computes in a fresh one."""
 
 import json
+import time
+from datetime import datetime
 
 import pytest
 
@@ -28,6 +30,7 @@ def test_a_halving_search_of_three_rungs_starts_one_worker_group(ray_cluster, tm
             "search": {"method": "halving", "min_steps": 3, "eta": 2},
         }
     )
+    before = time.time()
     outcome = run_sweep(spec, runs_dir=tmp_path)
     rows = read_results(outcome.sweep_dir).to_pylist()
     assert sorted({r["rung"] for r in rows}) == [0, 1, 2]
@@ -36,7 +39,15 @@ def test_a_halving_search_of_three_rungs_starts_one_worker_group(ray_cluster, tm
     assert len({r["launch_id"] for r in rows}) == 1
     # Only the first row of a worker group carries its start (launch_entered_unix_s).
     assert sum(r["launch_entered_unix_s"] is not None for r in rows) == 1
-    assert outcome.first_measured_s is not None and 0 < outcome.first_measured_s < outcome.wall_s
+    # The worker stamps the window's opening: after its row's start, set-up and warmup, and
+    # a window's length before the row ended; the summary's figure is the earliest of them.
+    ok = [r for r in rows if r["status"] == "ok"]
+    for r in ok:
+        started = datetime.fromisoformat(r["started_at"]).timestamp()
+        assert started + r["setup_s"] + r["warmup_s"] <= r["window_opened_unix"] + 0.05
+        assert r["window_opened_unix"] + r["measured_s"] <= started + r["wall_s"] + 0.05
+    first = min(r["window_opened_unix"] for r in ok) - before
+    assert 0 < outcome.first_measured_s <= first < outcome.first_measured_s + 2.0
 
 
 def test_an_item_that_kills_its_worker_twice_fails_and_the_rest_go_on(ray_cluster, tmp_path):

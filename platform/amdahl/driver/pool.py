@@ -187,11 +187,12 @@ class LaunchPool:
                 self.record(self._failed_row(item, answer))
 
     def _note_first_window(self, row: dict[str, Any]) -> None:
-        """When the sweep's first measured window opened: after the trial's set-up and warmup;
-        the row left the worker at the end of its wall_s (and took ms to get here)."""
-        if self.first_window_unix is None and row.get("status") == "ok":
-            opened = row["wall_s"] - row["setup_s"] - row["warmup_s"]
-            self.first_window_unix = time.time() - opened
+        """When the sweep's first measured window opened: the earliest a worker stamped on an
+        ok row (`window_opened_unix`; rows arrive in the order trials end, not start)."""
+        opened = row.get("window_opened_unix")
+        if row.get("status") == "ok" and opened is not None:
+            first = self.first_window_unix
+            self.first_window_unix = opened if first is None else min(first, opened)
 
     def _failed_row(self, item: WorkItem, reason: str) -> dict[str, Any]:
         config = self.configs[item.launch_id].for_item(item)

@@ -97,6 +97,7 @@ def aggregate_ranks(
         "first_step_s": top("first_step_s"),
         "compile_s": top("compile_s"),
         "setup_s": top("setup_s"),
+        "window_opened_unix": stats[0]["window_opened_unix"],
         "final_loss": statistics.fmean(losses),
         "val_loss": stats[0]["val_loss"],
         "val_accuracy": stats[0]["val_accuracy"],

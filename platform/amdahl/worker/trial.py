@@ -264,6 +264,7 @@ def _train(t: _Trial, val: dict[str, np.ndarray], setup_s: float) -> dict[str, A
                 if t.freezes_heap:
                     gc.freeze()  # collections in the window skip what existed before it
                 window_start = time.perf_counter()
+                record.window_unix = time.time()  # when the sweep's user saw a figure start
                 t.utilisation.start()
         taken = feed.take(micro_steps)
         marks = [clock.mark()]
@@ -311,6 +312,7 @@ class _LoopRecord:
     #: (pause, resume) marks of the harness's own holds before the next step (`hold`)
     held: list[tuple[Any, Any]] = field(default_factory=list)
     window_s: float = 0.0
+    window_unix: float | None = None  # Unix time the window opened
     lr_peak: float = 0.0
 
 
@@ -331,6 +333,7 @@ def _trial_stats(
     losses = record.losses
     return {
         "window_s": record.window_s,
+        "window_opened_unix": record.window_unix,
         "step_time_s": steady,
         "step_time_max_s": max(p["total"] for p in measured),
         "data_wait_s": mean("data_wait"),

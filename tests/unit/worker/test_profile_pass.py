@@ -18,7 +18,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from trial_runner import PARAMS, launch_config, one_rank_group, run, trial_config
+from trial_runner import PARAMS, TRAIN, launch_config, one_rank_group, run, trial_config
 
 from amdahl.analysis.overlap import rank_figures, read_trace
 from amdahl.columns import COLUMNS
@@ -32,6 +32,7 @@ from amdahl.worker.trial import Placement, run_trial_guarded
 from workloads.mlp import MLP
 
 PROFILE_STEPS = 2
+WARMUP = TRAIN["warmup_steps"]
 
 
 # --------------------------------------------------------------------------- a real DDP trial
@@ -88,8 +89,15 @@ def test_every_rank_returns_its_trace(profiled):
         assert fig.steps == PROFILE_STEPS
         assert fig.comm_s > 0  # gloo's all-reduces of DDP's buckets are in it
         assert 0 <= fig.overlapped_s <= fig.comm_s
-        # the pass is its own seconds, not the window's
-        assert 0 < stats["profile_s"] and stats["measured_steps"] == 8
+        # the pass is its own seconds, not the window's: beside its 8 steps and their input
+        # waits (every step is in the history), the window holds less than half the pass
+        history = stats["history"]
+        assert stats["measured_steps"] == 8 and len(history["step"]) == 8 + WARMUP
+        measured = zip(
+            history["step_time_s"][WARMUP:], history["data_wait_s"][WARMUP:], strict=True
+        )
+        outside_steps = stats["window_s"] - sum(t + w for t, w in measured)
+        assert 0 < stats["profile_s"] and outside_steps < stats["profile_s"] / 2
 
 
 def test_a_one_device_trial_runs_no_pass():
