@@ -6,7 +6,6 @@ Like test_harness.py, these call the worker-side harness in-process on a real Ra
 in a one-rank gloo process group."""
 
 import json
-
 import statistics
 
 import pytest

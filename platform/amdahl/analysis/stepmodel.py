@@ -13,7 +13,8 @@ Per configuration family (every setting except the device count and the per-devi
                    + omega                                (the strategy's wrapper, per step)
     communication  T_n(p) = latency_steps * alpha(p) + bytes(sync, p, options) / B(p)
                    x theta                                (fitted per strategy, 1 if unknown)
-    step           (T_c^gamma + T_n^gamma)^(1/gamma)      (Pollux's overlap exponent, 1..8)
+    step           (T_c^gamma + T_n^gamma)^(1/gamma)      (Pollux's overlap exponent, 1..8:
+                                                           analysis/overlapfit.py)
     wall per step  step + data wait                       (the family's measured data wait)
     throughput     global batch / wall per step
 
@@ -21,19 +22,19 @@ Compute is fitted from what compute is: the `sync: none` sibling's trials (no co
 wrapper) give a line at 1 device (a_c, b_c) and one at each device count measured (contention:
 workers sharing cores and memory bandwidth, measured, not assumed; kappa is reported as the
 ratio at the largest one). A device count not measured takes the nearest measured line times
-the slowdown the host-contention model (analysis/contention.py: the node's ranks queueing for its
-cores, each rank's CPU demand measured) gives between the two, and says so; without the rows'
-CPU figures, the nearest measured line below it. omega is the wrapper's cost (DDP's reducer and bucket copies on one device): the
-strategy's 1-device trials minus the sync-none line at the same batch. A family without a
-sync-none sibling falls back to its own trials (1-device trials, wrapper inseparable, and
-multi-device ones through `comm_s`, scaled by a fitted kappa). gamma and theta are fitted
-together per sync strategy over its measured multi-device trials (squared log error of the
-step, plus a small penalty on log theta so that a strategy with few points stays near the
-calibrated collective), else pooled over every strategy's, else 1 and 1 (where the points cannot
-separate the two, theta is fixed at 1 and the family says so). theta is what the
-strategy's communication costs against the calibrated ring: the work the wire formula does not
-see (ZeRO's partition broadcast, PowerSGD's factorisation, hook casts, comm threads taking cores
-from compute where workers share them).
+the slowdown the host-contention model (analysis/contention.py: the node's ranks queueing for
+its cores, each rank's CPU demand measured) gives between the two, and says so; without the
+rows' CPU figures, the nearest measured line below it. omega is the wrapper's cost (DDP's
+reducer and bucket copies on one device): the strategy's 1-device trials minus the sync-none
+line at the same batch. A family without a sync-none sibling falls back to its own trials
+(1-device trials, wrapper inseparable, and multi-device ones through `comm_s`, scaled by a
+fitted kappa). gamma and theta are fitted together per sync strategy over its measured
+multi-device trials (squared log error of the step, plus a small penalty on log theta so that a
+strategy with few points stays near the calibrated collective), else pooled over every
+strategy's, else 1 and 1 (where the points cannot separate the two, theta is fixed at 1 and the
+family says so). theta is what the strategy's communication costs against the calibrated ring:
+the work the wire formula does not see (ZeRO's partition broadcast, PowerSGD's factorisation,
+hook casts, comm threads taking cores from compute where workers share them).
 
 A fitted parameter on a bound of its range (theta at 1/4 or 16, a fitted kappa at 1/4 or 4, a
 compute line's intercept or slope forced to 0) is a failed fit (`computefit.BoundHit`): the
@@ -43,13 +44,14 @@ checks, gives them flagged). gamma's ends are not failures: 1 is no overlap and 
 
 alpha and B come from calibration.json (`alpha_s`, `bandwidth_Bps`, measured within a node by
 `platform calibrate`, and `by_devices`: the same at smaller device counts, from which
-analysis/comm.py fits how they grow with p). Where the file also has `inter_node_alpha_s` and `inter_node_bandwidth_Bps`
-(put there by hand: `platform calibrate` does not measure across nodes), a prediction that spans
-nodes uses those for every collective (a ring across nodes runs at its slowest link); without
-them it uses the intra-node terms and says so. The bytes per optimizer step of each strategy are
-in analysis/comm.py's `comm_volume`; gradient bytes come from a row's `grad_bytes` when present,
-else calibration.json's `grad_bytes_for(params)`; PowerSGD needs parameter shapes
-(`param_shapes_by_params`, written by `platform calibrate`) and labels an estimate without them.
+analysis/comm.py fits how they grow with p). Where the file also has `inter_node_alpha_s` and
+`inter_node_bandwidth_Bps` (put there by hand: `platform calibrate` does not measure across
+nodes), a prediction that spans nodes uses those for every collective (a ring across nodes runs
+at its slowest link); without them it uses the intra-node terms and says so. The bytes per
+optimizer step of each strategy are in analysis/comm.py's `comm_volume`; gradient bytes come
+from a row's `grad_bytes` when present, else calibration.json's `grad_bytes_for(params)`;
+PowerSGD needs parameter shapes (`param_shapes_by_params`, written by `platform calibrate`) and
+labels an estimate without them.
 
 Data wait is not modelled: a prediction reuses the family's measured per-step data wait at the
 same per-device batch (else its median over the family), which says nothing about input pipelines
@@ -81,15 +83,11 @@ from amdahl.analysis.computefit import (
 )
 from amdahl.analysis.configs import NO_SYNC, Config
 from amdahl.analysis.contention import CORES_SPAN, Contention, HostShare, fit_contention
+from amdahl.analysis.overlapfit import THETA_RANGE, combine, fit_overlap, theta_hit
 from amdahl.analysis.points import FAMILY_SETTINGS, Point, family_key, measured_point
 from amdahl.analysis.stats import is_number, minimize_scalar
 from amdahl.spec.schema import OptionsSpec
 
-GAMMA_RANGE = (1.0, 8.0)
-THETA_RANGE = (0.25, 16.0)
-#: Weight of (log theta)^2 in the overlap fit: small against a point's squared log error, enough
-#: to pick theta near 1 where gamma and theta trade off on too few points.
-THETA_PRIOR = 0.01
 KAPPA_RANGE = (0.25, 4.0)
 #: Strategies that never communicate (`none`, the ceiling), from the strategy table.
 SILENT = frozenset(n for n, s in strategies.STRATEGIES.items() if not s.communicates)
@@ -304,15 +302,6 @@ class StepModel:
             caveats=tuple(caveats),
             failed_fit=failed,
         )
-
-
-def combine(compute: float, comm: float, gamma: float) -> float:
-    """(T_c^gamma + T_n^gamma)^(1/gamma): gamma 1 adds them (no overlap), large gamma tends to
-    the larger of the two (full overlap). Scaled by the larger term to stay in range."""
-    m = max(compute, comm)
-    if m <= 0:
-        return 0.0
-    return m * ((compute / m) ** gamma + (comm / m) ** gamma) ** (1.0 / gamma)
 
 
 @dataclass
@@ -544,7 +533,7 @@ def _fit_overlaps(model: StepModel, points: list[Point]) -> None:
     pairs = _overlap_observations(model, points)
     notes: dict[str, str] = {}
     for sync, obs in pairs.items():
-        gamma, theta, notes[sync] = _fit_overlap(tuple(obs))
+        gamma, theta, notes[sync] = fit_overlap(tuple(obs))
         model.overlaps[sync] = (gamma, theta, len(obs))
     everything = tuple(o for obs in pairs.values() for o in obs)
     needed = any(
@@ -552,7 +541,7 @@ def _fit_overlaps(model: StepModel, points: list[Point]) -> None:
     )
     pooled_note = ""
     if everything and needed:
-        gamma, theta, pooled_note = _fit_overlap(everything)
+        gamma, theta, pooled_note = fit_overlap(everything)
         model.pooled_overlap = (gamma, theta, len(everything))
     for fam in model.families.values():
         if fam.sync in SILENT:
@@ -569,7 +558,7 @@ def _fit_overlaps(model: StepModel, points: list[Point]) -> None:
             continue
         fam.gamma_source = f"gamma and theta {source}" + (f" ({note})" if note else "")
         if side := on_bound(fam.theta, *THETA_RANGE):
-            fam.hits.append(_theta_hit(fam.theta, side))
+            fam.hits.append(theta_hit(fam.theta, side))
 
 
 def _overlap_observations(
@@ -592,85 +581,3 @@ def _overlap_observations(
             pairs.setdefault(fam.sync, []).append((compute, comm, pt.busy_s))
             model.widest_fitted = max(model.widest_fitted, pt.devices)
     return pairs
-
-
-def _theta_hit(theta: float, side: str) -> BoundHit:
-    lo, hi = THETA_RANGE
-    if side == "lower":
-        meaning = (
-            f"the strategy's communication would cost {lo:g}x the calibrated collective or "
-            "less: calibration.json's alpha and B do not describe the links these trials used"
-        )
-        return BoundHit("theta", theta, lo, side, meaning, "communication")
-    meaning = (
-        f"the strategy's communication would cost {hi:g}x the calibrated collective or more: "
-        "the wire formula (bytes, latency terms) misses most of its cost, or the calibration "
-        "is far faster than the trials' links"
-    )
-    return BoundHit("theta", theta, hi, side, meaning, "communication")
-
-
-@functools.lru_cache(maxsize=1024)
-def _fit_overlap(obs: tuple[tuple[float, float, float], ...]) -> tuple[float, float, str]:
-    """(gamma, theta, note) for observations (compute, calibrated comm, measured busy step).
-
-    Where the points cannot separate the two (`separable`): theta, when it is the loose one,
-    is fixed at its prior 1 (the calibrated collective, a measurement) and gamma fitted alone;
-    gamma loose alone is left as fitted (the points barely depend on it). The note says which.
-    Cached: a leave-one-out refit changes one strategy's points only."""
-
-    def sse(gamma: float, theta: float) -> float:
-        return sum(math.log(combine(c, theta * n, gamma) / t) ** 2 for c, n, t in obs)
-
-    def best_gamma(theta: float) -> float:
-        return minimize_scalar(lambda g: sse(g, theta), *GAMMA_RANGE)
-
-    def cost(theta: float) -> float:
-        return sse(best_gamma(theta), theta) + THETA_PRIOR * math.log(theta) ** 2
-
-    theta = minimize_scalar(cost, *THETA_RANGE, log=True)
-    gamma = best_gamma(theta)
-    weaker = separable(sse, gamma, theta, len(obs))
-    if weaker == "theta":
-        gamma = best_gamma(1.0)
-        return (
-            gamma,
-            1.0,
-            (
-                f"gamma and theta not separable on {len(obs)} point(s): theta fixed at its prior 1 "
-                "(the calibrated collective), gamma fitted alone"
-            ),
-        )
-    if weaker == "gamma":
-        return (
-            gamma,
-            theta,
-            (f"gamma not pinned by {len(obs)} point(s): the steps barely depend on it"),
-        )
-    return gamma, theta, ""
-
-
-#: Per point, the squared log error within which two fits describe the points equally well
-#: (a 2% step error: below the run-to-run noise of the measured steps).
-SEPARABLE_NOISE = 0.02**2
-#: theta is pinned when the thetas that fit equally well span at most this factor; gamma when
-#: they span at most this much of its value.
-THETA_PINNED, GAMMA_PINNED = 1.5, 1.0
-
-
-def separable(sse: Any, gamma: float, theta: float, points: int) -> str | None:
-    """None where gamma and theta are both pinned by the points, else the looser one's name.
-    Each parameter's profile (the other at its best on a grid) is scanned over its range; the
-    values that fit within SEPARABLE_NOISE per point of the best fit span its uncertainty:
-    more than a factor THETA_PINNED for theta, more than GAMMA_PINNED for gamma, is loose."""
-    floor = sse(gamma, theta) + SEPARABLE_NOISE * points
-    t_lo, t_hi = (math.log(v) for v in THETA_RANGE)
-    thetas = [math.exp(t_lo + (t_hi - t_lo) * i / 48) for i in range(49)]
-    gammas = [GAMMA_RANGE[0] + (GAMMA_RANGE[1] - GAMMA_RANGE[0]) * i / 28 for i in range(29)]
-    fit_t = [t for t in thetas if min(sse(g, t) for g in gammas) <= floor] or [theta]
-    fit_g = [g for g in gammas if min(sse(g, t) for t in thetas) <= floor] or [gamma]
-    loose_theta = max(fit_t) / min(fit_t) > THETA_PINNED
-    loose_gamma = max(fit_g) - min(fit_g) > GAMMA_PINNED
-    if loose_theta:
-        return "theta"
-    return "gamma" if loose_gamma else None

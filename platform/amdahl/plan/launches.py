@@ -31,6 +31,7 @@ from amdahl.plan.resources import (
 )
 from amdahl.plan.trials import Trial, expand_grid, stable_hash, trial_id
 from amdahl.spec.schema import SweepSpec
+from amdahl.workload import preprocess_reads
 from amdahl.workload.code import make_workload
 
 
@@ -137,7 +138,7 @@ class WorkloadFacts:
         return cls(
             workload.defaults,
             workload.preprocesses,
-            lambda params: make_workload(spec.workload, params).input_key(),
+            lambda params: preprocess_reads.input_key(make_workload(spec.workload, params)),
             workload.eager_only,
             workload.host_cpus_per_device,
         )

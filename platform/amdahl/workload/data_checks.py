@@ -22,7 +22,7 @@ def check_workload(workload: Workload, seed: int = 0) -> None:
     `generate` must return a dict of equal-length numpy columns (CHECK_ROWS rows each, the same
     columns for train and val), `preprocess` a dict of equal-length numpy columns that become
     torch tensors, and `split_batch` an (inputs, targets) pair. `preprocess` (or, without one,
-    `split_batch`) gets the rows as stored and read back by both inputs (`_as_stored`). Splits
+    `split_batch`) gets the rows as stored and read back by both inputs (`as_stored`). Splits
     read from `params.data` are not generated, so not checked."""
     import numpy as np
     import torch
@@ -42,7 +42,7 @@ def check_workload(workload: Workload, seed: int = 0) -> None:
                 f"workload: {cls}.generate gives train the columns {sorted(columns['train'])} "
                 f"but val {sorted(columns['val'])}; both splits need the same columns"
             )
-        rows = _as_stored(rows)
+        rows = as_stored(rows)
         if workload.preprocesses:
             call = f"{cls}.preprocess(<{split} rows>, training={split == 'train'})"
             rows = _call(call, workload.preprocess, rows, split == "train")
@@ -79,7 +79,7 @@ def _check_stated_flops(cls: str, workload: Workload) -> None:
         )
 
 
-def _as_stored(rows: dict[str, Any]) -> dict[str, Any]:
+def as_stored(rows: dict[str, Any]) -> dict[str, Any]:
     """Generated columns as every trial reads them back, under either input: a column of more
     than two dimensions is stored as a fixed-size list of its flattened rows
     (`data.storage.arrow_column`) and read back as (rows, width) (`table_columns`)."""
