@@ -276,6 +276,20 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "nodes": (pa.string(), "Ray node id of each rank, in rank order, as JSON"),
     "versions": (pa.string(), "library versions as JSON"),
     "started_at": (pa.string(), "UTC ISO time the trial started, to the millisecond"),
+    "comm_probe_s": (
+        pa.float64(),
+        "seconds the exposed-communication estimate (comm_s) took after the window, slowest "
+        "rank (null on a ranking rung, which skips it)",
+    ),
+    "validation_s": (
+        pa.float64(),
+        "seconds the validation pass took after the window, slowest rank (null on a ranking rung)",
+    ),
+    "handover_s": (
+        pa.float64(),
+        "seconds rank 0 spent between its previous answer (or its set-up) and this item's "
+        "start: waiting for the item, its broadcast, the trial world's entry",
+    ),
     "window_opened_unix": (
         pa.float64(),
         "Unix time rank 0's measured window opened (after set-up and warmup), stamped by the "

@@ -46,6 +46,11 @@ def test_a_halving_search_of_three_rungs_starts_one_worker_group(ray_cluster, tm
         started = datetime.fromisoformat(r["started_at"]).timestamp()
         assert started + r["setup_s"] + r["warmup_s"] <= r["window_opened_unix"] + 0.05
         assert r["window_opened_unix"] + r["measured_s"] <= started + r["wall_s"] + 0.05
+        # an item's parts are disjoint pieces of its wall seconds; its hand-over precedes it
+        parts = ("setup_s", "warmup_s", "measured_s", "comm_probe_s", "validation_s")
+        parts += ("profile_s", "flops_count_s")
+        assert sum(r[p] or 0.0 for p in parts) <= r["wall_s"] + 0.05  # maxes over ranks
+        assert r["handover_s"] is not None and 0 <= r["handover_s"] < outcome.wall_s
     first = min(r["window_opened_unix"] for r in ok) - before
     assert 0 < outcome.first_measured_s <= first < outcome.first_measured_s + 2.0
 

@@ -78,6 +78,7 @@ def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
         "launch_entered_unix_s": entered_unix,
         "launch_setup_s": time.perf_counter() - entered,
     }
+    answered = time.perf_counter()  # the end of the previous answer: hand-over starts
     while (item := _next_item(launch, rank)) != CLOSED:
         if item == WAIT:
             continue
@@ -90,13 +91,16 @@ def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
             continue  # an idle rank: the next item's broadcast is its barrier
         if devices not in shards:
             shards[devices] = train_source(launch, workload, rank, devices, device.type == "cuda")
+        handover = {"handover_s": time.perf_counter() - answered}
         row = _run_item(item_launch, item, trial, workload, shards[devices], val, rank, device)
         if rank == 0:
-            ray.get(launch.queue.ack.remote(item.key, {**row, **launch_start}))
+            ray.get(launch.queue.ack.remote(item.key, {**row, **launch_start, **handover}))
         launch_start = {}
+        answered = time.perf_counter()
         # What outlives a trial lives for the launch too (inductor's modules and caches, ~80k
         # objects once imported): collect the trial's garbage, then freeze the survivors, so
-        # no later trial's reset or window scans them. Outside every measured window.
+        # no later trial's reset or window scans them. Outside every measured window (in the
+        # next item's hand-over).
         gc.collect()
         gc.freeze()
 

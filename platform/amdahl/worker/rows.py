@@ -98,6 +98,8 @@ def aggregate_ranks(
         "compile_s": top("compile_s"),
         "setup_s": top("setup_s"),
         "window_opened_unix": stats[0]["window_opened_unix"],
+        "comm_probe_s": top("comm_probe_s") if stats[0]["comm_probe_s"] is not None else None,
+        "validation_s": top("validation_s") if stats[0]["validation_s"] is not None else None,
         "final_loss": statistics.fmean(losses),
         "val_loss": stats[0]["val_loss"],
         "val_accuracy": stats[0]["val_accuracy"],

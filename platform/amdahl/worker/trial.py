@@ -323,12 +323,16 @@ def _trial_stats(
     loop itself does no bookkeeping beyond its marks)."""
     warm = t.launch.train.warmup_steps
     full = not t.launch.ranking_only
+    probe_start = time.perf_counter()
     comm_s = _exposed_communication(t) if full else None
+    comm_probe_s = time.perf_counter() - probe_start if full else None
     phases = attribute(record.steps, t.clock)
     measured = phases[warm:]
     steady = statistics.median(p["total"] for p in measured)
     first_step = phases[0]["total"] + phases[0]["data_wait"]
+    eval_start = time.perf_counter()
     val_loss, val_acc = _evaluate(t, val) if full else (None, None)
+    validation_s = time.perf_counter() - eval_start if full else None
     mean = lambda key: statistics.fmean(p[key] for p in measured)  # noqa: E731
     losses = record.losses
     return {
@@ -358,6 +362,8 @@ def _trial_stats(
         "steps_to_target": record.reached[0] if record.reached else None,
         "time_to_target_s": record.reached[1] if record.reached else None,
         "comm_s": comm_s,
+        "comm_probe_s": comm_probe_s,
+        "validation_s": validation_s,
         "history": _history(phases, losses, record.steps, t.clock),
         "utilisation": t.utilisation.series(),
     }
