@@ -94,8 +94,9 @@ def harness(workload: MLP, batch: int, steps: int, variant: str) -> float:
 
 
 def plain(workload: MLP, batch: int, steps: int) -> float:
-    """harness_overhead.py's plain loop, on this process's one-rank group."""
-    return ddp_loop(0, 1, "mlp", workload.params, batch, WARMUP, steps)
+    """harness_overhead.py's plain loop, on this process's one-rank group: samples/s over its
+    window."""
+    return batch * steps / ddp_loop(0, 1, "mlp", workload.params, batch, WARMUP, steps)
 
 
 class _NoSampler:
