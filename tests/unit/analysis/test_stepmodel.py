@@ -467,3 +467,22 @@ def test_the_calibration_measures_every_small_device_count_and_the_powers_of_two
     assert sub_counts(4) == [2, 3, 4]
     assert sub_counts(8) == [2, 3, 4, 8]
     assert sub_counts(12) == [2, 3, 4, 8, 12]
+
+
+def test_the_extrapolation_check_narrows_a_calibration_measured_at_several_counts():
+    """Calibrated at 2, 4 and 8, swept at 1, 2, 4 and 8: the check refits without 8 and with the
+    calibration up to 4 only, so its error is the model's own extrapolation of both."""
+    from amdahl.analysis.prediction import beyond_measured, extrapolation_check
+
+    by = {str(q): {"alpha_s": 1e-5 * q, "bandwidth_Bps": 2e9 / q} for q in (2, 4, 8)}
+    cal = Calibration.from_dict({**CALIBRATION, "devices": 8, "by_devices": by})
+    inputs = ModelInputs(group_configs(synthetic(devices=(1, 2, 4, 8))), cal)
+    ext = extrapolation_check(inputs)
+    assert (ext.fitted_max, ext.held_out, ext.calibrated_max) == (4, 8, 4)
+    assert "extrapolated from a calibration up to 4" in beyond_measured(16, 8, ext)
+    # one calibrated count, at 8: nothing to narrow, and said; at 2: extrapolated, and said
+    at8 = Calibration.from_dict({**CALIBRATION, "devices": 8})
+    plain = extrapolation_check(ModelInputs(inputs.configs, at8))
+    assert "calibrated at 8 all the same" in beyond_measured(16, 8, plain)
+    at2 = extrapolation_check(ModelInputs(inputs.configs, Calibration.from_dict(CALIBRATION)))
+    assert "extrapolated from a calibration up to 2" in beyond_measured(16, 8, at2)
