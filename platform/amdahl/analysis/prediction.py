@@ -286,6 +286,13 @@ def _family_dict(fp: FamilyPrediction) -> dict[str, Any]:
             "gamma": fam.gamma,
             "theta": fam.theta,
             "grad_bytes": fam.grad_bytes,
+            "effective_cores": fam.contention.cores if fam.contention else None,
+            "host_cpu_share": dict(fam.contention.share.shares) if fam.contention else None,
+        },
+        "sources": {
+            "compute": fam.compute_source,
+            "gamma_theta": fam.gamma_source,
+            "contention": fam.contention.describe() if fam.contention else None,
         },
         "failed_fits": [h.text() for h in fam.hits],
         "predictions": [_row_dict(r) for r in fp.rows],

@@ -318,7 +318,8 @@ def _terms_table(model: StepModel) -> Table:
                 f"{fam.theta:.2f}",
                 mib(fam.grad_bytes) if fam.grad_bytes else "unknown",
                 _failed_prefix(fam) + f"compute: {fam.compute_source}; kappa: "
-                f"{fam.kappa_source}; omega: {fam.wrapper_source}; gamma: {fam.gamma_source}",
+                f"{fam.kappa_source}; omega: {fam.wrapper_source}; gamma: {fam.gamma_source}"
+                + (f"; {fam.contention.describe()}" if fam.contention else ""),
             ]
         )
     headers = [
@@ -389,6 +390,8 @@ def family_terms(fam: Family) -> str:
     )
     if fam.grad_bytes:
         text += f"; gradient {mib(fam.grad_bytes)} MiB"
+    if fam.contention:
+        text += f"; {fam.contention.describe()}"
     text += "."
     if fam.hits:
         text += " FAILED FIT: " + "; ".join(h.text() for h in fam.hits) + "."
