@@ -78,6 +78,7 @@ def calibration_result(sizes: list[int], device: Any, rank: int) -> dict[str, An
         if rank < q:
             by_devices[str(q)] = measure_all_reduce(sizes, device, group)
         dist.barrier()
+        dist.destroy_process_group(group)  # a no-op on the ranks outside it
     if by_devices:
         result["all_reduce_by_devices"] = {**by_devices, str(world): result["all_reduce"]}
     if dist.is_initialized():
