@@ -58,6 +58,13 @@ def main() -> None:
         help="only evaluate two existing sweep directories (rows so far)",
     )
     parser.add_argument(
+        "--truth-dir",
+        type=Path,
+        default=None,
+        help="a truth sweep directory measured before (same configurations): only the fit "
+        "sweep runs",
+    )
+    parser.add_argument(
         "--host-cores",
         type=int,
         default=None,
@@ -100,8 +107,11 @@ def main() -> None:
 
     ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     dirs, walls = {}, {}
+    sweeps = [("fit", fit_devices), ("truth", truth_devices)]
+    if args.truth_dir is not None:  # measured before: only the fit sweep runs
+        dirs["truth"], sweeps = args.truth_dir, sweeps[:1]
     try:
-        for name, devices in (("fit", fit_devices), ("truth", truth_devices)):
+        for name, devices in sweeps:
             start = time.perf_counter()
             outcome = run_sweep(spec(name, devices), runs_dir=out, tracking=False, on_event=None)
             walls[name] = time.perf_counter() - start
