@@ -1,11 +1,16 @@
 """The step-time model on device counts it never saw: fit a sweep at small device counts, predict
 larger ones with `platform predict`'s own function, and measure those larger ones.
 
-Two sweeps of the same configurations on one local Ray sized to this machine (MLflow off):
-the fit sweep at `--fit` device counts (default 1, 2, 4; its closing calibration measures the
-all-reduce at its widest launch, as a user's sweep would), then the truth sweep at `--truth`
-device counts (default 8, 12, 16). Each held-out configuration's measured median (over
-`--repeats` runs, with its standard error: Stat.rel_se_median) is compared with
+One sweep over the `--fit` and `--truth` device counts together (default 1, 2, 4 and 8, 12, 16)
+on one local Ray sized to this machine (MLflow off): its items go out repeat-major, so the box's
+drift lands on fitted and held-out points alike (two sweeps one after the other measured the
+same 4-device configurations 10-20% apart on the 2-core box). The model is fitted on the
+`--fit` rows only, with the closing calibration narrowed to the fitted device counts (its
+per-device-count fits up to the widest fitted one: prediction._calibration_up_to), so the
+held-out counts' all-reduce is extrapolated, as a user's would be. `--two-sweeps` runs a fit
+sweep then a truth sweep instead (`--truth-dir`: against one measured before). Each held-out
+configuration's measured median (over `--repeats` runs, with its standard error:
+Stat.rel_se_median) is compared with
 
 - the model: the step-time model fitted on the fit sweep (`analysis.stepmodel.fit`, what
   `platform predict` uses), asked for each held-out configuration (a prediction the model
@@ -22,6 +27,7 @@ it on a 16-core machine for the default counts.
 
     python benchmarks/scale_check.py [--fit 1,2,4] [--truth 8,12,16] [--batches 64,256]
         [--syncs ddp,none] [--steps 150] [--repeats 2] [--workload mlp] [--out DIR]
+        [--two-sweeps] [--evaluate DIR [DIR]]
 """
 
 from __future__ import annotations
@@ -52,11 +58,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="where the two sweeps go")
     parser.add_argument(
         "--evaluate",
-        nargs=2,
+        nargs="+",
         type=Path,
-        metavar=("FIT_DIR", "TRUTH_DIR"),
-        help="only evaluate two existing sweep directories (rows so far)",
+        metavar="DIR",
+        help="only evaluate existing sweep directories: one interleaved sweep, or FIT TRUTH",
     )
+    parser.add_argument("--two-sweeps", action="store_true", help="a fit sweep, then a truth sweep")
     parser.add_argument(
         "--truth-dir",
         type=Path,
@@ -74,7 +81,9 @@ def main() -> None:
     args = parser.parse_args()
     fit_devices, truth_devices = _ints(args.fit), _ints(args.truth)
     if args.evaluate:
-        evaluate(*args.evaluate, truth_devices, args.host_cores)
+        if len(args.evaluate) > 2:
+            parser.error("--evaluate takes one interleaved sweep directory, or FIT and TRUTH")
+        evaluate(args.evaluate, fit_devices, truth_devices, args.host_cores)
         return
     syncs = [s.strip() for s in args.syncs.split(",") if s.strip()]
     if "none" not in syncs:
@@ -110,6 +119,8 @@ def main() -> None:
     sweeps = [("fit", fit_devices), ("truth", truth_devices)]
     if args.truth_dir is not None:  # measured before: only the fit sweep runs
         dirs["truth"], sweeps = args.truth_dir, sweeps[:1]
+    elif not args.two_sweeps:
+        sweeps = [("scale", sorted({*fit_devices, *truth_devices}))]
     try:
         for name, devices in sweeps:
             start = time.perf_counter()
@@ -124,18 +135,45 @@ def main() -> None:
             )
     finally:
         ray.shutdown()
-    evaluate(dirs["fit"], dirs["truth"], truth_devices)
+    paths = [dirs["scale"]] if "scale" in dirs else [dirs["fit"], dirs["truth"]]
+    evaluate(paths, fit_devices, truth_devices)
+
+
+def _split(paths: list[Path], fit_devices: list[int], truth_devices: list[int]):
+    """(fit inputs, truth inputs): of two sweeps as they are; of one, its rows split by device
+    count and the calibration narrowed to the fitted counts (said where it cannot be)."""
+    import dataclasses
+
+    from amdahl.analysis.prediction import _calibration_up_to
+    from amdahl.report.predict import load_model_inputs
+
+    if len(paths) == 2:
+        return load_model_inputs(paths[0]), load_model_inputs(paths[1])
+    inputs = load_model_inputs(paths[0])
+    narrowed = _calibration_up_to(inputs.calibration, max(fit_devices))
+    if narrowed is None and inputs.calibration is not None:
+        print(
+            "note: the calibration has no fits at the fitted device counts: the fit sees the "
+            f"all-reduce measured at {inputs.calibration.devices} devices"
+        )
+
+    def part(devices: list[int], calibration):
+        configs = [c for c in inputs.configs if c.devices in devices]
+        return dataclasses.replace(inputs, configs=configs, calibration=calibration)
+
+    return part(fit_devices, narrowed or inputs.calibration), part(truth_devices, None)
 
 
 def evaluate(
-    fit_dir: Path, truth_dir: Path, truth_devices: list[int], host_cores: int | None = None
+    paths: list[Path],
+    fit_devices: list[int],
+    truth_devices: list[int],
+    host_cores: int | None = None,
 ) -> None:
     """Print each held-out point against the model and the two naive predictors."""
     from amdahl.analysis.stepmodel import fit as fit_model
-    from amdahl.report.predict import load_model_inputs
 
-    fit_inputs = load_model_inputs(fit_dir)
-    truth_inputs = load_model_inputs(truth_dir)
+    fit_inputs, truth_inputs = _split(paths, fit_devices, truth_devices)
     if host_cores is not None:
         for r in (r for c in fit_inputs.configs for r in c.rows):
             if r.get("host_cores") is None:

@@ -92,6 +92,16 @@ class Contention:
         demand = self.share.at(batch) * one_device_s
         return closed_step_s(ranks_per_node, one_device_s - demand, demand, self.cores)
 
+    def inflation(self, one_device_s: float, batch: float, ranks: int) -> float:
+        """How much longer a second of CPU work takes among `ranks` ranks of a node than alone
+        (the CPU residence over the demand): what host-side communication (gloo's ring steps,
+        which need a core each) stretches by when the ranks' compute keeps the cores busy."""
+        demand = self.share.at(batch) * one_device_s
+        if demand <= 0:
+            return 1.0
+        think = one_device_s - demand
+        return (closed_step_s(ranks, think, demand, self.cores) - think) / demand
+
     def ratio(self, one_device_s: float, batch: float, ranks: int, from_ranks: int) -> float:
         """How much slower a rank's compute is among `ranks` ranks of a node than among
         `from_ranks`."""

@@ -164,6 +164,14 @@ class Family:
             return a + b * batch + self.wrapper_s
         return one * self.kappa + self.wrapper_s
 
+    def comm_inflation(self, batch: float, devices: int, nodes: int = 1) -> float:
+        """What host-side collectives (gloo) stretch by among this many ranks per node, from
+        the contention model; 1 without one."""
+        if self.contention is None or not self.has_compute:
+            return 1.0
+        ranks = math.ceil(devices / max(1, nodes))
+        return self.contention.inflation(self.a_c + self.b_c * batch, batch, ranks)
+
     def contention_anchor(self, devices: int) -> int:
         """The measured device count (1 included) nearest `devices` on a log scale, the larger
         on a tie: the line the contention model scales from."""
@@ -228,6 +236,14 @@ class StepModel:
     #: The widest device count whose measured steps gamma and theta were fitted on.
     widest_fitted: int = 0
 
+    def host_comm(self, family: Family, batch: float, devices: int, nodes: int) -> float:
+        """The contention factor of the communication term: gloo's collectives are host work
+        (each ring step needs a core), so they stretch as the ranks' compute fills the cores;
+        NCCL's run on the devices (1)."""
+        if self.comm.backend != "gloo":
+            return 1.0
+        return family.comm_inflation(batch, devices, nodes)
+
     def family_of(self, c: Config) -> Family | None:
         return self.families.get(family_key(c.settings))
 
@@ -282,7 +298,7 @@ class StepModel:
             volume = comm_volume(family.sync, p, family.grad_bytes, self.options, family.shapes)
             if volume.estimate:
                 caveats.append(volume.estimate)
-            comm = volume.seconds(link) * family.theta
+            comm = volume.seconds(link) * family.theta * self.host_comm(family, batch, p, nodes)
         step = combine(compute, comm, family.gamma)
         wait, how = family.data_wait_s(batch)
         if how != "measured at this batch":
@@ -577,6 +593,7 @@ def _overlap_observations(
             continue
         volume = comm_volume(fam.sync, pt.devices, fam.grad_bytes, model.options, fam.shapes)
         comm = volume.seconds(link) if volume else 0.0
+        comm *= model.host_comm(fam, pt.batch, pt.devices, pt.nodes)
         if comm > 0:
             pairs.setdefault(fam.sync, []).append((compute, comm, pt.busy_s))
             model.widest_fitted = max(model.widest_fitted, pt.devices)
