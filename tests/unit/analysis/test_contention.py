@@ -127,3 +127,32 @@ def test_rows_without_the_hosts_cores_keep_the_nearest_measured_line():
     assert fam.contention is None
     assert fam.compute_s(16, 8) == pytest.approx(fam.compute_s(16, 4))
     assert "taken as measured at 4" in fam.compute_caveat(8)
+
+
+def test_gloos_collectives_stretch_with_the_contention_and_nccls_do_not():
+    """A CPU-work second among 16 ranks on 1.6 cores takes R/D seconds: the gloo all-reduce
+    term is stretched by it, an NCCL one (on the devices) is not."""
+    from amdahl.analysis.calibration import Calibration
+
+    cores, share = 1.6, 0.25
+    rows = []
+    for p in (1, 2, 4):
+        for b in (16, 64):
+            one = 0.040 if b == 16 else 0.070
+            step = closed_step_s(p, one * (1 - share), one * share, cores)
+            busy = share if p == 1 else 0.1
+            rows.append(_none_rows(p, b, step, busy))
+            ddp = {**_none_rows(p, b, step + 0.002 * (p > 1), busy), "sync": "ddp"}
+            rows.append({**ddp, "trial_id": f"ddp{p}{b}", "grad_bytes": 1e6})
+    configs = group_configs(rows)
+    base = {"alpha_s": 1e-4, "bandwidth_Bps": 1e9, "devices": 4}
+    gloo = fit(ModelInputs(configs, Calibration.from_dict({**base, "backend": "gloo"})))
+    nccl = fit(ModelInputs(configs, Calibration.from_dict({**base, "backend": "nccl"})))
+    ddp = next(f for f in gloo.families.values() if f.sync == "ddp")
+    stretch = ddp.contention.inflation(0.040, 16, 16)
+    assert stretch > 2  # 16 ranks on 1.6 cores
+    assert ddp.comm_inflation(16, 16) == pytest.approx(stretch)
+    nccl_ddp = next(f for f in nccl.families.values() if f.sync == "ddp")
+    at16_gloo = gloo.predict(ddp, 16, 16, withhold=False).comm_s
+    at16_nccl = nccl.predict(nccl_ddp, 16, 16, withhold=False).comm_s
+    assert at16_gloo / ddp.theta == pytest.approx(at16_nccl / nccl_ddp.theta * stretch, rel=1e-6)
