@@ -16,6 +16,10 @@ which is think + demand while the node has cores to spare and tends to p x deman
 cores are the bottleneck, with the queueing between the two that makes 8 ranks on 2 cores
 slower well before 8 x demand reaches 2 cores.
 
+The same queueing stretches host-side communication: a second of CPU work among p ranks takes
+R(p) / demand seconds (`inflation`), and gloo's ring steps are CPU work (the step-time model
+multiplies its gloo communication term by it; NCCL's collectives run on the devices).
+
 The demand is measured, not fitted: each 1-device trial's CPU busy share (`cpu_utilisation`, of
 `host_cores` cores) times its step. What is fitted, over the measured multi-device `sync: none`
 points, is the node's effective cores C: the cores the ranks get, less what Ray, the driver and
