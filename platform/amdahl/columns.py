@@ -288,7 +288,9 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "handover_s": (
         pa.float64(),
         "seconds rank 0 spent between its previous answer (or its set-up) and this item's "
-        "start: waiting for the item, its broadcast, the trial world's entry",
+        "start: waiting for the item, its broadcast, the trial world's entry, the previous "
+        "trial's garbage collection and, for a launch's first trial of a device count, its "
+        "input's set-up",
     ),
     "window_opened_unix": (
         pa.float64(),

@@ -39,7 +39,8 @@ class BoundHit:
     side: str  # "lower" or "upper"
     meaning: str
     #: "compute": every prediction of the family uses it; "communication": only those that
-    #: communicate.
+    #: communicate; "contention": only those at a device count not measured (the contention
+    #: model scales compute there).
     scope: str = "compute"
     where: str = ""  # whose fit it was, when borrowed ("sync none's")
 

@@ -20,6 +20,10 @@ The same queueing stretches host-side communication: a second of CPU work among 
 R(p) / demand seconds (`inflation`), and gloo's ring steps are CPU work (the step-time model
 multiplies its gloo communication term by it; NCCL's collectives run on the devices).
 
+A rank is one customer served by at most one core at a time: a rank running several torch
+threads has its share clamped at one core, and the fitted cores absorb the rest (its demand is
+then partly fitted, not measured).
+
 The demand is measured, not fitted: each 1-device trial's CPU busy share (`cpu_utilisation`, of
 `host_cores` cores) times its step. What is fitted, over the measured multi-device `sync: none`
 points, is the node's effective cores C: the cores the ranks get, less what Ray, the driver and
@@ -121,6 +125,12 @@ class Contention:
         )
 
 
+def cores_range(nominal_cores: float) -> tuple[float, float]:
+    """Where the effective cores are fitted: [nominal / CORES_SPAN, nominal x CORES_SPAN], but
+    never below 1 core where the node has one (one rank alone must run as measured)."""
+    return min(nominal_cores, max(1.0, nominal_cores / CORES_SPAN)), nominal_cores * CORES_SPAN
+
+
 def fit_contention(
     share: HostShare,
     nominal_cores: float,
@@ -132,7 +142,7 @@ def fit_contention(
     1-device line at the observed batches). Without observations C is the nominal cores."""
     base = dict(one_device)
     obs = [(p, b, t, base[b]) for p, b, t in observed if b in base and t > 0 and base[b] > 0]
-    lo, hi = nominal_cores / CORES_SPAN, nominal_cores * CORES_SPAN
+    lo, hi = cores_range(nominal_cores)
     if not obs:
         return Contention(
             nominal_cores,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from amdahl.analysis.computefit import BoundHit
@@ -36,9 +37,10 @@ def fit_overlap(obs: tuple[tuple[float, float, float], ...]) -> tuple[float, flo
     """(gamma, theta, note) for observations (compute, calibrated comm, measured busy step).
 
     Where the points cannot separate the two (`separable`): theta, when it is the loose one,
-    is fixed at its prior 1 (the calibrated collective, a measurement) and gamma fitted alone;
-    gamma loose alone is left as fitted (the points barely depend on it). The note says which.
-    Cached: a leave-one-out refit changes one strategy's points only."""
+    is fixed at the value nearest its prior 1 (the calibrated collective, a measurement) among
+    those that fit, and gamma fitted alone; gamma loose alone is left as fitted (the points
+    barely depend on it). The note says which. Cached: a leave-one-out refit changes one
+    strategy's points only."""
 
     def sse(gamma: float, theta: float) -> float:
         return sum(math.log(combine(c, theta * n, gamma) / t) ** 2 for c, n, t in obs)
@@ -51,22 +53,22 @@ def fit_overlap(obs: tuple[tuple[float, float, float], ...]) -> tuple[float, flo
 
     theta = minimize_scalar(cost, *THETA_RANGE, log=True)
     gamma = best_gamma(theta)
-    weaker = separable(sse, gamma, theta, len(obs))
-    if weaker == "theta":
-        gamma = best_gamma(1.0)
+    loose = separable(sse, gamma, theta, len(obs))
+    if loose.theta is not None:
+        lo, hi = loose.theta
+        fixed = min(max(1.0, lo), hi)
+        where = "its prior 1" if fixed == 1.0 else f"{fixed:.3g}, the nearest its prior 1"
         return (
-            gamma,
-            1.0,
-            (
-                f"gamma and theta not separable on {len(obs)} point(s): theta fixed at its prior 1 "
-                "(the calibrated collective), gamma fitted alone"
-            ),
+            best_gamma(fixed),
+            fixed,
+            f"gamma and theta not separable on {len(obs)} point(s) (theta {lo:.3g}-{hi:.3g} "
+            f"fit alike): theta fixed at {where}, gamma fitted alone",
         )
-    if weaker == "gamma":
+    if loose.gamma:
         return (
             gamma,
             theta,
-            (f"gamma not pinned by {len(obs)} point(s): the steps barely depend on it"),
+            f"gamma not pinned by {len(obs)} point(s): the steps barely depend on it",
         )
     return gamma, theta, ""
 
@@ -79,22 +81,30 @@ SEPARABLE_NOISE = 0.02**2
 THETA_PINNED, GAMMA_PINNED = 1.5, 1.0
 
 
-def separable(sse: Any, gamma: float, theta: float, points: int) -> str | None:
-    """None where gamma and theta are both pinned by the points, else the looser one's name.
-    Each parameter's profile (the other at its best on a grid) is scanned over its range; the
-    values that fit within SEPARABLE_NOISE per point of the best fit span its uncertainty:
-    more than a factor THETA_PINNED for theta, more than GAMMA_PINNED for gamma, is loose."""
+@dataclass(frozen=True)
+class Looseness:
+    """What the points leave loose: theta's range that fits alike (None: pinned), and whether
+    gamma is loose."""
+
+    theta: tuple[float, float] | None
+    gamma: bool
+
+
+def separable(sse: Any, gamma: float, theta: float, points: int) -> Looseness:
+    """Each parameter's profile (the other at its best on a grid) scanned over its range: the
+    values that fit within SEPARABLE_NOISE per point of the best fit span its uncertainty; more
+    than a factor THETA_PINNED for theta, more than GAMMA_PINNED for gamma, is loose."""
     floor = sse(gamma, theta) + SEPARABLE_NOISE * points
     t_lo, t_hi = (math.log(v) for v in THETA_RANGE)
     thetas = [math.exp(t_lo + (t_hi - t_lo) * i / 48) for i in range(49)]
     gammas = [GAMMA_RANGE[0] + (GAMMA_RANGE[1] - GAMMA_RANGE[0]) * i / 28 for i in range(29)]
     fit_t = [t for t in thetas if min(sse(g, t) for g in gammas) <= floor] or [theta]
     fit_g = [g for g in gammas if min(sse(g, t) for t in thetas) <= floor] or [gamma]
-    loose_theta = max(fit_t) / min(fit_t) > THETA_PINNED
-    loose_gamma = max(fit_g) - min(fit_g) > GAMMA_PINNED
-    if loose_theta:
-        return "theta"
-    return "gamma" if loose_gamma else None
+    span = (min(fit_t), max(fit_t))
+    return Looseness(
+        span if span[1] / span[0] > THETA_PINNED else None,
+        max(fit_g) - min(fit_g) > GAMMA_PINNED,
+    )
 
 
 def theta_hit(theta: float, side: str) -> BoundHit:

@@ -153,8 +153,11 @@ def beyond_measured(devices: int, widest: int, ext: Extrapolation | None) -> str
 
 
 def _calibrated_as(ext: Extrapolation) -> str:
-    if ext.calibrated_max is not None and ext.calibrated_max < ext.held_out:
-        return f"its communication extrapolated from a calibration up to {ext.calibrated_max}"
+    cal = ext.calibrated_max
+    if cal is not None and cal < ext.held_out:
+        return f"its communication extrapolated from a calibration up to {cal}"
+    if cal is not None and cal > ext.held_out:
+        return f"its communication calibrated up to {cal} devices, beyond the predicted count"
     return f"its communication calibrated at {ext.held_out} all the same"
 
 

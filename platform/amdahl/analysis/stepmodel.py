@@ -82,7 +82,7 @@ from amdahl.analysis.computefit import (
     on_bound,
 )
 from amdahl.analysis.configs import NO_SYNC, Config
-from amdahl.analysis.contention import CORES_SPAN, Contention, HostShare, fit_contention
+from amdahl.analysis.contention import Contention, HostShare, cores_range, fit_contention
 from amdahl.analysis.overlapfit import THETA_RANGE, combine, fit_overlap, theta_hit
 from amdahl.analysis.points import FAMILY_SETTINGS, Point, family_key, measured_point
 from amdahl.analysis.stats import is_number, minimize_scalar
@@ -198,7 +198,14 @@ class Family:
     def failed(self, devices: int) -> list[BoundHit]:
         """The failed fits a prediction at `devices` uses."""
         talks = self.sync in strategies.NAMES and communicates(self.sync, devices)
-        return [h for h in self.hits if h.scope == "compute" or talks]
+        scaled = devices > 1 and devices not in self.lines
+        return [
+            h
+            for h in self.hits
+            if h.scope == "compute"
+            or (h.scope == "communication" and talks)
+            or (h.scope == "contention" and scaled)
+        ]
 
     def data_wait_s(self, batch: float) -> tuple[float, str]:
         if batch in self.data_wait:
@@ -424,9 +431,8 @@ def _fit_contention(fam: Family, points: list[Point]) -> None:
     if not ones or not cores:
         return
     by_batch: dict[float, list[float]] = {}
-    for pt in ones:
-        wall = pt.busy_s + (pt.data_wait_s or 0.0)
-        by_batch.setdefault(pt.batch, []).append(min(1.0, pt.host_cpu_s / wall))
+    for pt in ones:  # CPU seconds per second of the step's compute (a core at most: see below)
+        by_batch.setdefault(pt.batch, []).append(min(1.0, pt.host_cpu_s / pt.busy_s))
     share = HostShare(tuple((b, statistics.median(v)) for b, v in sorted(by_batch.items())))
     observed = [
         (math.ceil(pt.devices / max(1, pt.nodes)), pt.batch, pt.compute_s)
@@ -447,8 +453,8 @@ def _cores_hit(contention: Contention, side: str) -> BoundHit:
         + ": their measured CPU share does not explain how compute changes with the device "
         "count (another bottleneck, such as memory bandwidth, or other load on the node)"
     )
-    span = CORES_SPAN if not fewer else 1 / CORES_SPAN
-    return BoundHit("cores", contention.cores, contention.nominal_cores * span, side, meaning)
+    bound = cores_range(contention.nominal_cores)[0 if fewer else 1]
+    return BoundHit("cores", contention.cores, bound, side, meaning, "contention")
 
 
 def _adopt_compute(fam: Family, sibling: Family, points: list[Point]) -> None:
@@ -587,7 +593,7 @@ def _overlap_observations(
         fam = model.families.get(pt.family)
         if fam is None or pt.devices <= 1 or fam.sync in SILENT or not fam.sync:
             continue
-        compute = fam.compute_s(pt.batch, pt.devices)
+        compute = fam.compute_s(pt.batch, pt.devices, pt.nodes)
         link, _ = model.comm.link(pt.nodes, pt.devices)
         if compute is None or link is None or not fam.grad_bytes:
             continue

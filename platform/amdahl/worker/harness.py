@@ -84,6 +84,7 @@ def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
             continue
         if item.kind == "calibrate":
             _calibrate(launch, item, worlds, rank, device)
+            answered = time.perf_counter()
             continue
         trial, item_launch = trials[item.trial_id], launch.for_item(item)
         devices = trial.settings.devices

@@ -4,14 +4,16 @@ declare `preprocess_params` (docs/architecture.md, "Launches").
 Undeclared, every parameter was taken to change preprocessing, so a sweep over a model width
 started one launch (a worker group, an input pipeline) per width although `preprocess` never
 read it; users do not know to declare it. Planning now runs `preprocess` on a few generated rows
-for each parameter set (seeded, with `params` recording the keys it reads): two parameter sets
-share an input pipeline where they store the same rows, `preprocess` read the same values of
-the same keys, and it returned the same columns for training and for validation. A parameter
-read another way (copied into an attribute in `__init__`) shows in the output where it changes
-it. A workload whose training rows come from `params.data` is not sampled at plan time: every
-parameter keeps counting, as before.
+of each split for each parameter set (seeded, with `params` recording the keys it reads): two
+parameter sets share an input pipeline where they store the same rows, `preprocess` read the
+same values of the same keys, the instances hold the same other attributes, and it returned the
+same columns for training and for validation. A parameter read another way shows in the key
+where `__init__` copied it into an attribute, else in the output where it changes it on the
+probed rows; a value read only on a branch those rows never take is missed (declare
+`preprocess_params` then). A workload whose training rows come from `params.data` is not
+sampled at plan time: every parameter keeps counting, as before.
 
-numpy, torch and random are seeded around each call and restored afterwards.
+numpy, torch's CPU generator and random are seeded for each call and restored afterwards.
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ import random
 from typing import Any
 
 from amdahl.workload.api import Workload
-from amdahl.workload.data_checks import CHECK_ROWS, as_stored
+from amdahl.workload.data_checks import as_stored
+
+#: Rows of each split `preprocess` is probed on.
+PROBE_ROWS = 16
 
 
 class _RecordingParams(dict):
@@ -91,36 +96,45 @@ def input_key(workload: Workload) -> dict[str, Any]:
 
 
 def sampled_preprocess(workload: Workload, seed: int = 0) -> tuple[set[str], str] | None:
-    """(the parameters `preprocess` read, a digest of its training and validation output) on
-    CHECK_ROWS generated training rows; None where generating or preprocessing raised (the
-    plan's data checks report that)."""
+    """(the parameters `preprocess` read, a digest of the instance's attributes and of its
+    output on PROBE_ROWS generated rows of each split, training and validation); None where
+    generating or preprocessing raised (the plan's data checks report that)."""
     import numpy as np
     import torch
 
-    try:
-        rows = as_stored(workload.generate("train", CHECK_ROWS, seed))
-    except Exception:  # noqa: BLE001 - reported by check_workload
-        return None
     params = workload.params
     recording = _RecordingParams(params)
-    states = (random.getstate(), np.random.get_state(), torch.get_rng_state())
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(_state_digest(workload))
+    states = random.getstate(), np.random.get_state()
     try:
-        workload.params = recording
-        for training in (True, False):
-            random.seed(seed)
-            np.random.seed(seed)
-            torch.manual_seed(seed)
-            out = workload.preprocess({k: v.copy() for k, v in rows.items()}, training)
-            digest.update(_columns_digest(out))
+        with torch.random.fork_rng(devices=[]):  # the CPU generator only: no CUDA touched
+            for split, training in (("train", True), ("val", False)):
+                rows = as_stored(workload.generate(split, PROBE_ROWS, seed))
+                random.seed(seed)
+                np.random.seed(seed)
+                torch.random.default_generator.manual_seed(seed)
+                workload.params = recording
+                out = workload.preprocess({k: v.copy() for k, v in rows.items()}, training)
+                workload.params = params
+                digest.update(_columns_digest(out))
     except Exception:  # noqa: BLE001 - reported by check_workload
         return None
     finally:
         workload.params = params
         random.setstate(states[0])
         np.random.set_state(states[1])
-        torch.set_rng_state(states[2])
     return recording.read, digest.hexdigest()
+
+
+def _state_digest(workload: Workload) -> bytes:
+    """The instance's own attributes but `params` (what `__init__` may have copied out of
+    them): pickled where they can be, else their repr (which, holding addresses, differs
+    between instances: no sharing, the safe side)."""
+    state = {k: v for k, v in vars(workload).items() if k != "params"}
+    try:
+        return pickle.dumps(sorted(state.items()))
+    except Exception:  # noqa: BLE001 - anything unpicklable
+        return repr(sorted(state.items(), key=lambda kv: kv[0])).encode()
 
 
 def _columns_digest(columns: Any) -> bytes:

@@ -486,3 +486,15 @@ def test_the_extrapolation_check_narrows_a_calibration_measured_at_several_count
     assert "calibrated at 8 all the same" in beyond_measured(16, 8, plain)
     at2 = extrapolation_check(ModelInputs(inputs.configs, Calibration.from_dict(CALIBRATION)))
     assert "extrapolated from a calibration up to 2" in beyond_measured(16, 8, at2)
+
+
+def test_a_loose_theta_is_fixed_at_a_value_that_fits_not_at_1_regardless():
+    """gamma 1, theta 4, compute 10x the calibrated comm: the points leave theta loose, but 1
+    does not fit them; the fixed theta is the fitting value nearest 1, and the steps fit."""
+    from amdahl.analysis.overlapfit import fit_overlap
+
+    obs = tuple((10.0 * k, 1.0 * k, 10.0 * k + 4.0 * k) for k in (1, 2, 3))
+    gamma, theta, note = fit_overlap(obs)
+    assert theta > 1.5 and "nearest its prior 1" in note
+    for c, n, t in obs:
+        assert combine(c, theta * n, gamma) == pytest.approx(t, rel=0.03)
