@@ -345,7 +345,8 @@ class ModelInputs:
 def fit(inputs: ModelInputs, points: list[Point] | None = None) -> StepModel:
     """Fit every family's compute line, kappa and gamma from `points` (default: all measured)."""
     points = inputs.points() if points is None else points
-    comm = comm_model(inputs.calibration)
+    cores = [pt.host_cores for pt in points if pt.host_cores]
+    comm = comm_model(inputs.calibration, statistics.median(cores) if cores else None)
     model = StepModel({}, comm, inputs.options)
     by_family: dict[tuple, list[Point]] = {}
     for c in inputs.configs:  # every family, measured or not, in the report's order

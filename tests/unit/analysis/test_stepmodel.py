@@ -498,3 +498,19 @@ def test_a_loose_theta_is_fixed_at_a_value_that_fits_not_at_1_regardless():
     assert theta > 1.5 and "nearest its prior 1" in note
     for c, n, t in obs:
         assert combine(c, theta * n, gamma) == pytest.approx(t, rel=0.03)
+
+
+def test_gloo_counts_above_the_nodes_cores_leave_the_growth_fit():
+    """Calibrated over 2, 3 and 4 gloo ranks on 2 cores: 3 and 4 measured ranks queueing for
+    cores, which the contention term models; the link is the 2-rank one, and the growth says
+    why. NCCL keeps every count."""
+    from amdahl.analysis.comm import comm_model
+
+    by = {str(q): {"alpha_s": 1e-5 * q * q, "bandwidth_Bps": 1e9 / q} for q in (2, 3, 4)}
+    raw = {**CALIBRATION, "alpha_s": 16e-5, "bandwidth_Bps": 2.5e8, "devices": 4, "by_devices": by}
+    gloo = comm_model(Calibration.from_dict(raw), host_cores=2)
+    assert gloo.calibrated_range == (2, 2) and gloo.calibrated_devices == 2
+    assert gloo.intra.alpha_s == pytest.approx(4e-5)
+    assert "counts above the node's 2 cores left out (3, 4" in gloo.growth()
+    nccl = comm_model(Calibration.from_dict({**raw, "backend": "nccl"}), host_cores=2)
+    assert set(nccl.by_devices) == {2, 3, 4} and nccl.alpha_exp == pytest.approx(2.0)
