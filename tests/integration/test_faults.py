@@ -233,13 +233,15 @@ def _parent_status(uri: str) -> str:
 def test_sigterm_stops_cleanly_like_ctrl_c(workdir):
     """`ray job stop` sends SIGTERM: the same clean stop as Ctrl-C, exit 143."""
     tmp, env = workdir
-    proc = _cli("sweep", "faults.yaml", "--set", "train.steps=100", env=env, cwd=tmp)
+    # Trials long enough (a few seconds each) that the stop lands before the last one: at
+    # 100 steps a loaded CI box once saw all six rows before the signal took effect.
+    proc = _cli("sweep", "faults.yaml", "--set", "train.steps=1500", env=env, cwd=tmp)
     _wait_for_rows(tmp / "runs", 1, proc)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err
     assert "stopped by SIGTERM: finished trials are saved in runs/faults-" in err
-    assert "resume with: platform sweep faults.yaml --set train.steps=100 --resume runs/" in err
+    assert "resume with: platform sweep faults.yaml --set train.steps=1500 --resume runs/" in err
     assert "Traceback" not in err
     [sweep_dir] = sorted((tmp / "runs").glob("faults-*"))
     done = _rows(tmp / "runs")

@@ -39,6 +39,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from amdahl.analysis.computefit import BoundHit
 from amdahl.analysis.stats import minimize_scalar
 
 #: Effective cores are fitted within [nominal / CORES_SPAN, nominal x CORES_SPAN]; a fit on a
@@ -115,6 +116,21 @@ class Contention:
         `from_ranks`."""
         base = self.step_s(one_device_s, batch, from_ranks)
         return self.step_s(one_device_s, batch, ranks) / base if base > 0 else 1.0
+
+    def bound_hit(self) -> BoundHit | None:
+        """The fitted cores on a bound of their range as a failed fit (computefit's rule), or
+        None; it withholds only the predictions that scale compute by contention."""
+        if self.on_bound is None:
+            return None
+        fewer = self.on_bound == "lower"
+        meaning = (
+            "the ranks would get "
+            + ("almost none of the node's cores" if fewer else "many times the node's cores")
+            + ": their measured CPU share does not explain how compute changes with the device "
+            "count (another bottleneck, such as memory bandwidth, or other load on the node)"
+        )
+        bound = cores_range(self.nominal_cores)[0 if fewer else 1]
+        return BoundHit("cores", self.cores, bound, self.on_bound, meaning, "contention")
 
     def describe(self) -> str:
         lo, hi = min(s for _, s in self.share.shares), max(s for _, s in self.share.shares)

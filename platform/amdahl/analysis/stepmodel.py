@@ -82,7 +82,7 @@ from amdahl.analysis.computefit import (
     on_bound,
 )
 from amdahl.analysis.configs import NO_SYNC, Config
-from amdahl.analysis.contention import Contention, HostShare, cores_range, fit_contention
+from amdahl.analysis.contention import Contention, HostShare, fit_contention
 from amdahl.analysis.overlapfit import THETA_RANGE, combine, fit_overlap, theta_hit
 from amdahl.analysis.points import FAMILY_SETTINGS, Point, family_key, measured_point
 from amdahl.analysis.stats import is_number, minimize_scalar
@@ -442,20 +442,8 @@ def _fit_contention(fam: Family, points: list[Point]) -> None:
     ]
     one_device = [(b, fam.a_c + fam.b_c * b) for b in {b for _, b, _ in observed}]
     fam.contention = fit_contention(share, statistics.median(cores), one_device, observed)
-    if side := fam.contention.on_bound:
-        fam.hits.append(_cores_hit(fam.contention, side))
-
-
-def _cores_hit(contention: Contention, side: str) -> BoundHit:
-    fewer = side == "lower"
-    meaning = (
-        "the ranks would get "
-        + ("almost none of the node's cores" if fewer else "many times the node's cores")
-        + ": their measured CPU share does not explain how compute changes with the device "
-        "count (another bottleneck, such as memory bandwidth, or other load on the node)"
-    )
-    bound = cores_range(contention.nominal_cores)[0 if fewer else 1]
-    return BoundHit("cores", contention.cores, bound, side, meaning, "contention")
+    if hit := fam.contention.bound_hit():
+        fam.hits.append(hit)
 
 
 def _adopt_compute(fam: Family, sibling: Family, points: list[Point]) -> None:
