@@ -5,11 +5,13 @@
 # every figure is printed, and the sweeps' files come back as $OUT/runs.tgz.
 #
 #   bash benchmarks/device_check.sh            # on the GPU machine, from the repository root
-#   STEPS=14 bash benchmarks/device_check.sh   # only steps 1 and 4
+#   STEPS=12 bash benchmarks/device_check.sh   # only tests/gpu without its matrix, and step 2
 #
-# All four steps take about 12 minutes on an H200 (tests/gpu alone about 5), more than one
-# device call may run (10): split them over calls, e.g. STEPS=1 then STEPS=234. Step 4 starts
-# only while less than STEP4_BEFORE_S (default 320) seconds have passed in this call.
+# Steps: 1 tests/gpu but its precision x compile x sync matrix, m the matrix, 2 the step-time
+# model on CPU ranks, 3 the GPU smoke sweep, 4 halving over compilation. All of them take about
+# 12 minutes on an H200 (tests/gpu alone about 5), more than one device call may run (10):
+# split them over calls, e.g. STEPS=12 then STEPS=m34. Step 4 starts only while less than
+# STEP4_BEFORE_S (default 320) seconds have passed in this call.
 #
 # The machine's image has torch (CUDA) but neither Ray nor pydantic: their wheels travel in
 # .whl/ (Ray's without its Java jars and dashboard UI, binaries stripped, to fit a call) and are
@@ -38,18 +40,20 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_dev
 print("ray", ray.__version__, "pydantic", pydantic.__version__)
 EOF
 
-[[ ${STEPS:=1234} == *1* ]] && {
+STEPS=${STEPS:-1m234}
+[[ $STEPS == *1* || $STEPS == *m* ]] && {
 step "1. pytest tests/gpu"
-# One pytest per file, the long matrix last: pytest prints tracebacks only when it ends, so a
-# time limit that cuts one run short must not take the other files' tracebacks with it.
+# The quick files first, the long matrix last (step m). SIGINT at the limit: pytest then
+# prints the failures it has so far.
 gpu_tests() {
-  timeout "${LIMIT:-150}" python3 -m pytest "$@" -q -p no:cacheprovider --tb=short -ra 2>&1 \
-    | tee -a "$OUT/gpu_tests.log" | tail -30
+  timeout -s INT "${LIMIT:-150}" python3 -m pytest "$@" -q -p no:cacheprovider --tb=short -ra \
+    2>&1 | tee -a "$OUT/gpu_tests.log" | grep -v -E "^(SKIPPED|PASSED)" | tail -40
   echo "$*: exit ${PIPESTATUS[0]}"
 }
-for f in data_wait flops traces utilisation; do gpu_tests "tests/gpu/test_gpu_$f.py"; done
-gpu_tests tests/gpu/test_gpu_trials.py -k "not every_precision"
-LIMIT=260 gpu_tests tests/gpu/test_gpu_trials.py -k every_precision  # ~220 s on an H200
+[[ $STEPS == *1* ]] && LIMIT=${LIMIT1:-150} gpu_tests tests/gpu -k "not every_precision"
+# the precision x compile x sync matrix, ~220 s on an H200 (MATRIX narrows it: a -k expression)
+[[ $STEPS == *m* ]] && LIMIT=${LIMITM:-260} gpu_tests tests/gpu/test_gpu_trials.py \
+  -k "every_precision and (${MATRIX:-precision})"
 }
 
 [[ $STEPS == *3* ]] && {
@@ -66,16 +70,18 @@ fi
 
 [[ $STEPS == *2* ]] && {
 step "2. step-time model, fit at ${FIT:=1,2,4} CPU ranks, predict ${TRUTH:=8,12,16}"
-timeout 230 python3 benchmarks/scale_check.py --fit "$FIT" --truth "$TRUTH" --batches 64,256 \
-  --syncs ddp,none --steps 100 --repeats 2 --cpus-per-device 0.9 --out /tmp/runs/scale 2>&1 \
-  | grep -v -E "WARNING|INFO" | tail -40
+# One interleaved sweep over both sets of device counts (scale_check's default); a sweep cut by
+# the limit is evaluated on the rows it wrote (without its closing calibration, if cut before).
+timeout -s INT "${SCALE_LIMIT:-300}" python3 benchmarks/scale_check.py --fit "$FIT" \
+  --truth "$TRUTH" --batches "${BATCHES:-64,256}" --syncs "${SYNCS:-ddp,zero1,none}" \
+  --steps 100 --repeats "${REPEATS:-2}" --cpus-per-device 0.9 --out /tmp/runs/scale 2>&1 \
+  | grep -v -E "WARNING|INFO" | tail -60
 rc=${PIPESTATUS[0]}
 echo "exit $rc"
-fit=$(ls -d /tmp/runs/scale/fit-* 2>/dev/null | tail -1)
-truth=$(ls -d /tmp/runs/scale/truth-* 2>/dev/null | tail -1)
-if [ "$rc" != 0 ] && [ -f "$truth/results.parquet" ]; then
+scale=$(ls -d /tmp/runs/scale/scale-* 2>/dev/null | tail -1)
+if [ "$rc" != 0 ] && [ -f "$scale/results.parquet" ]; then
   echo "the rows so far:"
-  python3 benchmarks/scale_check.py --fit "$FIT" --truth "$TRUTH" --evaluate "$fit" "$truth"
+  python3 benchmarks/scale_check.py --fit "$FIT" --truth "$TRUTH" --evaluate "$scale"
 fi
 }
 

@@ -14,6 +14,7 @@ from trial_runner import PARAMS, SlowData, SlowForward, launch_config, run, tria
 
 from amdahl.worker.feed import DeviceFeed
 from amdahl.worker.input import LaunchStream, LocalShard, host_batches
+from amdahl.worker.stepclock import CudaClock, StepMarks, attribute
 
 
 class HiddenInput(SlowForward, SlowData):
@@ -43,6 +44,31 @@ def test_a_validation_pass_is_not_data_wait_on_the_device(cuda):
     stats, error, _ = run(HiddenInput(**PARAMS), cuda, launch)
     assert error is None, error
     assert max(stats["history"]["data_wait_s"][1:]) < HiddenInput.DATA_S / 4
+
+
+def test_a_copy_slower_than_the_step_is_that_steps_data_wait(cuda):
+    """A late copy shows as data wait (tests/unit/worker/test_attribution.py can only write the
+    marks itself): 64 MiB pinned batches, already on the host, and a step of one tiny kernel, so
+    the device's only reason to idle between steps is the copy. Without the compute stream's
+    wait on the copy's end event in `DeviceFeed.take`, the step's start mark would be recorded
+    at once and the gap would read about 0 (while the step read a half-copied batch)."""
+    n = 16 * 2**20  # float32: 64 MiB per batch
+    host = [{"x": torch.full((n,), float(i)).pin_memory()} for i in range(5)]
+    feed, clock = DeviceFeed(iter(host), cuda), CudaClock()
+    steps = []
+    for _ in range(4):  # the fifth batch is only prefetched
+        taken = feed.take(1)
+        start = clock.mark()
+        taken.batches[0]["x"][:1].add_(1.0)  # microseconds of device work
+        marks = [start, clock.mark(), clock.mark(), clock.mark()]
+        steps.append(StepMarks(taken.host_wait, marks, taken.copies))
+        feed.prefetch(1)
+    clock.synchronize()
+    figures = attribute(steps, clock)
+    for f in figures[1:]:  # the first step has no gap before it
+        assert f["transfer"] > 4 * n / 1e12, f  # a real copy: under 1 TB/s
+        assert f["data_wait"] >= 0.8 * f["transfer"], f
+        assert f["total"] < f["transfer"] / 4, f
 
 
 class _Counting:
