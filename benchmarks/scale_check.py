@@ -255,6 +255,8 @@ def _print_point(c, model, curve: dict[int, float], errors) -> None:
     if se is not None:
         errors.setdefault("se", {}).setdefault(c.devices, []).append(se)
     mark = " FAILED FIT" if pred and pred.failed_fit else ""
+    if pred and any("queueing for cores" in c for c in pred.caveats):
+        mark += " (cores' load extrapolated: caveat)"
     if pred and pred.unknown:
         mark += f" ({pred.unknown})"
     spread = f"{se:7.1%}" if se is not None else f"{'n=1':>7s}"

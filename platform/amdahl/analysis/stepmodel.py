@@ -177,14 +177,16 @@ class Family:
         on a tie: the line the contention model scales from."""
         return min([1, *self.lines], key=lambda q: (abs(math.log(q / devices)), -q))
 
-    def compute_caveat(self, devices: int) -> str:
-        """Where compute at `devices` was not measured: which device count stands in."""
+    def compute_caveat(self, devices: int, batch: float = 0.0, nodes: int = 1) -> str:
+        """Where compute at `devices` was not measured: which device count stands in (and,
+        with a contention model, whether the cores' load there was ever measured)."""
         if devices > 1 and devices not in self.lines and self.contention is not None:
             anchor = self.contention_anchor(devices)
+            load = self.contention.load_caveat(batch, math.ceil(devices / max(1, nodes)))
             return (
                 f"compute at {devices} devices: measured at {anchor}, scaled by the host "
                 f"contention model ({self.contention.cores:.2g} effective cores per node)"
-            )
+            ) + (f"; {load}" if load else "")
         p = nearest_devices(sorted(self.lines), devices)
         if devices > 1 and p is None and self.kappa_source.startswith("default"):
             return f"compute at {devices} devices taken as at 1 (contention not measured)"
@@ -270,7 +272,7 @@ class StepModel:
             why = "withheld, failed fit (what it means: above): " + "; ".join(failed)
             return Prediction(p, batch, nodes, unknown=why, failed_fit=failed)
         caveats = [f"FAILED FIT: {f}" for f in failed]
-        if note := family.compute_caveat(p):
+        if note := family.compute_caveat(p, batch, nodes):
             caveats.append(note)
         volume = None
         link = None
@@ -436,11 +438,11 @@ def _fit_contention(fam: Family, points: list[Point]) -> None:
         by_batch.setdefault(pt.batch, []).append(min(1.0, pt.host_cpu_s / pt.busy_s))
     share = HostShare(tuple((b, statistics.median(v)) for b, v in sorted(by_batch.items())))
     observed = [
-        (math.ceil(pt.devices / max(1, pt.nodes)), pt.batch, pt.compute_s)
+        (math.ceil(pt.devices / max(1, pt.nodes)), pt.batch, pt.compute_s, pt.host_cpu_s)
         for pt in points
         if pt.devices > 1 and pt.compute_s
     ]
-    one_device = [(b, fam.a_c + fam.b_c * b) for b in {b for _, b, _ in observed}]
+    one_device = [(b, fam.a_c + fam.b_c * b) for b in {b for _, b, *_ in observed}]
     fam.contention = fit_contention(share, statistics.median(cores), one_device, observed)
     if hit := fam.contention.bound_hit():
         fam.hits.append(hit)
