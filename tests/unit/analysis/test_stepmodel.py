@@ -460,6 +460,25 @@ def test_a_calibration_at_several_device_counts_says_how_the_collective_grows():
     assert "ring's 2(p-1) steps assumed" in comm_model(Calibration.from_dict(CALIBRATION)).growth()
 
 
+def test_a_ring_step_never_gets_cheaper_with_more_ranks():
+    """gloo at 2-4 ranks on the H200 machine's 16 cores measured alpha falling with p
+    (p^-0.35: other algorithms at 2 ranks); extrapolated, 16 ranks' all-reduce came out cheaper
+    per ring step than 4's and ddp 100-125% too fast. Growth is fitted at 0 or above."""
+    from amdahl.analysis.comm import comm_model
+
+    by = {
+        "2": {"alpha_s": 2e-4, "bandwidth_Bps": 1e9},
+        "4": {"alpha_s": 1e-4, "bandwidth_Bps": 2e9},
+    }
+    cal = Calibration.from_dict(
+        {**CALIBRATION, "alpha_s": 1e-4, "bandwidth_Bps": 2e9, "devices": 4, "by_devices": by}
+    )
+    comm = comm_model(cal)
+    assert comm.alpha_exp == 0.0 and comm.bandwidth_exp == 0.0
+    link, _ = comm.link(1, 16)
+    assert link.alpha_s == pytest.approx(1e-4) and link.bandwidth_Bps == pytest.approx(2e9)
+
+
 def test_the_calibration_measures_every_small_device_count_and_the_powers_of_two():
     from amdahl.worker.calibration_measurement import sub_counts
 
