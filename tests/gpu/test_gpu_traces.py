@@ -1,7 +1,7 @@
 """The profiler pass on CUDA (worker/profile.py) and the trace analysis of NCCL's kernels
 (analysis/overlap.py): on one GPU the trace is a device trace whose kernels count as
 computation; on two GPUs DDP's all-reduce shows as NCCL kernels (`ncclDevKernel_*` or
-`ncclKernel_*`) classified as communication, with an overlap between 0 and 1."""
+`ncclKernel_*`) classified as communication, its first bucket overlapping the backward."""
 
 from __future__ import annotations
 
@@ -92,5 +92,9 @@ def test_nccl_kernels_are_classified_as_communication(tmp_path):
         ranks.append(rank_figures(trace, r))
     figures = trace_figures(ranks)
     assert figures.comm_trace_s > 0
-    assert 0 <= figures.comm_overlap <= 1
-    assert figures.straggler_rank in (0, 1)
+    # 8 layers of 1024 x 1024 are 33.6 MB of gradients: two DDP buckets at the default 25 MB
+    # cap, and the first bucket's all-reduce (the last layers') runs on NCCL's stream while
+    # backward computes the earlier layers, so some of it overlaps on every rank. (Unverified:
+    # the machines lent so far had one GPU.)
+    assert figures.comm_overlap > 0, [r.overlap for r in ranks]
+    assert all(r.overlap > 0 for r in ranks), [r.overlap for r in ranks]
