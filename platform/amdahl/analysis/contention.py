@@ -30,8 +30,9 @@ The demand is measured, not fitted: each 1-device trial's CPU busy share (`cpu_u
 apart, because a rank waiting for a core spends no CPU time while it waits. So each measured
 multi-device point's CPU seconds per step over the 1-device demand is its in-core factor
 (`in_core`: 1.2-1.4 at 4 ranks of the D2L MLP on 16 cores, up to 1.6 at one batch, whose step
-grew as much while every rank stayed on its core); the queueing model serves that larger demand, and an unmeasured device
-count keeps the in-core factor of the measured one it is scaled from. What is fitted, over the
+grew as much while every rank stayed on its core); the queueing model serves that larger
+demand, and an unmeasured device count keeps the in-core factor of the measured one it is
+scaled from. What is fitted, over the
 measured multi-device `sync: none` points, is the node's effective cores C: the cores the ranks
 get, less what Ray, the driver and the OS take, with a weak prior at the node's nominal cores
 (where the measured device counts show no queueing, C stays there: nothing in the data says
