@@ -8,9 +8,10 @@
 #   STEPS=12 bash benchmarks/device_check.sh   # only tests/gpu without its matrix, and step 2
 #
 # Steps: 1 tests/gpu but its precision x compile x sync matrix, m the matrix, 2 the step-time
-# model on CPU ranks, 3 the GPU smoke sweep, 4 halving over compilation. All of them take about
-# 12 minutes on an H200 (tests/gpu alone about 5), more than one device call may run (10):
-# split them over calls, e.g. STEPS=12 then STEPS=m34. Step 4 starts only while less than
+# model on CPU ranks, 3 the GPU smoke sweep, 4 halving over compilation. On an H200: step 1
+# about 40 s, m about 230 s, 2 about 150-220 s (its sweep 131-153 s), 3 and 4 about 2 minutes
+# each; more than one device call may run (10): split them over calls, e.g. STEPS=12 then
+# STEPS=m34. Step 4 starts only while less than
 # STEP4_BEFORE_S (default 320) seconds have passed in this call.
 #
 # The machine's image has torch (CUDA) but neither Ray nor pydantic: their wheels travel in
