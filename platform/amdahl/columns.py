@@ -183,7 +183,8 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
         pa.float64(),
         "exposed gradient communication per step: forward+backward with "
         "DDP's all-reduce minus under no_sync, from interleaved calibration passes after "
-        "the measured window; median over ranks; null where not estimable",
+        "the measured window; median over ranks; null where not estimable and at one "
+        "device (no collective)",
     ),
     "profile_s": (
         pa.float64(),

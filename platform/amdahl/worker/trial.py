@@ -406,10 +406,12 @@ def _exposed_communication(t: _Trial) -> float | None:
     clipped at 0. It counts only the all-reduce time that backward could not hide, which is
     what costs throughput. Limits: only for strategies built on DDP (others report None and
     their communication shows up in optimizer time); not for compiled models (no_sync would
-    recompile); noisy when the difference is below timer resolution.
+    recompile); noisy when the difference is below timer resolution. Not at one device: there
+    is no collective to hide (DDP's one-rank all-reduce is wrapper cost, in the model's omega),
+    and the passes cost an item ~0.02 s on a 2-core box (benchmarks/sweep_timeline.py).
     """
     ddp = t.model if isinstance(t.model, torch.nn.parallel.DistributedDataParallel) else None
-    if ddp is None or t.trial.inductor:
+    if ddp is None or t.trial.inductor or t.where.world == 1:
         return None
     timings: dict[bool, list[tuple[Any, Any]]] = {True: [], False: []}
     for _ in range(EXPOSED_COMM_PAIRS):

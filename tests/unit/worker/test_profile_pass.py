@@ -101,10 +101,13 @@ def test_every_rank_returns_its_trace(profiled):
 
 
 def test_a_one_device_trial_runs_no_pass():
+    """Neither the profiler pass nor the exposed-communication probe: one rank has no
+    collective to trace or hide."""
     one_rank_group("gloo")
     stats, error, _ = run(MLP(**PARAMS), torch.device("cpu"), sync="ddp")
     assert error is None, error
     assert stats["profile_s"] is None and "trace" not in stats
+    assert stats["comm_s"] is None  # a number (the one-rank all-reduce's cost) before
 
 
 # --------------------------------------------------------------------------- to the driver
