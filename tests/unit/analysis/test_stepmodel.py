@@ -432,19 +432,28 @@ def test_two_points_at_one_ratio_cannot_separate_gamma_from_theta_and_say_so():
     assert ddp.theta == pytest.approx(1.6, rel=0.05) and "separable" not in ddp.gamma_source
 
 
+def _calibrated_at_2_and_4(at2: tuple[float, float], at4: tuple[float, float]) -> Calibration:
+    """A calibration with (alpha_s, bandwidth_Bps) fits at 2 and 4 devices, the 4's its own."""
+    by = {str(p): {"alpha_s": a, "bandwidth_Bps": b} for p, (a, b) in ((2, at2), (4, at4))}
+    alpha, bandwidth = at4
+    return Calibration.from_dict(
+        {
+            **CALIBRATION,
+            "alpha_s": alpha,
+            "bandwidth_Bps": bandwidth,
+            "devices": 4,
+            "by_devices": by,
+        }
+    )
+
+
 def test_a_calibration_at_several_device_counts_says_how_the_collective_grows():
     """alpha and 1/B measured doubling from 2 to 4 devices: at 8 the model takes them doubled
     again (alpha x p^1, 1/B x p^1 on top of the ring), says so beside the prediction, and a
     calibrated count keeps its own fit."""
     from amdahl.analysis.comm import comm_model
 
-    by = {
-        "2": {"alpha_s": 1e-5, "bandwidth_Bps": 1e9},
-        "4": {"alpha_s": 2e-5, "bandwidth_Bps": 5e8},
-    }
-    cal = Calibration.from_dict(
-        {**CALIBRATION, "alpha_s": 2e-5, "bandwidth_Bps": 5e8, "devices": 4, "by_devices": by}
-    )
+    cal = _calibrated_at_2_and_4((1e-5, 1e9), (2e-5, 5e8))
     comm = comm_model(cal)
     assert comm.alpha_exp == pytest.approx(1.0) and comm.bandwidth_exp == pytest.approx(1.0)
     link, _ = comm.link(1, 8)
@@ -466,14 +475,7 @@ def test_a_ring_step_never_gets_cheaper_with_more_ranks():
     per ring step than 4's and ddp 100-125% too fast. Growth is fitted at 0 or above."""
     from amdahl.analysis.comm import comm_model
 
-    by = {
-        "2": {"alpha_s": 2e-4, "bandwidth_Bps": 1e9},
-        "4": {"alpha_s": 1e-4, "bandwidth_Bps": 2e9},
-    }
-    cal = Calibration.from_dict(
-        {**CALIBRATION, "alpha_s": 1e-4, "bandwidth_Bps": 2e9, "devices": 4, "by_devices": by}
-    )
-    comm = comm_model(cal)
+    comm = comm_model(_calibrated_at_2_and_4((2e-4, 1e9), (1e-4, 2e9)))
     assert comm.alpha_exp == 0.0 and comm.bandwidth_exp == 0.0
     link, _ = comm.link(1, 16)
     assert link.alpha_s == pytest.approx(1e-4) and link.bandwidth_Bps == pytest.approx(2e9)
