@@ -35,6 +35,7 @@ started=$(date +%s)
 
 step "machine"
 nproc
+lscpu 2>/dev/null | grep -E "^(Model name|Thread|Core|Socket|NUMA node\(s\)|CPU\(s\))" || true
 python3 - <<'EOF'
 import torch, ray, pydantic
 print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))
@@ -73,6 +74,9 @@ fi
 step "2. step-time model, fit at ${FIT:=1,2,4} CPU ranks, predict ${TRUTH:=8,12,16}"
 # One interleaved sweep over both sets of device counts (scale_check's default); a sweep cut by
 # the limit is evaluated on the rows it wrote (without its closing calibration, if cut before).
+# every process's CPU share every 5 s (is anything busy while a narrow trial runs after wide ones?)
+top -b -c -d 5 -w 160 -n "$(( ${SCALE_LIMIT:-300} / 5 ))" 2>/dev/null \
+  | grep -A12 "^top -" > "$OUT/top.log" & top_pid=$!
 timeout -s INT "${SCALE_LIMIT:-300}" python3 benchmarks/scale_check.py --fit "$FIT" \
   --truth "$TRUTH" --batches "${BATCHES:-64,256}" --syncs "${SYNCS:-ddp,zero1,none}" \
   --steps 100 --repeats "${REPEATS:-2}" --cpus-per-device 0.9 --out /tmp/runs/scale 2>&1 \
@@ -80,9 +84,23 @@ timeout -s INT "${SCALE_LIMIT:-300}" python3 benchmarks/scale_check.py --fit "$F
 rc=${PIPESTATUS[0]}
 echo "exit $rc"
 scale=$(ls -d /tmp/runs/scale/scale-* 2>/dev/null | tail -1)
+kill "$top_pid" 2>/dev/null
 if [ "$rc" != 0 ] && [ -f "$scale/results.parquet" ]; then
   echo "the rows so far:"
   python3 benchmarks/scale_check.py --fit "$FIT" --truth "$TRUTH" --evaluate "$scale"
+fi
+if [ -f "$scale/calibration.json" ]; then
+  echo "the same rows, the model given the calibration up to the widest held-out count:"
+  python3 benchmarks/scale_check.py --fit "$FIT" --truth "$TRUTH" --evaluate "$scale" \
+    --calibrated-to "${TRUTH##*,}" | grep -E "^  |^communication"
+  python3 - "$scale/calibration.json" <<'EOF'
+import json, sys
+cal = json.load(open(sys.argv[1]))
+print("all-reduce by ranks, bytes: wall ms / a rank's CPU ms")
+for p, rows in cal.get("all_reduce_by_devices", {}).items():
+    print(p, " ".join(f"{int(r['bytes'])}:{r['seconds'] * 1e3:.2f}/{r.get('cpu_seconds', 0) * 1e3:.2f}"
+                      for r in rows))
+EOF
 fi
 }
 

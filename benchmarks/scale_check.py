@@ -6,8 +6,11 @@ on one local Ray sized to this machine (MLflow off): its items go out repeat-maj
 drift lands on fitted and held-out points alike (two sweeps one after the other measured the
 same 4-device configurations 10-20% apart on the 2-core box). The model is fitted on the
 `--fit` rows only, with the closing calibration narrowed to the fitted device counts (its
-per-device-count fits up to the widest fitted one: prediction._calibration_up_to), so the
-held-out counts' all-reduce is extrapolated, as a user's would be. `--two-sweeps` runs a fit
+per-device-count fits up to the widest fitted one: prediction.calibration_up_to), so the
+held-out counts' all-reduce is extrapolated, as a user's would be whose cluster is no wider than
+the fitted counts. `--calibrated-to N` keeps the calibration's fits up to N devices instead: a
+user whose cluster holds the held-out counts but who ran trials only at the fitted ones
+(calibration takes seconds, trials minutes). `--two-sweeps` runs a fit
 sweep then a truth sweep instead (`--truth-dir`: against one measured before). Each held-out
 configuration's measured median (over `--repeats` runs, with its standard error:
 Stat.rel_se_median) is compared with
@@ -27,7 +30,7 @@ it on a 16-core machine for the default counts.
 
     python benchmarks/scale_check.py [--fit 1,2,4] [--truth 8,12,16] [--batches 64,256]
         [--syncs ddp,none] [--steps 150] [--repeats 2] [--workload mlp] [--out DIR]
-        [--two-sweeps] [--evaluate DIR [DIR]]
+        [--two-sweeps] [--evaluate DIR [DIR]] [--calibrated-to N]
 """
 
 from __future__ import annotations
@@ -78,12 +81,19 @@ def main() -> None:
         help="with --evaluate, for sweeps recorded before rows carried host_cores: the cores "
         "their node had (rows that have the column keep theirs)",
     )
+    parser.add_argument(
+        "--calibrated-to",
+        type=int,
+        default=None,
+        help="with an interleaved sweep, the calibration's fits up to N devices feed the model "
+        "(default: the widest fitted count)",
+    )
     args = parser.parse_args()
     fit_devices, truth_devices = _ints(args.fit), _ints(args.truth)
     if args.evaluate:
         if len(args.evaluate) > 2:
             parser.error("--evaluate takes one interleaved sweep directory, or FIT and TRUTH")
-        evaluate(args.evaluate, fit_devices, truth_devices, args.host_cores)
+        evaluate(args.evaluate, fit_devices, truth_devices, args.host_cores, args.calibrated_to)
         return
     syncs = [s.strip() for s in args.syncs.split(",") if s.strip()]
     if "none" not in syncs:
@@ -139,18 +149,24 @@ def main() -> None:
     evaluate(paths, fit_devices, truth_devices)
 
 
-def _split(paths: list[Path], fit_devices: list[int], truth_devices: list[int]):
+def _split(
+    paths: list[Path],
+    fit_devices: list[int],
+    truth_devices: list[int],
+    calibrated_to: int | None = None,
+):
     """(fit inputs, truth inputs): of two sweeps as they are; of one, its rows split by device
-    count and the calibration narrowed to the fitted counts (said where it cannot be)."""
+    count and the calibration narrowed to the fitted counts, or to `calibrated_to` devices (said
+    where it cannot be)."""
     import dataclasses
 
-    from amdahl.analysis.prediction import _calibration_up_to
+    from amdahl.analysis.prediction import calibration_up_to
     from amdahl.report.predict import load_model_inputs
 
     if len(paths) == 2:
         return load_model_inputs(paths[0]), load_model_inputs(paths[1])
     inputs = load_model_inputs(paths[0])
-    narrowed = _calibration_up_to(inputs.calibration, max(fit_devices))
+    narrowed = calibration_up_to(inputs.calibration, calibrated_to or max(fit_devices))
     if narrowed is None and inputs.calibration is not None:
         print(
             "note: the calibration has no fits at the fitted device counts: the fit sees the "
@@ -169,11 +185,12 @@ def evaluate(
     fit_devices: list[int],
     truth_devices: list[int],
     host_cores: int | None = None,
+    calibrated_to: int | None = None,
 ) -> None:
     """Print each held-out point against the model and the two naive predictors."""
     from amdahl.analysis.stepmodel import fit as fit_model
 
-    fit_inputs, truth_inputs = _split(paths, fit_devices, truth_devices)
+    fit_inputs, truth_inputs = _split(paths, fit_devices, truth_devices, calibrated_to)
     if host_cores is not None:
         for r in (r for c in fit_inputs.configs for r in c.rows):
             if r.get("host_cores") is None:

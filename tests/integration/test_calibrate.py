@@ -5,6 +5,7 @@ and left running."""
 
 import copy
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -42,6 +43,10 @@ def test_calibration_writes_what_the_report_reads(ray_cluster, calibrated):
     assert stored["devices"] == 2 and stored["backend"] == "gloo"
     assert [m["bytes"] for m in stored["all_reduce"]] == SIZES
     assert all(m["seconds"] > 0 and m["busbw_Bps"] > 0 for m in stored["all_reduce"])
+    # gloo's collective is host work: each rank spends CPU on it, at most its process's share
+    # of this box's cores for the call's wall time (medians over rounds: some slack)
+    cores = os.cpu_count() or 1
+    assert all(0 < m["cpu_seconds"] <= 1.5 * cores * m["seconds"] for m in stored["all_reduce"])
     assert stored["alpha_s"] >= 0 and stored["bandwidth_Bps"] > 0
     # one peak per precision, by the harness's probe (CPU: tf32 is fp32, no fp16)
     assert set(stored["peak_flops"]) == {"fp32", "tf32", "bf16"}

@@ -93,7 +93,7 @@ def extrapolation_check(inputs: ModelInputs) -> Extrapolation | None:
     if len(counts) < 3 or counts[0] != 1:
         return None
     held = counts[-1]
-    narrowed = _calibration_up_to(inputs.calibration, counts[-2])
+    narrowed = calibration_up_to(inputs.calibration, counts[-2])
     check = dataclasses.replace(inputs, calibration=narrowed) if narrowed else inputs
     model = fit(check, [pt for pt in points if pt.devices < held])
     errors = []
@@ -119,7 +119,7 @@ def extrapolation_check(inputs: ModelInputs) -> Extrapolation | None:
     )
 
 
-def _calibration_up_to(cal: Calibration | None, devices: int) -> Calibration | None:
+def calibration_up_to(cal: Calibration | None, devices: int) -> Calibration | None:
     """The calibration as if measured over `devices` ranks: its fits at those device counts
     only, the widest of them as the reference; None where fewer than two are left."""
     if cal is None:

@@ -102,7 +102,8 @@ def sub_counts(world: int) -> list[int]:
 def measure_all_reduce(sizes: list[int], device: Any, group: Any = None) -> list[dict[str, float]]:
     """Seconds per all_reduce (sum, float32) per message size over `group` (default: the
     world): per round, the slowest rank's mean over the round's calls; the median over rounds.
-    Collective: every rank of the group calls it."""
+    Beside it the ranks' mean CPU seconds per call (median over rounds). Collective: every rank
+    of the group calls it."""
     import torch
     import torch.distributed as dist
 
@@ -120,17 +121,21 @@ def measure_all_reduce(sizes: list[int], device: Any, group: Any = None) -> list
         probe = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=device)
         dist.all_reduce(probe, op=dist.ReduceOp.MAX, group=group)  # every rank runs the same count
         iters = int(min(_MAX_ITERS, max(3, _ROUND_S / max(float(probe), 1e-6))))
-        rounds = []
+        rounds, cpu_rounds = [], []
         for _ in range(_ROUNDS):
             dist.barrier(group=group)
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             for _ in range(iters):
                 dist.all_reduce(x, group=group)
             sync()
             per_call = (time.perf_counter() - t0) / iters
+            cpu_per_call = (time.process_time() - c0) / iters
             slowest = torch.tensor([per_call], dtype=torch.float64, device=device)
             dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)
             rounds.append(float(slowest))
+            cpu = torch.tensor([cpu_per_call], dtype=torch.float64, device=device)
+            dist.all_reduce(cpu, group=group)
+            cpu_rounds.append(float(cpu) / dist.get_world_size(group))
         seconds = statistics.median(rounds)
         out.append(
             {
@@ -138,6 +143,9 @@ def measure_all_reduce(sizes: list[int], device: Any, group: Any = None) -> list
                 "seconds": seconds,
                 "iterations": iters * _ROUNDS,
                 "spread": (max(rounds) - min(rounds)) / seconds,
+                # a rank's CPU seconds per call, every thread of its process (gloo's transport
+                # thread too), mean over the ranks: how much of the collective is host work
+                "cpu_seconds": statistics.median(cpu_rounds),
             }
         )
     return out
