@@ -303,7 +303,10 @@ class StepModel:
                 caveats.append(caveat)
             span = self.comm.calibrated_range
             if span and p > max(span[1], self.widest_fitted):
-                caveats.append(f"communication at {p} devices: {self.comm.growth()}")
+                caveats.append(
+                    f"communication at {p} devices: {self.comm.growth()}; where the cluster "
+                    f"holds {p}, `platform calibrate DIR --devices {p}` measures it in seconds"
+                )
             volume = comm_volume(family.sync, p, family.grad_bytes, self.options, family.shapes)
             if volume.estimate:
                 caveats.append(volume.estimate)

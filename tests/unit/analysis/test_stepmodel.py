@@ -464,6 +464,8 @@ def test_a_calibration_at_several_device_counts_says_how_the_collective_grows():
     ddp = next(f for f in model.families.values() if f.sync == "ddp")
     caveats = model.predict(ddp, 8, 64.0, withhold=False).caveats
     assert any(c.startswith("communication at 8 devices: calibrated at 2-4") for c in caveats)
+    # the way to a measured figure where the cluster is that wide
+    assert any("`platform calibrate DIR --devices 8`" in c for c in caveats)
     assert not any("communication at" in c for c in model.predict(ddp, 4, 64.0).caveats)
     # one device count only: the ring as it is, and said
     assert "ring's 2(p-1) steps assumed" in comm_model(Calibration.from_dict(CALIBRATION)).growth()
