@@ -265,6 +265,15 @@ def search_summary(outcome: Any) -> list[str]:
             f"{labels.get(second, second)}, is {1 - last.values[second] / last.values[best]:.1%} "
             "below); search.final_repeats: 3 measures it"
         )
+    cut = [r for r in state.rungs[:-1] if r.cutoff is not None and len(r.kept) < len(r.measured)]
+    if cut and all(r.run_sd is None for r in cut):
+        lines.append(
+            "  the rungs' cuts saw one run per configuration, so only its per-step noise, not "
+            "the noise between runs: train.repeats: 2 measures it (and doubles each rung)"
+        )
+    elif cut:
+        sds = ", ".join(f"{r.run_sd:.1%}" for r in cut if r.run_sd is not None)
+        lines.append(f"  the rungs' cuts: beyond two standard errors of the runs' spread ({sds})")
     return lines
 
 

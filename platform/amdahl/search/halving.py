@@ -2,8 +2,9 @@
 
 Rung r measures every surviving configuration for `min_steps * eta**r` steps (the last rung for
 `train.steps`); the best 1/eta go on to the next rung, together with any configuration that is
-not measurably worse than the last one kept (its throughput within two standard errors, from
-the per-step times of the two rows). A configuration that failed, or breaks a constraint, is
+not measurably worse than the last one kept (its objective within two standard errors of the
+cutoff's: from the spread between runs where the rung has repeats, `train.repeats` >= 2, else,
+said in the reason, from the per-step times of one run, which see only the noise inside it). A configuration that failed, or breaks a constraint, is
 dropped with the reason. The last rung measures each finalist `final_repeats` times,
 interleaved, and ranks by the median; the finalists its spread cannot tell apart from the best
 are named as tied (`indistinct`). Before the first rung's remaining configurations run, the
@@ -114,6 +115,9 @@ class Rung:
     cutoff: float | None = None
     #: The last rung: the finalists that cannot be told apart from the best (`indistinct`).
     tied: list[str] = field(default_factory=list)
+    #: The relative run-to-run standard deviation pooled over the rung's repeated
+    #: configurations (`run_noise`); None where no configuration ran twice.
+    run_sd: float | None = None
 
 
 def _merged(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -180,12 +184,23 @@ def promote(
         rung.tied = [tid for v, tid, row in valid[1:] if indistinct(best, (v, tid, row), rung)]
         return rung
     n_keep = max(1, math.ceil(len(valid) / search.eta))
-    cut_value, _, cut_row = valid[n_keep - 1]
+    cut_value, cut_tid, cut_row = valid[n_keep - 1]
     rung.cutoff = cut_value
-    cut_se = relative_noise(cut_row) * cut_value
+    rung.run_sd = run_noise(rung.repeats)
+
+    def se(value: float, tid: str, row: dict[str, Any]) -> float:
+        if rung.run_sd is not None:
+            return rung.run_sd * value / math.sqrt(len(rung.repeats[tid]))
+        return relative_noise(row) * value
+
+    cut_se = se(cut_value, cut_tid, cut_row)
+    noise = (
+        f"the spread between runs, {rung.run_sd:.1%} pooled over the rung's repeats"
+        if rung.run_sd is not None
+        else "one run's per-step times: no repeats, so the noise between runs is not measured"
+    )
     for i, (value, tid, row) in enumerate(valid):
-        se = relative_noise(row) * value
-        band = NOISE_SIGMAS * math.hypot(se, cut_se)
+        band = NOISE_SIGMAS * math.hypot(se(value, tid, row), cut_se)
         if i < n_keep or cut_value - value <= band:
             rung.kept.append(tid)
         else:
@@ -193,9 +208,23 @@ def promote(
             rung.dropped[tid] = (
                 f"rung {index} ({steps} steps): {describe(value, search.objective)}, "
                 f"{cut_value / value:.2f}x below the cutoff {cutoff} (best 1/{search.eta} of "
-                f"{len(valid)}; beyond {NOISE_SIGMAS:g} standard errors)"
+                f"{len(valid)}; beyond {NOISE_SIGMAS:g} standard errors, from {noise})"
             )
     return rung
+
+
+def run_noise(repeats: dict[str, list[float]]) -> float | None:
+    """The relative standard deviation between runs of one configuration, pooled over every
+    configuration measured at least twice (the median of their stdev / mean): what a decision
+    between two configurations' runs must see past. One run's per-step times see only the
+    noise inside its window (step noise averages out there; the process's placement, caches
+    and the box's other load between runs do not). None where no configuration ran twice."""
+    sds = [
+        statistics.stdev(v) / statistics.mean(v)
+        for v in repeats.values()
+        if len(v) >= 2 and statistics.mean(v) > 0
+    ]
+    return statistics.median(sds) if sds else None
 
 
 def indistinct(

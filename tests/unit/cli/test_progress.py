@@ -206,6 +206,9 @@ def test_a_halving_search_ends_with_its_pick_and_the_finalists_it_cannot_separat
     assert f"search: best {labels[b]}: 1,020 samples/s (median of 2 runs: 1,000 to 1,040)" in text
     assert f"not measurably different from it (their ranges overlap): {labels[a]}" in text
     assert "one run per finalist" not in text
+    # rung 0 cut c on one run per configuration: said, with how to measure the noise between runs
+    assert "the rungs' cuts saw one run per configuration" in text
+    assert "train.repeats: 2 measures it" in text
 
     # One run each: the summary says the noise between runs is not measured, and how far
     # behind the runner-up is.

@@ -87,6 +87,23 @@ def test_a_configuration_within_the_noise_of_the_cutoff_is_not_dropped():
     assert kept == ["a", "b", "c"]
 
 
+def test_with_repeats_the_band_is_the_spread_between_runs_not_within_one():
+    search = SearchSpec(method="halving", eta=3)
+    # steady steps inside every run (jitter 0), but each configuration's two runs 10% apart
+    rows = []
+    for tid, v in (("a", 3000.0), ("b", 2000.0), ("c", 1900.0), ("d", 1000.0)):
+        rows += [_row(tid, v * 1.05, repeat=0), _row(tid, v * 0.95, repeat=1)]
+    rung = promote(rows, 0, 10, search)
+    assert rung.run_sd == pytest.approx(0.0707, rel=0.01)
+    # c is 5% below the cutoff b: within two run-to-run standard errors, so kept; one run's
+    # steady steps alone would have dropped it
+    assert rung.kept == ["a", "b", "c"]
+    assert "from the spread between runs, 7.1% pooled" in rung.dropped["d"]
+    single = promote([r for r in rows if r["repeat"] == 0], 0, 10, search)
+    assert single.run_sd is None and single.kept == ["a", "b"]
+    assert "no repeats, so the noise between runs is not measured" in single.dropped["c"]
+
+
 def test_failures_and_constraint_breaks_are_dropped_with_their_reason():
     search = SearchSpec(method="halving", constraints=["peak_mem_bytes <= 1e9"])
     rows = [
