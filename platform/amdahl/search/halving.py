@@ -4,8 +4,8 @@ Rung r measures every surviving configuration for `min_steps * eta**r` steps (th
 `train.steps`); the best 1/eta go on to the next rung, together with any configuration that is
 not measurably worse than the last one kept (its objective within two standard errors of the
 cutoff's: from the spread between runs where the rung has repeats, `train.repeats` >= 2, else,
-said in the reason, from the per-step times of one run, which see only the noise inside it). A configuration that failed, or breaks a constraint, is
-dropped with the reason. The last rung measures each finalist `final_repeats` times,
+said in the reason, from the per-step times of one run, which see only the noise inside it).
+A configuration that failed, or breaks a constraint, is dropped with the reason. The last rung measures each finalist `final_repeats` times,
 interleaved, and ranks by the median; the finalists its spread cannot tell apart from the best
 are named as tied (`indistinct`). Before the first rung's remaining configurations run, the
 step-time model (analysis/stepmodel.py), fitted on each family's configurations at its smallest
