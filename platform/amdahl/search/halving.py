@@ -1,21 +1,21 @@
 """Successive halving over a sweep's configurations (`search: {method: halving}`): the decisions.
 
 Rung r measures every surviving configuration for `min_steps * eta**r` steps (the last rung for
-`train.steps`); the best 1/eta go on to the next rung, together with any configuration that is
-not measurably worse than the last one kept (its objective within two standard errors of the
-cutoff's: from the spread between runs where the rung has repeats, `train.repeats` >= 2, else,
-said in the reason, from the per-step times of one run, which see only the noise inside it).
-A configuration that failed, or breaks a constraint, is dropped with the reason. The last rung measures each finalist `final_repeats` times,
-interleaved, and ranks by the median; the finalists its spread cannot tell apart from the best
-are named as tied (`indistinct`). Before the first rung's remaining configurations run, the
-step-time model (analysis/stepmodel.py), fitted on each family's configurations at its smallest
-device count, predicts the others; one predicted below `skip_below` of the best measured
-objective is recorded with status `skipped` and the prediction as its reason, never silently
-dropped.
+`train.steps`); the best 1/eta go on to the next rung, together with any configuration that is not
+measurably worse than the last one kept (its objective within two standard errors of the cutoff's:
+from the spread between runs where the rung has repeats, `train.repeats` >= 2, else, said in the
+reason, from the per-step times of one run, which see only the noise inside it). A configuration
+that failed, or breaks a constraint, is dropped with the reason. The last rung measures each
+finalist `final_repeats` times, interleaved, and ranks by the median; the finalists its spread
+cannot tell apart from the best are named as tied (`indistinct`). Before the first rung's remaining
+configurations run, the step-time model (analysis/stepmodel.py), fitted on each family's
+configurations at its smallest device count, predicts the others; one predicted below `skip_below`
+of the best measured objective is recorded with status `skipped` and the prediction as its reason,
+never silently dropped.
 
-Every decision is a pure function of the results rows, so a resumed sweep and the report's
-"search" section recompute the same rungs from results.parquet (`replay`). Pure: no Ray, no
-torch (docs/architecture.md, "Search").
+Every decision is a pure function of the results rows, so a resumed sweep and the report's "search"
+section recompute the same rungs from results.parquet (`replay`). Pure: no Ray, no torch
+(docs/architecture.md, "Search").
 """
 
 from __future__ import annotations
