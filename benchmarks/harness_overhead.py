@@ -20,12 +20,15 @@ workload the median ratios of throughput:
   plain-on-ray / plain      Ray's cost (worker processes and daemons sharing the cores)
   platform / plain          both; docs/performance.md "Performance goals": >= 0.95 on the
                             2-core box
-Rounds rotate the arms' order; a multiple of 3 gives each arm each place equally often.
+Rounds rotate the arms' order; a multiple of the arm count gives each arm each place equally
+often. `--inputs ray_data,torch_loader` adds a platform arm per further input pipeline (is the
+platform's cost its input?).
 One local Ray (127.0.0.1 only) serves the whole run. Ratios are measured side by side in one
 run; nothing is asserted.
 
     python benchmarks/harness_overhead.py [--rounds N (default 6)] [--steps N (both workloads)]
         [--workers 1 (the one-device arm; default 2)] [--workloads mlp]
+        [--inputs ray_data,torch_loader]
 """
 
 from __future__ import annotations
@@ -59,7 +62,6 @@ WORKERS = 2
 CPUS_PER_DEVICE = 0.5
 CPUS_PER_DATA_WORKER = 0.5
 THREADS = max(1, int(CPUS_PER_DEVICE))
-ARMS = ("platform", "plain-on-ray", "plain")
 
 
 def _plain_loop(
@@ -166,7 +168,9 @@ def plain_on_ray_throughput(name: str, warmup: int, steps: int) -> float:
             ray.kill(a)
 
 
-def platform_throughput(name: str, warmup: int, steps: int, runs_dir: Path) -> float:
+def platform_throughput(
+    name: str, warmup: int, steps: int, runs_dir: Path, source: str = "ray_data"
+) -> float:
     from amdahl import run_sweep, validate_spec
 
     cfg = WORKLOADS[name]
@@ -176,7 +180,12 @@ def platform_throughput(name: str, warmup: int, steps: int, runs_dir: Path) -> f
             "workload": name,
             "params": cfg["params"],
             "train": {"steps": steps, "warmup_steps": warmup},
-            "grid": {"devices": [WORKERS], "batch_size": [cfg["batch"]], "sync": ["ddp"]},
+            "grid": {
+                "devices": [WORKERS],
+                "batch_size": [cfg["batch"]],
+                "sync": ["ddp"],
+                "input": [source],
+            },
             "resources": {
                 "cpus_per_device": CPUS_PER_DEVICE,
                 "cpus_per_data_worker": CPUS_PER_DATA_WORKER,
@@ -195,7 +204,9 @@ def platform_throughput(name: str, warmup: int, steps: int, runs_dir: Path) -> f
 def main() -> None:
     global WORKERS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=6, help="a multiple of 3 rotates evenly")
+    parser.add_argument(
+        "--rounds", type=int, default=6, help="a multiple of the arm count rotates evenly"
+    )
     parser.add_argument(
         "--workers", type=int, default=WORKERS, help="devices per arm (1: the one-device arm)"
     )
@@ -204,6 +215,12 @@ def main() -> None:
     )
     parser.add_argument("--steps", type=int, default=None, help="default: per workload")
     parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument(
+        "--inputs",
+        default="ray_data",
+        help="the platform arm's input pipelines, one arm each (ray_data,torch_loader: is the "
+        "platform's cost its input?)",
+    )
     args = parser.parse_args()
     WORKERS = args.workers  # every arm reads it (the spawned ranks get it as an argument)
     workloads = {name: WORKLOADS[name] for name in args.workloads.split(",")}
@@ -212,15 +229,18 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="amdahl-bench-"))
     ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
-    arms = {
-        "platform": lambda name, steps: platform_throughput(name, args.warmup, steps, work),
-        "plain-on-ray": lambda name, steps: plain_on_ray_throughput(name, args.warmup, steps),
-        "plain": lambda name, steps: plain_throughput(name, args.warmup, steps),
-    }
+    arms = {}
+    for i, source in enumerate(args.inputs.split(",")):
+        arms["platform" if i == 0 else f"platform[{source}]"] = lambda name, steps, source=source: (
+            platform_throughput(name, args.warmup, steps, work, source)
+        )
+    arms["plain-on-ray"] = lambda name, steps: plain_on_ray_throughput(name, args.warmup, steps)
+    arms["plain"] = lambda name, steps: plain_throughput(name, args.warmup, steps)
+    names = tuple(arms)
     # samples/s per workload, arm and round
-    runs: dict[str, dict[str, list[float]]] = {n: {a: [] for a in ARMS} for n in workloads}
+    runs: dict[str, dict[str, list[float]]] = {n: {a: [] for a in names} for n in workloads}
     for r in range(args.rounds):
-        order = ARMS[r % len(ARMS) :] + ARMS[: r % len(ARMS)]  # no arm always runs first
+        order = names[r % len(names) :] + names[: r % len(names)]  # no arm always runs first
         for name, cfg in workloads.items():
             steps = args.steps or cfg["steps"]
             got = {arm: arms[arm](name, steps) for arm in order}
@@ -228,7 +248,7 @@ def main() -> None:
                 runs[name][arm].append(value)
             print(
                 f"round {r} {name}: "
-                + ", ".join(f"{arm} {got[arm]:,.0f} samples/s" for arm in ARMS),
+                + ", ".join(f"{arm} {got[arm]:,.0f} samples/s" for arm in names),
                 flush=True,
             )
     ray.shutdown()
@@ -237,11 +257,13 @@ def main() -> None:
         f"\n{WORKERS} worker(s); median over {args.rounds} round(s) of the per-round ratios "
         "(min, max):"
     )
-    ratios = (
+    ratios = [
         ("platform / plain-on-ray", "platform", "plain-on-ray", "amdahl's own cost; goal >= 0.97"),
         ("plain-on-ray / plain", "plain-on-ray", "plain", "Ray's cost"),
         ("platform / plain", "platform", "plain", "goal >= 0.95 on the 2-core box"),
-    )
+    ]
+    for arm in names[1:-2]:  # the platform on each other input
+        ratios.append((f"{arm} / plain-on-ray", arm, "plain-on-ray", "the same, on that input"))
     for name, arm_runs in runs.items():
         for label, a, b, note in ratios:
             values = [x / y for x, y in zip(arm_runs[a], arm_runs[b], strict=True)]

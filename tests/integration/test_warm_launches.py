@@ -73,8 +73,11 @@ def test_an_item_that_kills_its_worker_twice_fails_and_the_rest_go_on(ray_cluste
     assert [kill for kill, _ in failed] == [True, True]
     assert all("died 2 times" in error for _, error in failed)
     assert all(r["status"] == "ok" for r in rows if not json.loads(r["params"])["kill"])
-    # Each killing item was handed out twice: a start, then a restart per death.
+    # Each killing item was handed out twice: a start, then a restart per death, each said so.
     assert outcome.group_starts == 5
+    why = outcome.group_start_reasons
+    assert why[0] == "first start of its shape" and len(why) == 5, why
+    assert all(w.startswith("again") and ("died" in w or "failure" in w) for w in why[1:]), why
 
 
 def test_a_trial_in_a_long_lived_group_computes_what_it_computes_in_a_fresh_one(

@@ -192,6 +192,7 @@ def print_outcome(outcome: Any) -> None:
         console.print(
             f"{outcome.group_starts} worker group{'s' if outcome.group_starts > 1 else ''} "
             "started"
+            + (f" ({_why_started(outcome.group_start_reasons)})" if outcome.group_starts > 1 else "")
             + (f"; first measured step {first:.1f} s after the start" if first else "")
             + ".",
             soft_wrap=True,
@@ -228,6 +229,15 @@ def print_link(link: Any) -> None:
     unwrapped line each, so it stays clickable and copyable."""
     for line in link.lines():
         console.print(line, soft_wrap=True, markup=False, highlight=False)
+
+
+def _why_started(reasons: list[str]) -> str:
+    """Why the worker groups started, counted: "3 first start of its shape, 1 again for the
+    calibration: ..." (a shape started twice costs a group start: this says what caused it)."""
+    counts: dict[str, int] = {}
+    for why in reasons:
+        counts[why] = counts.get(why, 0) + 1
+    return "; ".join(f"{n} {why}" for why, n in counts.items())
 
 
 def search_summary(outcome: Any) -> list[str]:

@@ -97,6 +97,10 @@ class LaunchPool:
         self._unanswered: dict[str, WorkItem] = {}
         self._rows_this_start: dict[str, int] = {}
         self._deaths: dict[str, int] = {}  # launches that died in a row without a row
+        self._closed_idle: set[str] = set()  # launches closed, idle, to free their resources
+        self._why: dict[str, str] = {}  # why each launch's next group starts (`_start_round`)
+        #: One (launch id, why) per worker group started, in order: the closing summary's.
+        self.start_reasons: list[tuple[str, str]] = []
         #: Unix time the first measured window of the sweep opened (its first ok row's).
         self.first_window_unix: float | None = None
         #: Measurements of `calibrate` items, in order ({"error": ...} for one that failed).
@@ -123,8 +127,8 @@ class LaunchPool:
         `devices`), as `platform calibrate` would on a group of its own, and return the
         measurement (worker.calibration_measurement.calibration_result); None where no launch
         has that many workers, or the measurement failed."""
-        widest = max(self.shapes.values(), key=lambda launch: launch.resources.workers)
-        if widest.resources.workers < devices:
+        widest = calibration_launch(list(self.shapes.values()), self._running, devices)
+        if widest is None:
             return None
         done = len(self.calibrations)
         key = f"calibrate/{done}"
@@ -147,6 +151,15 @@ class LaunchPool:
     def group_starts(self) -> int:
         """Worker groups started (restarts after a worker died included)."""
         return sum(self._starts.values())
+
+    def _start_reason(self, lid: str) -> str:
+        """Why `lid`'s next worker group starts (`start_reason`)."""
+        return start_reason(
+            lid in self._starts,
+            bool(self._deaths.get(lid)),
+            lid in self._closed_idle,
+            {item.kind for item in self._unanswered.values() if item.launch_id == lid},
+        )
 
     # ----------------------------------------------------------------------- one tick
 
@@ -172,6 +185,9 @@ class LaunchPool:
         for kind, *event in events:
             if kind == "entered":
                 launch_id, start, _ = event
+                # a second entry in one round: Ray Train restarted the group (max_failures)
+                why = self._why.pop(launch_id, "again: Ray Train restarted it after a failure")
+                self.start_reasons.append((launch_id, why))
                 self._rows_this_start[launch_id], self._starts[launch_id] = 0, start
                 continue
             item, answer = event
@@ -224,6 +240,7 @@ class LaunchPool:
         if waiting - self._running:
             idle = [lid for lid in self._running if load.get(lid, (0, 0)) == (0, 0)]
             if idle:
+                self._closed_idle.update(idle)
                 ray.get(self.queue.close.remote(idle))
 
     def _start_round(self, launch_ids: list[str]) -> None:
@@ -232,6 +249,8 @@ class LaunchPool:
         self._round += 1
         session = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
         for lid in launch_ids:
+            self._why[lid] = self._start_reason(lid)
+            self._closed_idle.discard(lid)
             self.configs[lid] = launch_config(
                 spec, self.shapes[lid], self.sweep_dir, f"{session}-{self._round}", self.queue
             )
@@ -271,6 +290,32 @@ class LaunchPool:
             tuner.fit()
         except Exception as e:  # noqa: BLE001 - reported as the items' reason
             self._tune_error = f"launch failed: Ray Tune stopped: {type(e).__name__}: {e}"
+
+
+def start_reason(started: bool, died: bool, closed_idle: bool, pending: set[str]) -> str:
+    """Why a launch's worker group starts: its shape's first start, or what brought it back
+    (`pending`: the kinds of its items waiting; a start only for a calibration is the one a
+    live group could have spared)."""
+    if not started:
+        return "first start of its shape"
+    if died:
+        return "again: its last group died"
+    work = "the calibration" if pending == {"calibrate"} else "more work"
+    if closed_idle:
+        return f"again for {work}: closed while idle, to free resources for another shape"
+    return f"again for {work}: its group had ended"
+
+
+def calibration_launch(shapes: list[Launch], running: set[str], devices: int) -> Launch | None:
+    """The launch to measure the all-reduce on: the widest shape (the calibration measures
+    every device count up to its width), one whose group is still up where one is (starting a
+    group for a few seconds of measurement costs tens of seconds); None where no shape has
+    `devices` workers."""
+    width = max(launch.resources.workers for launch in shapes)
+    if width < devices:
+        return None
+    wide = [launch for launch in shapes if launch.resources.workers == width]
+    return next((w for w in wide if w.launch_id in running), wide[0])
 
 
 def _launch_name(trial: Any) -> str:

@@ -62,6 +62,8 @@ class SweepOutcome:
     search: SearchState | None = None
     #: Ray Train worker groups started (a restart after a worker died counts).
     group_starts: int = 0
+    #: Why each worker group started, in order (driver.pool.LaunchPool.start_reasons).
+    group_start_reasons: list[str] = field(default_factory=list)
     #: Seconds from `run_sweep`'s call to the first measured step (the first row's window
     #: opening: Ray's start, planning, data and the worker group's start before it).
     first_measured_s: float | None = None
@@ -201,6 +203,7 @@ def _run_locked(
         outcome.wall_s = time.perf_counter() - started
         if measurement.pool is not None:
             outcome.group_starts = measurement.pool.group_starts()
+            outcome.group_start_reasons = [why for _, why in measurement.pool.start_reasons]
             opened = measurement.pool.first_window_unix
             outcome.first_measured_s = opened - started_unix if opened else None
         report = _write_report(sweep_dir)

@@ -148,6 +148,24 @@ def test_the_outcome_sums_up_time_inside_and_outside_measured_steps(out, tmp_pat
     assert f"report:  {tmp_path / 'report.html'} (and report.md)" in text
     assert "1 trial runs did not succeed" in text
 
+    # more than one start: why each, counted
+    out.seek(0)
+    out.truncate(0)
+    again = "again for the calibration: closed while idle, to free resources for another shape"
+    progress.print_outcome(
+        SimpleNamespace(
+            rows=rows,
+            wall_s=10.0,
+            sweep_dir=tmp_path,
+            failed=failed,
+            search=None,
+            group_starts=3,
+            group_start_reasons=["first start of its shape"] * 2 + [again],
+            first_measured_s=None,
+        )
+    )
+    assert f"3 worker groups started (2 first start of its shape; 1 {again})." in out.getvalue()
+
 
 def test_a_halving_search_ends_with_its_pick_and_the_finalists_it_cannot_separate(out, tmp_path):
     from amdahl.search.halving import replay
