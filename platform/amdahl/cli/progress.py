@@ -187,12 +187,11 @@ def print_outcome(outcome: Any) -> None:
         f"{(outcome.wall_s - measured) / max(len(rows), 1):.1f} s per trial outside them).",
         soft_wrap=True,
     )
-    if outcome.group_starts:
+    if starts := outcome.group_starts:
         first = outcome.first_measured_s
         console.print(
-            f"{outcome.group_starts} worker group{'s' if outcome.group_starts > 1 else ''} "
-            "started"
-            + (f" ({_why_started(outcome.group_start_reasons)})" if outcome.group_starts > 1 else "")
+            f"{starts} worker group{'s' if starts > 1 else ''} started"
+            + (f" ({_why_started(outcome.group_start_reasons)})" if starts > 1 else "")
             + (f"; first measured step {first:.1f} s after the start" if first else "")
             + ".",
             soft_wrap=True,
