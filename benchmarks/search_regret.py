@@ -1,28 +1,26 @@
 """Does successive halving find the fastest configuration for a fraction of the grid's cost?
 
-Runs, in one process on one local Ray, the same space twice:
+Runs, in one process on one local Ray, the same space as a grid and as a halving search, in
+rounds whose order alternates (grid first in even rounds, halving first in odd ones, so neither
+always runs on a fresher box):
   grid      every configuration for train.steps (search.method grid)
   halving   search.method halving: rungs of min_steps x eta^r steps over the survivors, the
             step-time model (search.calibration: auto, measured in the search's own worker
             group) skipping configurations predicted far behind
-and prints the regret ratio, best throughput found by halving / the grid's best (both read from
-the grid's own measurements of those configurations, so that the ratio compares choices, not
-two noisy measurements), the halving winner's own figure beside it, and the share of the grid's
-trial-seconds (the rows' wall_s: what each trial cost inside its launch) that halving spent.
-The grid's best and every halving pick are then measured again side by side in one sweep
-(--repeats each, interleaved, medians), and that ratio is printed too: the grid's single
-measurements of near-tied configurations differ between runs by more than their gap.
-Halving runs once per --final-repeats value (search.final_repeats: measurements of each
-finalist in the last rung) against the same grid, so their cost and pick compare side by side.
-Both costs are printed: trial-seconds, and the wall seconds a user waits (every launch start,
-and the calibration the model used, inside). Goals (docs/architecture.md): the pick >= 0.97 of
-the grid's best re-measured; halving wall / grid wall <= 0.40 at 90 steps, <= 0.30 at 300.
+For each round it prints both sweeps' costs three ways: the span of their trial rows (the first
+row's start to the last row's end: what the search itself changes), the whole wall time a user
+waits (Ray's start, the worker group's start before the first measured window and the
+calibrations inside), and those two parts apart. Where halving picks the grid's best
+configuration it says "same configuration"; where it picks another, the two are measured again
+side by side in one sweep (--repeats each, interleaved, medians: the grid's single measurements
+of near-tied configurations differ between runs by more than their gap), and that ratio is the
+pick's. Goals (issue 31, docs/performance.md): span ratio <= 0.40 at 90 steps and <= 0.25 at 300
+on at least 24 distinct configurations; the pick >= 0.97 of the grid's best re-measured.
 Nothing is asserted.
 
-The space: the D2L MLP over devices x batch x sync x precision x prefetch (5 axes, 48
-configurations), sized to fit a 2-core laptop. Run it on a quiet machine: the regret compares
-one noisy measurement per configuration, and a loaded box moves a configuration's throughput by
-tens of percent between the two sweeps.
+The space: the D2L MLP over devices x batch x sync x precision (24 configurations, each a
+different computation on CPU: no axis that only changes what a GPU would see), sized to fit a
+2-core laptop. Run it on a quiet machine.
 
     python benchmarks/search_regret.py [--steps N] [--min-steps N] [--eta N] [--rounds N]
                                        [--repeats N] [--final-repeats 1,3]
@@ -35,6 +33,7 @@ import itertools
 import os
 import statistics
 import tempfile
+from datetime import datetime
 from pathlib import Path
 
 SPACE = {
@@ -47,7 +46,6 @@ SPACE = {
         # not `none`: at 2 devices it is the no-communication ceiling, not a way to train
         "sync": ["ddp", "ddp_fp16"],
         "precision": ["fp32", "bf16"],
-        "prefetch_batches": [1, 4],
     },
     "resources": {"cpus_per_device": 0.5, "cpus_per_data_worker": 0.5},
     "tracking": {"enabled": False},
@@ -59,98 +57,119 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=90, help="train.steps of the grid")
     parser.add_argument("--min-steps", type=int, default=10)
     parser.add_argument("--eta", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=1, help="grid/halving pairs")
+    parser.add_argument("--rounds", type=int, default=3, help="grid/halving pairs")
     parser.add_argument(
-        "--repeats", type=int, default=4, help="repeats of the side-by-side re-measurement"
+        "--repeats", type=int, default=3, help="repeats of the side-by-side re-measurement"
     )
     parser.add_argument(
         "--final-repeats",
-        default="1,3",
-        help="search.final_repeats values, each a halving run against the same grid",
+        default="1",
+        help="search.final_repeats values, each a halving sweep against the same grid",
     )
     args = parser.parse_args()
 
     import ray
 
-    from amdahl import read_results, run_sweep, validate_spec
-
     work = Path(tempfile.mkdtemp(prefix="amdahl-regret-"))
     SPACE["train"]["steps"] = args.steps
     ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     variants = [int(v) for v in args.final_repeats.split(",")]
-    halving = {
-        **SPACE,
-        "search": {
+    arms = ["grid", *(f"halving{v}" for v in variants)]
+    specs = {"grid": SPACE}
+    for v in variants:
+        search = {
             "method": "halving",
             "min_steps": args.min_steps,
             "eta": args.eta,
+            "final_repeats": v,
             # measured inside the search's own worker group, after rung 0's anchors: its
-            # seconds are part of the halving sweep's wall time
+            # seconds are part of the halving sweep's wall time (shown apart below)
             "calibration": "auto",
-        },
-    }
-    ratios: dict[int, list[float]] = {v: [] for v in variants}
-    confirmed: dict[int, list[float]] = {v: [] for v in variants}
-    shares: dict[int, list[float]] = {v: [] for v in variants}
-    walls: dict[int, list[float]] = {v: [] for v in variants}
+        }
+        specs[f"halving{v}"] = {**SPACE, "search": search}
+    span_ratio: dict[str, list[float]] = {a: [] for a in arms[1:]}
+    wall_ratio: dict[str, list[float]] = {a: [] for a in arms[1:]}
+    pick_ratio: dict[str, list[float]] = {a: [] for a in arms[1:]}
     for r in range(args.rounds):
-        grid_out = run_sweep(validate_spec(SPACE), runs_dir=work / "grid")
-        grid_rows = read_results(grid_out.sweep_dir).to_pylist()
-        grid = {x["trial_id"]: x for x in grid_rows if x["status"] == "ok"}
+        order = arms if r % 2 == 0 else arms[::-1]
+        got = {arm: _sweep(specs[arm], work / f"{arm}-{r}") for arm in order}
+        print(f"round {r} (order: {', '.join(order)}):", flush=True)
+        for arm in arms:
+            print("  " + _costs(arm, got[arm]), flush=True)
+        grid = {x["trial_id"]: x for x in got["grid"]["rows"] if x["status"] == "ok"}
         best_id = max(grid, key=lambda t: grid[t]["throughput"])
-        grid_s = sum(x["wall_s"] or 0.0 for x in grid_rows)
-        print(
-            f"round {r}: grid {len(grid_rows)} trials, {grid_s:.1f} trial-s, best "
-            f"{grid[best_id]['throughput']:,.0f} samples/s, {grid_out.wall_s:.0f} s of wall time",
-            flush=True,
-        )
-        picks = {}
-        for v in variants:
-            spec = {**halving, "search": {**halving["search"], "final_repeats": v}}
-            out = run_sweep(validate_spec(spec), runs_dir=work / f"halving-final{v}")
-            rows = read_results(out.sweep_dir).to_pylist()
-            pick_id = out.search.rungs[-1].measured[0]
-            picks[v] = grid[pick_id]
-            spent = sum(x["wall_s"] or 0.0 for x in rows if x["status"] != "skipped")
-            shares[v].append(spent / grid_s)
-            # What the user waits for: the whole sweep, launch starts and the calibration
-            # included.
-            walls[v].append(out.wall_s / grid_out.wall_s)
-            ratios[v].append(grid[pick_id]["throughput"] / grid[best_id]["throughput"])
-            rungs = sorted({x["rung"] for x in rows if x["rung"] is not None})
+        for arm in arms[1:]:
+            out, rows = got[arm]["outcome"], got[arm]["rows"]
+            span_ratio[arm].append(got[arm]["span"] / got["grid"]["span"])
+            wall_ratio[arm].append(out.wall_s / got["grid"]["outcome"].wall_s)
+            last = out.search.rungs[-1]
+            pick_id = last.measured[0]
             per_rung = [
-                sum(1 for x in rows if x["rung"] == k and x["status"] != "skipped") for k in rungs
+                sum(1 for x in rows if x["rung"] == k and x["status"] != "skipped")
+                for k in sorted({x["rung"] for x in rows if x["rung"] is not None})
             ]
             skipped = sum(1 for x in rows if x["status"] == "skipped")
+            if pick_id == best_id:
+                pick_ratio[arm].append(1.0)
+                verdict = "same configuration as the grid's best"
+            else:
+                remeasured = confirm(
+                    [grid[best_id], grid[pick_id]], work / f"confirm-{arm}-{r}", args.repeats
+                )
+                pick_ratio[arm].append(remeasured[pick_id] / remeasured[best_id])
+                verdict = (
+                    f"another configuration: {pick_ratio[arm][-1]:.3f} of the grid's best, both "
+                    f"re-measured side by side ({args.repeats} runs each)"
+                )
             print(
-                f"  halving, final_repeats {v}: runs per rung {per_rung}, skipped {skipped}, "
-                f"{spent:.1f} trial-s ({shares[v][-1]:.3f} of the grid's); pick "
-                f"{grid[pick_id]['throughput']:,.0f} in the grid "
-                f"({out.search.rungs[-1].values[pick_id]:,.0f} in its last rung), "
-                f"{len(out.search.rungs[-1].tied)} finalist(s) tied with it; {out.wall_s:.0f} s "
-                f"of wall time with {out.group_starts} worker-group start(s) (grid: "
-                f"{grid_out.group_starts}), {walls[v][-1]:.3f} of the grid's",
+                f"  {arm}: runs per rung {per_rung}, skipped {skipped}, "
+                f"{len(last.tied)} finalist(s) tied with its pick; pick: {verdict}; span "
+                f"{span_ratio[arm][-1]:.3f} of the grid's, whole wall {wall_ratio[arm][-1]:.3f}",
                 flush=True,
             )
-        remeasured = confirm([grid[best_id], *picks.values()], work / "confirm", args.repeats)
-        for v in variants:
-            confirmed[v].append(remeasured[picks[v]["trial_id"]] / remeasured[best_id])
-        print(
-            "  re-measured side by side, pick / grid best: "
-            + ", ".join(f"final_repeats {v}: {confirmed[v][-1]:.3f}" for v in variants),
-            flush=True,
-        )
     ray.shutdown()
-    print(f"\nmedians over {args.rounds} round(s)")
-    for v in variants:
+    configurations = len(list(itertools.product(*SPACE["grid"].values())))
+    print(
+        f"\n{configurations} configurations, {args.steps} steps; medians over {args.rounds} "
+        "round(s) (min-max):"
+    )
+    for arm in arms[1:]:
         print(
-            f"final_repeats {v}: best found / grid best {statistics.median(ratios[v]):.3f} from "
-            f"the grid's single measurements, {statistics.median(confirmed[v]):.3f} re-measured "
-            f"side by side (goal >= 0.97); trial-seconds / grid's "
-            f"{statistics.median(shares[v]):.3f}; wall seconds / grid's "
-            f"{statistics.median(walls[v]):.3f} (launch starts and calibration in it; goal "
-            "<= 0.40 at 90 steps, <= 0.30 at 300)"
+            f"{arm}: span / grid's {_mid(span_ratio[arm])} (goal <= 0.40 at 90 steps, <= 0.25 "
+            f"at 300); whole wall / grid's {_mid(wall_ratio[arm])}; pick / grid's best "
+            f"{_mid(pick_ratio[arm])} (goal >= 0.97; 1 where it is the same configuration)"
         )
+
+
+def _mid(values: list[float]) -> str:
+    return f"{statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})"
+
+
+def _sweep(spec: dict, runs_dir: Path) -> dict:
+    """One sweep: its outcome, rows, and the span of its trial rows (seconds)."""
+    from amdahl import read_results, run_sweep, validate_spec
+
+    outcome = run_sweep(validate_spec(spec), runs_dir=runs_dir)
+    rows = read_results(outcome.sweep_dir).to_pylist()
+    timed = [x for x in rows if x.get("started_at") and x["status"] != "skipped"]
+    starts = [datetime.fromisoformat(x["started_at"]).timestamp() for x in timed]
+    ends = [t + (x["wall_s"] or 0.0) for t, x in zip(starts, timed, strict=True)]
+    return {"outcome": outcome, "rows": rows, "span": max(ends) - min(starts)}
+
+
+def _costs(arm: str, got: dict) -> str:
+    """A sweep's wall time in its parts: before the first measured window, the trial rows'
+    span, and after it (the closing calibration, the report, the groups' ends)."""
+    out = got["outcome"]
+    first = out.first_measured_s or 0.0
+    after = out.wall_s - first - got["span"]
+    return (
+        f"{arm}: {len(got['rows'])} rows; whole wall {out.wall_s:.1f} s = {first:.1f} s before "
+        f"the first window (planning, data, {out.group_starts} worker-group start(s)) + the "
+        f"trial rows' span {got['span']:.1f} s + {after:.1f} s after it; calibration "
+        f"{out.calibration_s:.1f} s (halving: inside the span, after rung 0's anchors; grid: "
+        "after it)"
+    )
 
 
 def confirm(chosen_rows: list[dict], runs_dir: Path, repeats: int) -> dict[str, float]:

@@ -12,6 +12,7 @@ it (protocol.contract) are driver/trainable.py's.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -60,6 +61,8 @@ class Measurement:
         self.emit(TrialDone(row))
 
     pool: LaunchPool | None = None
+    #: Wall seconds the driver spent waiting for calibration items (the summary's, benchmarks').
+    calibration_s: float = 0.0
 
     def measure(
         self, trial_ids: set[str], finished: set[tuple[str, int]], rung: int | None = None
@@ -119,7 +122,9 @@ class Measurement:
             return
         self.emit(Calibrating(max(t.settings.devices for t in self.plan.runnable)))
         pool = self._pool()
+        started = time.perf_counter()
         result = pool.calibrate(2, GPU_MAX_BYTES if self.spec.resources.use_gpu else CPU_MAX_BYTES)
+        self.calibration_s += time.perf_counter() - started
         if result is None:
             return
         try:

@@ -64,6 +64,8 @@ class SweepOutcome:
     group_starts: int = 0
     #: Why each worker group started, in order (driver.pool.LaunchPool.start_reasons).
     group_start_reasons: list[str] = field(default_factory=list)
+    #: Wall seconds spent measuring the all-reduce calibration inside the sweep's groups.
+    calibration_s: float = 0.0
     #: Seconds from `run_sweep`'s call to the first measured step (the first row's window
     #: opening: Ray's start, planning, data and the worker group's start before it).
     first_measured_s: float | None = None
@@ -206,6 +208,7 @@ def _run_locked(
             outcome.group_start_reasons = [why for _, why in measurement.pool.start_reasons]
             opened = measurement.pool.first_window_unix
             outcome.first_measured_s = opened - started_unix if opened else None
+        outcome.calibration_s = measurement.calibration_s
         report = _write_report(sweep_dir)
         tracker.finish(outcome, interrupted=interrupt.is_set(), report=report)
         outcome.tracking = None if tracker.offline_reason else tracker.link
