@@ -65,7 +65,7 @@ def test_one_worker_group_serves_2_4_and_8_devices(scale_sweep):
     # the dead rank's trial cost one restart: the 2- and 4-device trials ran in the first
     # group, before it; the healthy 8-device trial after it, in the group started then
     assert outcome.group_starts == 2
-    assert outcome.group_start_reasons[0] == "first start of its shape"
+    assert outcome.group_start_reasons[0] == "first start of a shape"
     assert outcome.group_start_reasons[1].startswith("again"), outcome.group_start_reasons
     dead = _row(rows, 8, kill_rank=7)
     assert ok[0]["started_at"] < ok[1]["started_at"] < dead["started_at"] < ok[2]["started_at"]

@@ -76,7 +76,7 @@ def test_an_item_that_kills_its_worker_twice_fails_and_the_rest_go_on(ray_cluste
     # Each killing item was handed out twice: a start, then a restart per death, each said so.
     assert outcome.group_starts == 5
     why = outcome.group_start_reasons
-    assert why[0] == "first start of its shape" and len(why) == 5, why
+    assert why[0] == "first start of a shape" and len(why) == 5, why
     assert all(w.startswith("again") and ("died" in w or "failure" in w) for w in why[1:]), why
 
 

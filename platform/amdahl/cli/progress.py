@@ -231,12 +231,12 @@ def print_link(link: Any) -> None:
 
 
 def _why_started(reasons: list[str]) -> str:
-    """Why the worker groups started, counted: "3 first start of its shape, 1 again for the
+    """Why the worker groups started, counted: "3 x first start of a shape; 1 x again for the
     calibration: ..." (a shape started twice costs a group start: this says what caused it)."""
     counts: dict[str, int] = {}
     for why in reasons:
         counts[why] = counts.get(why, 0) + 1
-    return "; ".join(f"{n} {why}" for why, n in counts.items())
+    return "; ".join(f"{n} x {why}" for why, n in counts.items())
 
 
 def search_summary(outcome: Any) -> list[str]:

@@ -297,7 +297,7 @@ def start_reason(started: bool, died: bool, closed_idle: bool, pending: set[str]
     (`pending`: the kinds of its items waiting; a start only for a calibration is the one a
     live group could have spared)."""
     if not started:
-        return "first start of its shape"
+        return "first start of a shape"
     if died:
         return "again: its last group died"
     work = "the calibration" if pending == {"calibrate"} else "more work"

@@ -160,11 +160,11 @@ def test_the_outcome_sums_up_time_inside_and_outside_measured_steps(out, tmp_pat
             failed=failed,
             search=None,
             group_starts=3,
-            group_start_reasons=["first start of its shape"] * 2 + [again],
+            group_start_reasons=["first start of a shape"] * 2 + [again],
             first_measured_s=None,
         )
     )
-    assert f"3 worker groups started (2 first start of its shape; 1 {again})." in out.getvalue()
+    assert f"3 worker groups started (2 x first start of a shape; 1 x {again})." in out.getvalue()
 
 
 def test_a_halving_search_ends_with_its_pick_and_the_finalists_it_cannot_separate(out, tmp_path):

@@ -28,7 +28,7 @@ def test_the_calibration_runs_in_a_wide_group_that_is_still_up():
 
 
 def test_each_start_says_what_caused_it():
-    assert start_reason(False, False, False, {"trial"}) == "first start of its shape"
+    assert start_reason(False, False, False, {"trial"}) == "first start of a shape"
     assert start_reason(True, True, False, {"trial"}) == "again: its last group died"
     closed = start_reason(True, False, True, {"calibrate"})
     assert closed == (
