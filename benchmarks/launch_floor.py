@@ -75,8 +75,10 @@ def ray_noop_s(work: Path, index: int) -> float:
     return time.perf_counter() - start
 
 
-def platform_s(work: Path, index: int) -> tuple[float, float | None]:
-    """A one-trial sweep: (run_sweep seconds, the part Ray Train took to start the group)."""
+def platform_s(work: Path, index: int) -> tuple[float, float | None, float]:
+    """A one-trial sweep: (run_sweep seconds, the part Ray Train took to start the group, the
+    part its closing calibration took: a 2-device ddp trial communicates, so the sweep ends by
+    measuring the all-reduce in its live group for `platform predict`)."""
     from amdahl import run_sweep, validate_spec
     from amdahl.driver.events import LaunchStarted, SweepEvent
 
@@ -103,7 +105,7 @@ def platform_s(work: Path, index: int) -> tuple[float, float | None]:
     assert row["status"] == "ok", row["error"]
     entered = row.get("launch_entered_unix_s")
     train_start = entered - launched[0] if entered and launched else None
-    return took, train_start
+    return took, train_start, outcome.calibration_s
 
 
 def main() -> None:
@@ -117,21 +119,23 @@ def main() -> None:
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     work = Path(tempfile.mkdtemp(prefix="amdahl-floor-"))
     ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
-    noop, plat, group = [], [], []
+    noop, plat, group, calib = [], [], [], []
     for r in range(args.rounds):
         arms = ["ray-noop", "platform"] if r % 2 == 0 else ["platform", "ray-noop"]
         for arm in arms:
             if arm == "ray-noop":
                 noop.append(ray_noop_s(work, r))
             else:
-                took, train_start = platform_s(work, r)
+                took, train_start, calibration_s = platform_s(work, r)
                 plat.append(took)
+                calib.append(calibration_s)
                 if train_start is not None:
                     group.append(train_start)
         started = f", of which Ray Train starting the group {group[-1]:.1f} s" if group else ""
         print(
             f"round {r}: ray-noop {noop[-1]:.1f} s; platform one-trial sweep {plat[-1]:.1f} s"
-            f"{started}; platform / ray-noop {plat[-1] / noop[-1]:.2f}",
+            f"{started}, its closing calibration {calib[-1]:.1f} s; platform / ray-noop "
+            f"{plat[-1] / noop[-1]:.2f}",
             flush=True,
         )
     ray.shutdown()
@@ -141,6 +145,7 @@ def main() -> None:
         f"\nmedian over {args.rounds} round(s): ray-noop {med(noop):.1f} s, platform "
         f"{med(plat):.1f} s"
         + (f" (Ray Train start inside it {med(group):.1f} s)" if group else "")
+        + f", its closing calibration {med(calib):.1f} s"
         + f"; platform / ray-noop {med(ratios):.2f} (min {min(ratios):.2f}, max {max(ratios):.2f});"
         f" platform beyond Ray's floor {med(p - n for p, n in zip(plat, noop, strict=True)):.1f} s"
     )
