@@ -10,14 +10,19 @@ amdahl in it, beside amdahl doing the same with one trial, in interleaved rounds
   ray-noop   the documented Tune-over-Train pattern at its smallest: a function trainable
              (0.01 CPU) fits a TorchTrainer of 2 workers holding CPUS_PER_WORKER each, whose
              loop reports once; the time is Tuner.fit() from call to return
-  platform   `run_sweep` of the D2L MLP on 2 devices with one warmup and one measured step,
-             MLflow off; the time is run_sweep from call to return (planning, the input rows,
-             the launch, the trial, results.parquet and the report), and, from its row, the
-             part that is Ray Train starting the worker group (launch_entered_unix_s against the
-             driver's clock, as sweep_timeline.py splits it)
+  first      `run_sweep` of the D2L MLP on 2 devices with one warmup and one measured step,
+             MLflow off, as the first sweep on this cluster shape (`recalibrate=True`: its
+             closing calibration measured); the time is run_sweep from call to return
+             (planning, the input rows, the launch, the trial, the calibration, results.parquet
+             and the report), and, from its row, the part that is Ray Train starting the worker
+             group (launch_entered_unix_s against the driver's clock, as sweep_timeline.py
+             splits it)
+  later      the same sweep as a later one in the same runs directory: the calibration reused
+             from an earlier sweep on the same cluster shape (driver/calibration_reuse.py)
 
-and prints, per round and as medians: both times, platform / ray-noop, and the platform's
-seconds beyond Ray's floor. Nothing is asserted.
+in rounds whose order rotates (round 0: ray-noop, first, later, so `later` always has a
+measurement to reuse), and prints, per round and as medians: the times, each platform arm over
+ray-noop, and the seconds beyond Ray's floor. Nothing is asserted.
 
     python benchmarks/launch_floor.py [--rounds N]
 
@@ -75,16 +80,17 @@ def ray_noop_s(work: Path, index: int) -> float:
     return time.perf_counter() - start
 
 
-def platform_s(work: Path, index: int) -> tuple[float, float | None, float]:
+def platform_s(work: Path, index: int, recalibrate: bool) -> tuple[float, float | None, float]:
     """A one-trial sweep: (run_sweep seconds, the part Ray Train took to start the group, the
     part its closing calibration took: a 2-device ddp trial communicates, so the sweep ends by
-    measuring the all-reduce in its live group for `platform predict`)."""
+    measuring the all-reduce in its live group for `platform predict`, unless an earlier sweep
+    in the runs directory measured it on this cluster shape and `recalibrate` is off)."""
     from amdahl import run_sweep, validate_spec
     from amdahl.driver.events import LaunchStarted, SweepEvent
 
     spec = validate_spec(
         {
-            "name": f"floor{index}",
+            "name": f"floor{index}{'m' if recalibrate else 'r'}",
             "workload": "mlp",
             "train": {"steps": 1, "warmup_steps": 1},
             "grid": {"devices": [WORKERS], "batch_size": [64], "sync": ["ddp"]},
@@ -99,7 +105,13 @@ def platform_s(work: Path, index: int) -> tuple[float, float | None, float]:
             launched.append(time.time())
 
     start = time.perf_counter()
-    outcome = run_sweep(spec, runs_dir=work / "platform", tracking=False, on_event=on_event)
+    outcome = run_sweep(
+        spec,
+        runs_dir=work / "platform",
+        tracking=False,
+        on_event=on_event,
+        recalibrate=recalibrate,
+    )
     took = time.perf_counter() - start
     (row,) = outcome.rows
     assert row["status"] == "ok", row["error"]
@@ -119,36 +131,42 @@ def main() -> None:
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     work = Path(tempfile.mkdtemp(prefix="amdahl-floor-"))
     ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
-    noop, plat, group, calib = [], [], [], []
+    arms = ["ray-noop", "first", "later"]
+    took: dict[str, list[float]] = {arm: [] for arm in arms}
+    group: list[float] = []
+    calib: dict[str, list[float]] = {"first": [], "later": []}
     for r in range(args.rounds):
-        arms = ["ray-noop", "platform"] if r % 2 == 0 else ["platform", "ray-noop"]
-        for arm in arms:
+        for arm in arms[r % 3 :] + arms[: r % 3]:
             if arm == "ray-noop":
-                noop.append(ray_noop_s(work, r))
-            else:
-                took, train_start, calibration_s = platform_s(work, r)
-                plat.append(took)
-                calib.append(calibration_s)
-                if train_start is not None:
-                    group.append(train_start)
-        started = f", of which Ray Train starting the group {group[-1]:.1f} s" if group else ""
+                took[arm].append(ray_noop_s(work, r))
+                continue
+            seconds, train_start, calibration_s = platform_s(work, r, arm == "first")
+            took[arm].append(seconds)
+            calib[arm].append(calibration_s)
+            if train_start is not None:
+                group.append(train_start)
+        noop = took["ray-noop"][-1]
         print(
-            f"round {r}: ray-noop {noop[-1]:.1f} s; platform one-trial sweep {plat[-1]:.1f} s"
-            f"{started}, its closing calibration {calib[-1]:.1f} s; platform / ray-noop "
-            f"{plat[-1] / noop[-1]:.2f}",
+            f"round {r}: ray-noop {noop:.1f} s; first sweep {took['first'][-1]:.1f} s "
+            f"(calibration {calib['first'][-1]:.1f} s) = {took['first'][-1] / noop:.2f}x; "
+            f"later sweep {took['later'][-1]:.1f} s (calibration {calib['later'][-1]:.1f} s) "
+            f"= {took['later'][-1] / noop:.2f}x",
             flush=True,
         )
     ray.shutdown()
     med = statistics.median
-    ratios = [p / n for p, n in zip(plat, noop, strict=True)]
     print(
-        f"\nmedian over {args.rounds} round(s): ray-noop {med(noop):.1f} s, platform "
-        f"{med(plat):.1f} s"
-        + (f" (Ray Train start inside it {med(group):.1f} s)" if group else "")
-        + f", its closing calibration {med(calib):.1f} s"
-        + f"; platform / ray-noop {med(ratios):.2f} (min {min(ratios):.2f}, max {max(ratios):.2f});"
-        f" platform beyond Ray's floor {med(p - n for p, n in zip(plat, noop, strict=True)):.1f} s"
+        f"\nmedian over {args.rounds} round(s): ray-noop {med(took['ray-noop']):.1f} s"
+        + (f"; Ray Train starting a sweep's group {med(group):.1f} s" if group else "")
     )
+    for arm in ("first", "later"):
+        ratios = [p / n for p, n in zip(took[arm], took["ray-noop"], strict=True)]
+        beyond = med(p - n for p, n in zip(took[arm], took["ray-noop"], strict=True))
+        print(
+            f"  {arm} sweep on this cluster shape: {med(took[arm]):.1f} s, closing calibration "
+            f"{med(calib[arm]):.1f} s; / ray-noop {med(ratios):.2f} (min {min(ratios):.2f}, "
+            f"max {max(ratios):.2f}); beyond Ray's floor {beyond:.1f} s"
+        )
 
 
 if __name__ == "__main__":

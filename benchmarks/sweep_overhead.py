@@ -53,10 +53,10 @@ SPECS = {
 #: "Performance goals".
 GOALS = {"mlp": (0.75, 2.0), "preprocess": (0.6, 3.0)}
 MODES = {
-    "grouped": {"group_launches": True, "tracking": True},
-    "by-devices": {"share_across_devices": False, "tracking": True},
-    "raw": {"group_launches": False, "tracking": True},
-    "no-tracking": {"group_launches": True, "tracking": False},
+    "grouped": {"worker_groups": "per_shape", "tracking": True},
+    "by-devices": {"worker_groups": "per_device_count", "tracking": True},
+    "raw": {"worker_groups": "per_trial", "tracking": True},
+    "no-tracking": {"worker_groups": "per_shape", "tracking": False},
 }
 #: Steps of the untimed warm-up sweep: enough to store the training set and warm imports.
 WARMUP_STEPS = 20

@@ -25,7 +25,9 @@ SPEC = {
 
 def _rows(tmp_path, share: bool) -> dict[str, dict]:
     outcome = run_sweep(
-        validate_spec(SPEC), runs_dir=tmp_path / str(share), share_across_devices=share
+        validate_spec(SPEC),
+        runs_dir=tmp_path / str(share),
+        worker_groups="per_shape" if share else "per_device_count",
     )
     return {r["trial_id"]: r for r in read_results(outcome.sweep_dir).to_pylist()}
 

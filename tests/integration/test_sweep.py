@@ -165,3 +165,37 @@ def test_time_to_target_sweep_with_linear_lr_scaling(ray_cluster, tmp_path):
         assert row["time_to_target_s"] > 0 and row["val_accuracy"] >= 0.6
     report = (outcome.sweep_dir / "report.md").read_text()
     assert "## Time to target" in report
+
+
+def test_a_later_sweep_on_the_same_cluster_shape_reuses_the_calibration(tiny_sweep):
+    """The tiny sweep's 2-device ddp trials made it measure the all-reduce; a later sweep in
+    the same runs directory, whose widest group has the same shape, writes that measurement
+    into its own calibration.json (saying where from) instead of measuring again."""
+    import json
+
+    from amdahl.driver.events import Calibrating, CalibrationReused
+
+    first, _, events = tiny_sweep
+    assert Calibrating in events and CalibrationReused not in events
+    assert first.calibration_s > 0 and first.calibration_reused_from is None
+    measured = json.loads((first.sweep_dir / "calibration.json").read_text())
+    later_events = []
+    spec = {**TINY, "name": "later", "grid": {**TINY["grid"], "devices": [2], "sync": ["ddp"]}}
+    later = run_sweep(
+        validate_spec(spec),
+        runs_dir=first.sweep_dir.parent,
+        tracking=False,
+        on_event=lambda event: later_events.append(event),
+    )
+    assert [r["status"] for r in later.rows] == ["ok"]
+    kinds = [type(e) for e in later_events]
+    assert CalibrationReused in kinds and Calibrating not in kinds
+    assert later.calibration_s == 0.0
+    assert later.calibration_reused_from == str(first.sweep_dir.resolve())
+    reused = json.loads((later.sweep_dir / "calibration.json").read_text())
+    assert reused["reused_from"]["sweep_dir"] == str(first.sweep_dir.resolve())
+    assert measured["all_reduce"] and measured["alpha_s"] > 0
+    for key in ("alpha_s", "bandwidth_Bps", "all_reduce", "peak_flops", "devices"):
+        assert reused[key] == measured[key], key
+    assert reused["reused_from"]["measured_at"] <= reused["created_at"]  # measured, then written
+    assert reused["grad_bytes"] > 0  # of this sweep's model, computed here

@@ -50,6 +50,9 @@ class Calibration:
     #: alpha and B fitted at each device count measured (the group's and its subgroups'):
     #: devices -> (alpha_s, bandwidth_Bps). How the collective grows with the device count.
     by_devices: dict[int, tuple[float, float]] = field(default_factory=dict)
+    #: Where an earlier sweep measured it, when this sweep reused that measurement (the same
+    #: cluster shape: driver/calibration_reuse.py): "<sweep dir>, measured <UTC time>".
+    reused_from: str = ""
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Calibration:
@@ -87,6 +90,7 @@ class Calibration:
                 for k, v in (shapes.items() if isinstance(shapes, dict) else [])
             },
             by_devices=_by_devices(d.get("by_devices")),
+            reused_from=_reused_from(d.get("reused_from")),
         )
 
     @property
@@ -167,3 +171,11 @@ def _by_devices(raw: Any) -> dict[int, tuple[float, float]]:
         if is_number(alpha) and alpha >= 0 and is_number(bandwidth) and bandwidth > 0:
             out[q] = (float(alpha), float(bandwidth))
     return out
+
+
+def _reused_from(value: Any) -> str:
+    """calibration.json's `reused_from` ({"sweep_dir", "measured_at"}) as one phrase."""
+    if not isinstance(value, dict) or not value.get("sweep_dir"):
+        return ""
+    at = f", measured {value['measured_at']}" if value.get("measured_at") else ""
+    return f"{value['sweep_dir']}{at}"

@@ -254,6 +254,7 @@ class CommModel:
     alpha_exp: float = 0.0
     bandwidth_exp: float = 0.0
     left_out: str = ""  # calibrated counts not used, and why (comm_model)
+    reused_from: str = ""  # the calibration's source where an earlier sweep measured it
 
     @property
     def calibrated_range(self) -> tuple[int, int] | None:
@@ -334,7 +335,14 @@ def comm_model(calibration: Calibration | None, host_cores: float | None = None)
             by_devices, devices = within, max(within)
             intra = within[devices]
     if intra is None or len(by_devices) < 2:
-        return CommModel(intra, inter, calibration.backend, devices, left_out=left_out)
+        return CommModel(
+            intra,
+            inter,
+            calibration.backend,
+            devices,
+            left_out=left_out,
+            reused_from=calibration.reused_from,
+        )
     qs = sorted(by_devices)
     alpha_exp = _slope([(q, by_devices[q].alpha_s) for q in qs])
     bandwidth_exp = _slope([(q, 1 / by_devices[q].bandwidth_Bps) for q in qs])
@@ -347,6 +355,7 @@ def comm_model(calibration: Calibration | None, host_cores: float | None = None)
         alpha_exp,
         bandwidth_exp,
         left_out,
+        calibration.reused_from,
     )
 
 

@@ -155,6 +155,12 @@ def plan(
     "(instead of refusing).",
 )
 @click.option("--no-tracking", is_flag=True, help="Do not mirror results to MLflow.")
+@click.option(
+    "--recalibrate",
+    is_flag=True,
+    help="Measure the all-reduce calibration even where an earlier sweep in --runs-dir "
+    "measured it on the same cluster shape within a day (reused by default).",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Stream Ray's logs to the terminal.")
 def sweep(
     spec_path: str,
@@ -166,6 +172,7 @@ def sweep(
     retry_failed: bool,
     new_if_changed: bool,
     no_tracking: bool,
+    recalibrate: bool,
     verbose: bool,
 ) -> None:
     """Run every trial of a sweep file and write runs/<name>-<time>/."""
@@ -193,6 +200,7 @@ def sweep(
                 on_event=progress.event,
                 verbose=verbose,
                 tracking=False if no_tracking else None,
+                recalibrate=recalibrate,
             )
     except SweepInterrupted as e:
         sets = [part for o in overrides for part in ("--set", o)]  # quoted: copy-paste safe

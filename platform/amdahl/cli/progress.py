@@ -196,6 +196,20 @@ def print_outcome(outcome: Any) -> None:
             + ".",
             soft_wrap=True,
         )
+    if source := getattr(outcome, "calibration_reused_from", None):
+        console.print(
+            f"calibration: reused from {source} (same cluster shape, within a day); "
+            "--recalibrate measures it again",
+            markup=False,
+            soft_wrap=True,
+        )
+    elif getattr(outcome, "calibration_s", 0.0):
+        console.print(
+            f"calibration: measured in {outcome.calibration_s:.1f} s; later sweeps on this "
+            "cluster shape in this runs directory reuse it for a day",
+            markup=False,
+            soft_wrap=True,
+        )
     files = SweepDir(outcome.sweep_dir)
     console.print(f"results: {files.results}", markup=False, soft_wrap=True)
     if files.report_html.exists():

@@ -109,17 +109,21 @@ def finish_calibration(
     result: dict[str, Any],
     resources: dict[str, float],
     models: dict[str, Any] | None = None,
+    reused_from: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A measurement (worker.calibration_measurement.calibration_result, from `platform
     calibrate`'s own worker group or a sweep's live launch) fitted and written to
     calibration.json at once, then again with the gradient bytes of the sweep's models (so a
-    model that fails to build loses no measurement). Returns what was written."""
+    model that fails to build loses no measurement). `reused_from`: where an earlier sweep
+    measured it (driver/calibration_reuse.py), kept in the file. Returns what was written."""
     world = result["devices"]
     for m in result["all_reduce"]:
         m["busbw_Bps"] = bus_bandwidth(world, m["bytes"], m["seconds"]) if world > 1 else 0.0
     result.update(_fit(result))
     result["created_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     result["resources_per_worker"] = resources
+    if reused_from is not None:
+        result["reused_from"] = reused_from
     path = write_calibration(sweep_dir, result)
     models = _sweep_models(sweep_dir) if models is None else models
     if models:

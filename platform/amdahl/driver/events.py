@@ -71,6 +71,15 @@ class Calibrating:
 
 
 @dataclass(frozen=True)
+class CalibrationReused:
+    """An earlier sweep's calibration on the same cluster shape, `age_s` old, was written
+    into this sweep's calibration.json instead of measuring (driver/calibration_reuse.py)."""
+
+    sweep_dir: str
+    age_s: float
+
+
+@dataclass(frozen=True)
 class SweepFinished:
     """The sweep ended without an interrupt: `outcome` is what `run_sweep` returns (a
     driver.sweep.SweepOutcome)."""
@@ -92,6 +101,7 @@ SweepEvent = (
     | TrialDone
     | RungStarted
     | Calibrating
+    | CalibrationReused
     | SweepFinished
     | TrackingOpened
 )

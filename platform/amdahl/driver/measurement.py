@@ -11,6 +11,7 @@ it (protocol.contract) are driver/trainable.py's.
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from dataclasses import dataclass
@@ -19,11 +20,18 @@ from typing import TYPE_CHECKING, Any
 
 from amdahl import strategies
 from amdahl.columns import TrialSettings
-from amdahl.driver.events import Calibrating, EventHandler, RungStarted, TrialDone
+from amdahl.driver import calibration_reuse
+from amdahl.driver.events import (
+    Calibrating,
+    CalibrationReused,
+    EventHandler,
+    RungStarted,
+    TrialDone,
+)
 from amdahl.driver.pool import LaunchPool
 from amdahl.driver.signals import InterruptFlag
 from amdahl.driver.traces import keep_traces
-from amdahl.plan.launches import SweepPlan
+from amdahl.plan.launches import Launch, SweepPlan
 from amdahl.protocol.items import WorkItem, item_key
 from amdahl.search.halving import ranks_only, rung_repeats, rung_steps
 from amdahl.spec.schema import SweepSpec
@@ -63,6 +71,10 @@ class Measurement:
     pool: LaunchPool | None = None
     #: Wall seconds the driver spent waiting for calibration items (the summary's, benchmarks').
     calibration_s: float = 0.0
+    #: Measure the calibration even where an earlier sweep's on this cluster shape is reusable.
+    recalibrate: bool = False
+    #: The earlier sweep's calibration this one reused, if it did.
+    calibration_reused: calibration_reuse.Reusable | None = None
 
     def measure(
         self, trial_ids: set[str], finished: set[tuple[str, int]], rung: int | None = None
@@ -113,22 +125,38 @@ class Measurement:
         """calibration.json for the report and the step-time model (`platform predict`): the
         all-reduce alpha-beta and the peaks, measured as a work item in the sweep's live launch
         with the most workers (seconds, no worker group of its own), fitted and written into
-        the sweep directory. Kept where the directory has one already (a resume, or
-        `platform calibrate`); skipped where no trial communicates across devices."""
+        the sweep directory; or an earlier sweep's measurement on the same cluster shape,
+        reused (driver/calibration_reuse.py) unless `recalibrate`. Kept where the directory
+        has one already (a resume, or `platform calibrate`); skipped where no trial
+        communicates across devices."""
         from amdahl.driver.calibrate import CPU_MAX_BYTES, GPU_MAX_BYTES, finish_calibration
 
         target = SweepDir(self.sweep_dir).calibration
         if target.exists() or not any(_communicates(t.settings) for t in self.plan.runnable):
             return
-        self.emit(Calibrating(max(t.settings.devices for t in self.plan.runnable)))
         pool = self._pool()
-        started = time.perf_counter()
-        result = pool.calibrate(2, GPU_MAX_BYTES if self.spec.resources.use_gpu else CPU_MAX_BYTES)
-        self.calibration_s += time.perf_counter() - started
-        if result is None:
+        launch = pool.calibration_launch(2)
+        if launch is None:
             return
+        max_bytes = GPU_MAX_BYTES if self.spec.resources.use_gpu else CPU_MAX_BYTES
+        key = _calibration_key(self.spec.resources.use_gpu, launch, max_bytes)
+        runs_dir = self.sweep_dir.parent
+        found = None if self.recalibrate else calibration_reuse.find(runs_dir, key)
+        if found is not None:
+            self.calibration_reused = found
+            self.emit(CalibrationReused(found.sweep_dir, found.age_s()))
+            result, reused_from = found.measurement, found.provenance()
+        else:
+            self.emit(Calibrating(launch.resources.workers))
+            started = time.perf_counter()
+            result, reused_from = pool.calibrate(2, max_bytes), None
+            self.calibration_s += time.perf_counter() - started
+            if result is None:
+                return
+            calibration_reuse.keep(runs_dir, key, copy.deepcopy(result), self.sweep_dir)
         try:
-            finish_calibration(self.sweep_dir, result, result.pop("resources_per_worker"))
+            resources = result.pop("resources_per_worker")
+            finish_calibration(self.sweep_dir, result, resources, reused_from=reused_from)
         except Exception as e:  # noqa: BLE001 - the sweep's rows are safe; this is an extra
             logging.getLogger(__name__).warning("calibration.json is incomplete: %s", e)
 
@@ -144,6 +172,22 @@ def rung_spec(spec: SweepSpec, rung: int) -> SweepSpec:
     else:
         train = train.model_copy(update={"steps": steps})
     return spec.model_copy(update={"train": train})
+
+
+def _calibration_key(use_gpu: bool, launch: Launch, max_bytes: int) -> dict[str, Any]:
+    """The cluster shape a calibration on `launch` measures (calibration_reuse.shape_key)."""
+    import torch
+
+    r = launch.resources
+    return calibration_reuse.shape_key(
+        use_gpu=use_gpu,
+        workers=r.workers,
+        cpus_per_worker=r.cpus_per_worker,
+        gpus_per_worker=r.gpus_per_worker,
+        max_bytes=max_bytes,
+        nodes=calibration_reuse.cluster_nodes(),
+        torch_version=torch.__version__,
+    )
 
 
 def _communicates(settings: TrialSettings) -> bool:

@@ -127,7 +127,7 @@ class LaunchPool:
         `devices`), as `platform calibrate` would on a group of its own, and return the
         measurement (worker.calibration_measurement.calibration_result); None where no launch
         has that many workers, or the measurement failed."""
-        widest = calibration_launch(list(self.shapes.values()), self._running, devices)
+        widest = self.calibration_launch(devices)
         if widest is None:
             return None
         done = len(self.calibrations)
@@ -136,6 +136,11 @@ class LaunchPool:
         self.measure([item])
         result = self.calibrations[done] if len(self.calibrations) > done else None
         return None if result is None or "error" in result else result
+
+    def calibration_launch(self, devices: int) -> Launch | None:
+        """The launch `calibrate` measures on (`calibration_launch`), None where none has
+        `devices` workers."""
+        return calibration_launch(list(self.shapes.values()), self._running, devices)
 
     def close(self) -> None:
         """No more work: every launch returns once its queue is empty; wait for Tune, take

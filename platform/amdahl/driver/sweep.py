@@ -66,6 +66,8 @@ class SweepOutcome:
     group_start_reasons: list[str] = field(default_factory=list)
     #: Wall seconds spent measuring the all-reduce calibration inside the sweep's groups.
     calibration_s: float = 0.0
+    #: The sweep directory whose calibration this one reused (same cluster shape), if any.
+    calibration_reused_from: str | None = None
     #: Seconds from `run_sweep`'s call to the first measured step (the first row's window
     #: opening: Ray's start, planning, data and the worker group's start before it).
     first_measured_s: float | None = None
@@ -76,6 +78,14 @@ class SweepOutcome:
     @property
     def failed(self) -> list[dict[str, Any]]:
         return [r for r in self.rows if r.get("status") != "ok"]
+
+
+#: run_sweep's `worker_groups`: (group a launch's trials, share a group across device counts).
+WORKER_GROUPS = {
+    "per_shape": (True, True),
+    "per_device_count": (True, False),
+    "per_trial": (False, True),
+}
 
 
 def run_sweep(
@@ -89,8 +99,8 @@ def run_sweep(
     on_event: EventHandler | None = None,
     verbose: bool = False,
     tracking: bool | None = None,
-    group_launches: bool = True,
-    share_across_devices: bool = True,
+    worker_groups: str = "per_shape",
+    recalibrate: bool = False,
 ) -> SweepOutcome:
     """Plan, launch and record a whole sweep; returns what was run and where it was written.
 
@@ -103,13 +113,17 @@ def run_sweep(
     (see `sweepdir.resume.spec_changes`), or with `new_if_changed` starts a new directory.
     The sweep directory is locked for the whole run (`sweepdir.lock.lock_sweep_dir`): a second
     driver there is refused.
-    `group_launches=False` starts one worker group per trial, `share_across_devices=False` one
-    per device count (both for overhead comparisons).
+    `worker_groups`: "per_shape" (one per worker-group shape, serving every device count it
+    holds), or, for overhead comparisons, "per_device_count" or "per_trial" (WORKER_GROUPS).
+    `recalibrate` measures the closing calibration even where an earlier sweep in `runs_dir`
+    measured one on the same cluster shape within a day (driver/calibration_reuse.py).
     `on_event(event)` hears the sweep's progress (driver.events: a type per kind) on the
     calling thread, except `TrackingOpened` (where MLflow shows the sweep), which comes from
     the MLflow mirror's own thread once the sweep's parent run exists.
     Raises SweepInterrupted after a first Ctrl-C or SIGTERM has stopped it cleanly.
     """
+    if worker_groups not in WORKER_GROUPS:
+        raise ValueError(f"worker_groups: {worker_groups!r}, not one of {sorted(WORKER_GROUPS)}")
     check_search(spec)  # pure: a search section that cannot run creates no directory
     runs_dir = Path(runs_dir)
     fresh_runs_dir = not runs_dir.exists()
@@ -126,8 +140,8 @@ def run_sweep(
             on_event=on_event,
             verbose=verbose,
             tracking=tracking,
-            group_launches=group_launches,
-            share_across_devices=share_across_devices,
+            worker_groups=worker_groups,
+            recalibrate=recalibrate,
         )
     except BaseException:
         if fresh_runs_dir and not sweep_dir.exists():  # planning failed: leave no trace
@@ -148,8 +162,8 @@ def _run_locked(
     on_event: EventHandler | None,
     verbose: bool,
     tracking: bool | None,
-    group_launches: bool,
-    share_across_devices: bool,
+    worker_groups: str,
+    recalibrate: bool,
 ) -> SweepOutcome:
     """`run_sweep` in a directory this driver holds (`created`: made by it, removed again if
     planning fails)."""
@@ -189,8 +203,8 @@ def _run_locked(
         tracker,
         emit,
         interrupt,
-        group_launches,
-        share_across_devices,
+        *WORKER_GROUPS[worker_groups],
+        recalibrate=recalibrate,
     )
     try:
         with interrupt.installed():
@@ -209,6 +223,8 @@ def _run_locked(
             opened = measurement.pool.first_window_unix
             outcome.first_measured_s = opened - started_unix if opened else None
         outcome.calibration_s = measurement.calibration_s
+        if measurement.calibration_reused is not None:
+            outcome.calibration_reused_from = measurement.calibration_reused.sweep_dir
         report = _write_report(sweep_dir)
         tracker.finish(outcome, interrupted=interrupt.is_set(), report=report)
         outcome.tracking = None if tracker.offline_reason else tracker.link

@@ -284,9 +284,10 @@ def links_text(comm: CommModel) -> str:
             "what does not communicate (1 device, sync none) is predicted; run `platform "
             "calibrate DIR --devices N`."
         )
+    source = f"; reused from {comm.reused_from}, same cluster shape" if comm.reused_from else ""
     text = (
         f"alpha = {comm.intra.alpha_s * 1e6:,.1f} us, B = {comm.intra.bandwidth_Bps / 1e9:.3f} "
-        f"GB/s within a node ({comm.backend or '?'}, calibration.json)"
+        f"GB/s within a node ({comm.backend or '?'}, calibration.json{source})"
     )
     if comm.inter is not None:
         text += (

@@ -70,6 +70,20 @@ def test_the_outcome_prints_paths_with_brackets(out, tmp_path):
     )
     progress.print_outcome(outcome)
     assert f"results: {sweep_dir}/results.parquet" in out.getvalue()
+    assert "calibration" not in out.getvalue()  # none measured, none reused
+
+
+def test_the_outcome_says_whether_the_calibration_was_measured_or_reused(out, tmp_path):
+    common = {"rows": [], "wall_s": 9.0, "sweep_dir": tmp_path, "failed": [], "search": None}
+    common |= {"group_start_reasons": [], "first_measured_s": None}
+    progress.print_outcome(SimpleNamespace(**common, group_starts=1, calibration_s=6.5))
+    assert "calibration: measured in 6.5 s; later sweeps on this cluster shape" in out.getvalue()
+    out.seek(0)
+    out.truncate(0)
+    outcome = SimpleNamespace(**common, group_starts=1, calibration_reused_from="/runs/a-1")
+    progress.print_outcome(outcome)
+    text = out.getvalue()
+    assert "calibration: reused from /runs/a-1" in text and "--recalibrate" in text
 
 
 # --------------------------------------------------------------------------- what it shows
@@ -149,6 +163,7 @@ def test_the_outcome_sums_up_time_inside_and_outside_measured_steps(out, tmp_pat
     assert "1 trial runs did not succeed" in text
 
     # more than one start: why each, counted
+    out.seek(0)
     out.seek(0)
     out.truncate(0)
     again = "again for the calibration: closed while idle, to free resources for another shape"
@@ -235,6 +250,7 @@ def test_a_halving_search_ends_with_its_pick_and_the_finalists_it_cannot_separat
     )
     once = [r for r in rows if r["repeat"] == 0]
     state = replay(once, single.search, single.train)
+    out.seek(0)
     out.seek(0)
     out.truncate(0)
     progress.print_outcome(
