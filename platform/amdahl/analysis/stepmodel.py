@@ -183,9 +183,10 @@ class Family:
         if devices > 1 and devices not in self.lines and self.contention is not None:
             anchor = self.contention_anchor(devices)
             load = self.contention.load_caveat(batch, math.ceil(devices / max(1, nodes)))
+            k = self.contention.in_core_at(math.ceil(devices / max(1, nodes)))
             return (
-                f"compute at {devices} devices: measured at {anchor}, scaled by the host "
-                f"contention model ({self.contention.cores:.2g} effective cores per node)"
+                f"compute at {devices} devices: measured at {anchor}, scaled by the host contention"
+                f" model ({self.contention.cores:.2g} effective cores per node, CPU work x{k:.2g})"
             ) + (f"; {load}" if load else "")
         p = nearest_devices(sorted(self.lines), devices)
         if devices > 1 and p is None and self.kappa_source.startswith("default"):
@@ -580,8 +581,7 @@ def _fit_overlaps(model: StepModel, points: list[Point]) -> None:
 def _overlap_observations(
     model: StepModel, points: list[Point]
 ) -> dict[str, list[tuple[float, float, float]]]:
-    """Per sync strategy, (compute, calibrated comm, measured busy step) of each multi-device
-    point that communicates."""
+    """Per sync strategy, (compute, calibrated comm, busy step) of each communicating point."""
     pairs: dict[str, list[tuple[float, float, float]]] = {}
     for pt in points:
         fam = model.families.get(pt.family)

@@ -143,6 +143,8 @@ def test_work_that_slows_on_its_core_is_not_queueing_for_cores():
         assert fam.compute_s(b, 4) == pytest.approx(one[b] * 1.5, rel=1e-6)  # measured
         assert fam.compute_s(b, 8) == pytest.approx(one[b] * (1 + a * math.log(8)), rel=0.02)
     assert "1 + 0.38 ln p elsewhere" in fam.contention.describe()
+    k8 = f"CPU work x{1 + a * math.log(8):.2g}"  # said beside the prediction
+    assert any(k8 in c for c in model.predict(fam, 8, 64).caveats), k8
     # 16 such ranks would keep the 16 cores 150% busy, the measured 4 at most 38%: said
     at16 = model.predict(fam, 16, 64)
     assert any("queueing for cores" in c and "is extrapolated" in c for c in at16.caveats)
