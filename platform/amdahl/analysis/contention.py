@@ -31,9 +31,10 @@ apart, because a rank waiting for a core spends no CPU time while it waits. So e
 multi-device point's CPU seconds per step over the 1-device demand is its in-core factor
 (`in_core`: 1.2-1.4 at 4 ranks of the D2L MLP on 16 cores, up to 1.6 at one batch, whose step
 grew as much while every rank stayed on its core); the queueing model serves that larger
-demand, and at an unmeasured device count the factor is 1 + a ln p, a fitted over the measured
-counts (`in_core_growth`; it was the nearest measured count's until that proved too optimistic
-at 12-16 ranks on 16 cores). What is fitted, over the
+demand, and an unmeasured device count keeps the in-core factor of the measured one it is
+scaled from. (Carrying it on as 1 + a ln p was tried and failed its first held-out test:
+docs/performance.md, "The in-core factor carried beyond the measured counts".) What is fitted,
+over the
 measured multi-device `sync: none` points, is the node's effective cores C: the cores the ranks
 get, less what Ray, the driver and the OS take, with a weak prior at the node's nominal cores
 (where the measured device counts show no queueing, C stays there: nothing in the data says
@@ -111,28 +112,11 @@ class Contention:
     in_core: tuple[tuple[int, float], ...] = ()
 
     def in_core_at(self, ranks: int) -> float:
-        """The in-core factor at `ranks`: as measured there, else 1 + a ln(ranks), a fitted
-        over the measured counts (`in_core_growth`); 1 for one rank, or where nothing was
-        measured."""
+        """The in-core factor measured at the count nearest `ranks` (log scale, the larger on a
+        tie); 1 for one rank, or where nothing was measured."""
         if ranks <= 1 or not self.in_core:
             return 1.0
-        measured = dict(self.in_core)
-        if ranks in measured:
-            return measured[ranks]
-        return 1.0 + self.in_core_growth() * math.log(ranks)
-
-    def in_core_growth(self) -> float:
-        """a in k(p) = 1 + a ln p: least squares through k(1) = 1 over the measured counts,
-        at least 0. Why a logarithm: of three one-parameter forms tried on four row sets (the
-        D2L MLP on the H200 machine's 16 cores, three runs, and the simulated accelerator on
-        2 cores; fitted at 1-4 ranks, held out 8-16), the factor kept at the nearest measured
-        count, linear in p and a power of p, it was the only one better than the nearest
-        count on all four (docs/performance.md); the work's slowdown among more ranks (shared
-        memory bandwidth and caches) grew steeply from 1 to 2 ranks and slowly after."""
-        points = [(math.log(p), k - 1.0) for p, k in self.in_core if p > 1]
-        if not points:
-            return 0.0
-        return max(0.0, sum(x * y for x, y in points) / sum(x * x for x, _ in points))
+        return min(self.in_core, key=lambda rk: (abs(math.log(rk[0] / ranks)), -rk[0]))[1]
 
     def step_s(
         self, one_device_s: float, batch: float, ranks_per_node: int, in_core: float = 1.0
@@ -157,11 +141,10 @@ class Contention:
 
     def ratio(self, one_device_s: float, batch: float, ranks: int, from_ranks: int) -> float:
         """How much slower a rank's compute is among `ranks` ranks of a node than among
-        `from_ranks` (measured there): the queueing, and the in-core factor's growth between
-        the two."""
-        base = self.step_s(one_device_s, batch, from_ranks, self.in_core_at(from_ranks))
-        at = self.step_s(one_device_s, batch, ranks, self.in_core_at(ranks))
-        return at / base if base > 0 else 1.0
+        `from_ranks` (measured there: its in-core factor carries over, only queueing changes)."""
+        k = self.in_core_at(from_ranks)
+        base = self.step_s(one_device_s, batch, from_ranks, k)
+        return self.step_s(one_device_s, batch, ranks, k) / base if base > 0 else 1.0
 
     def load(self, batch: float, ranks: int) -> float:
         """The share of the effective cores `ranks` ranks' CPU work keeps busy, queueing apart
@@ -204,11 +187,8 @@ class Contention:
         lo, hi = min(s for _, s in self.share.shares), max(s for _, s in self.share.shares)
         share = f"{lo:.0%}" if math.isclose(lo, hi, abs_tol=0.005) else f"{lo:.0%}-{hi:.0%}"
         in_core = ", ".join(f"x{k:.2g} at {r}" for r, k in self.in_core if abs(k - 1) >= 0.05)
-        if in_core and (a := self.in_core_growth()) > 0:
-            in_core += f" ranks, 1 + {a:.2g} ln p elsewhere"
-        elif in_core:
-            in_core += " ranks"
-        in_core = f"; CPU work per step {in_core}" if in_core else ""
+        if in_core:
+            in_core = f"; CPU work per step {in_core} ranks, the nearest measured count's elsewhere"
         return (
             f"host contention: {self.cores:.2g} effective cores of {self.nominal_cores:g} per "
             f"node, a rank's step {share} CPU work at 1 device{in_core} ({self.source})"
