@@ -22,13 +22,14 @@ workload the median ratios of throughput:
                             2-core box
 Rounds rotate the arms' order; a multiple of the arm count gives each arm each place equally
 often. `--inputs ray_data,torch_loader` adds a platform arm per further input pipeline (is the
-platform's cost its input?).
+platform's cost its input?); `torch_loader:0` is one with `data_workers: 0` (the DataLoader in
+the training process), `torch_loader:1` the default one worker process.
 One local Ray (127.0.0.1 only) serves the whole run. Ratios are measured side by side in one
 run; nothing is asserted.
 
     python benchmarks/harness_overhead.py [--rounds N (default 6)] [--steps N (both workloads)]
         [--workers 1 (the one-device arm; default 2)] [--workloads mlp]
-        [--inputs ray_data,torch_loader]
+        [--inputs ray_data,torch_loader:1,torch_loader:0]
 """
 
 from __future__ import annotations
@@ -174,6 +175,7 @@ def platform_throughput(
     from amdahl import run_sweep, validate_spec
 
     cfg = WORKLOADS[name]
+    source, _, workers = source.partition(":")  # "torch_loader:0": its data_workers
     spec = validate_spec(
         {
             "name": f"overhead-{name}",
@@ -185,6 +187,7 @@ def platform_throughput(
                 "batch_size": [cfg["batch"]],
                 "sync": ["ddp"],
                 "input": [source],
+                "data_workers": [int(workers or 1)],
             },
             "resources": {
                 "cpus_per_device": CPUS_PER_DEVICE,

@@ -46,6 +46,11 @@ def capability_problem(spec: SweepSpec, settings: TrialSettings) -> str | None:
     for (axis, value), reason in NEEDS_CUDA.items():
         if not spec.resources.use_gpu and getattr(settings, axis) == value:
             return f"{axis}={value}: {reason}"
+    if settings.data_workers == 0 and settings.input != "torch_loader":
+        return (
+            f"data_workers=0 with input={settings.input}: Ray Data's preprocessing needs at "
+            "least one task; 0 (batches made in the training process) is for input torch_loader"
+        )
     for (a, b), reason in INCOMPATIBLE.items():
         if getattr(settings, a[0]) == a[1] and getattr(settings, b[0]) == b[1]:
             return f"{a[0]}={a[1]} with {b[0]}={b[1]}: {reason}"

@@ -204,7 +204,7 @@ def run_settings(report: Report, c: Config) -> RunSettings:
         sync=str(s.get("sync") or "ddp"),
         options={k: v for k, v in options.items() if v is not None},
         input=str(s.get("input") or "ray_data"),
-        data_workers=int(s.get("data_workers") or 1),
+        data_workers=int(s["data_workers"] if s.get("data_workers") is not None else 1),
         prefetch_batches=int(s["prefetch_batches"] if s.get("prefetch_batches") is not None else 4),
         optimizer=str(train.get("optimizer") or "sgd"),
         lr=float(lr.median if lr else train.get("lr") or 0.05),

@@ -122,11 +122,12 @@ class GridSpec(_Section):
     )
     precision: list[Precision] = Field(["fp32"], min_length=1, description="Numeric precision.")
     compile: list[Compile] = Field(["eager"], min_length=1, description="Graph compilation.")
-    data_workers: list[_Positive] = Field(
+    data_workers: list[_NonNegative] = Field(
         [1],
         min_length=1,
         description="Concurrency of the input pipeline's preprocessing: Ray Data map tasks "
-        "(input ray_data), or DataLoader workers per device (input torch_loader).",
+        "(input ray_data), or DataLoader workers per device (input torch_loader; 0 loads in "
+        "the training process).",
     )
     input: list[Input] = Field(
         ["ray_data"],

@@ -80,3 +80,20 @@ def test_half_a_cpu_per_data_worker_does_not_fit_two_of_them_beside_two_devices(
     assert by[1].refused is None
     assert "= 2.01 CPU, the cluster has 2 CPUs" in by[2].refused
     assert "set resources.cpus_per_device <= 0.49" in by[2].refused
+
+
+def test_no_data_workers_loads_in_the_training_process_and_only_for_the_dataloader():
+    plan = _plan(
+        grid={"devices": [2], "data_workers": [0, 1], "input": ["ray_data", "torch_loader"]},
+        resources={"cpus_per_device": 0.5, "cpus_per_data_worker": 0.4},
+    )
+    by = {(t.settings.input, t.settings.data_workers): t for t in plan.trials}
+    assert by[("torch_loader", 0)].refused is None
+    assert by[("torch_loader", 0)].resources.data_cpus == 0  # no worker processes to keep
+    assert "data_workers=0 with input=ray_data" in by[("ray_data", 0)].refused
+    assert "0 (batches made in the training process) is for input torch_loader" in (
+        by[("ray_data", 0)].refused
+    )
+    assert by[("ray_data", 1)].refused is None
+    with pytest.raises(UserError, match=r"grid.data_workers\[0\]: must be >= 0, got -1"):
+        validate_spec({"workload": "resnet", "grid": {"data_workers": [-1]}})
