@@ -22,10 +22,14 @@ NEEDS_CUDA: dict[tuple[str, str], str] = {
 #: Combinations of axis values that cannot run together, with the reason; the sync strategies'
 #: come from their table (seen on an H100: FSDP2's `fully_shard` registers forward pre-hooks,
 #: which TorchScript modules refuse).
-INCOMPATIBLE: dict[tuple[tuple[str, str], tuple[str, str]], str] = {
-    ((axis, value), ("sync", n)): reason
-    for n, s in STRATEGIES.items()
-    for axis, value, reason in s.incompatible
+INCOMPATIBLE: dict[tuple[tuple[str, object], tuple[str, object]], str] = {
+    (("data_workers", 0), ("input", "ray_data")): "Ray Data's preprocessing needs at least one "
+    "task; 0 (batches made in the training process) is for input torch_loader",
+    **{
+        ((axis, value), ("sync", n)): reason
+        for n, s in STRATEGIES.items()
+        for axis, value, reason in s.incompatible
+    },
 }
 
 
@@ -46,11 +50,6 @@ def capability_problem(spec: SweepSpec, settings: TrialSettings) -> str | None:
     for (axis, value), reason in NEEDS_CUDA.items():
         if not spec.resources.use_gpu and getattr(settings, axis) == value:
             return f"{axis}={value}: {reason}"
-    if settings.data_workers == 0 and settings.input != "torch_loader":
-        return (
-            f"data_workers=0 with input={settings.input}: Ray Data's preprocessing needs at "
-            "least one task; 0 (batches made in the training process) is for input torch_loader"
-        )
     for (a, b), reason in INCOMPATIBLE.items():
         if getattr(settings, a[0]) == a[1] and getattr(settings, b[0]) == b[1]:
             return f"{a[0]}={a[1]} with {b[0]}={b[1]}: {reason}"
