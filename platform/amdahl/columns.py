@@ -298,6 +298,23 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
         "Unix time rank 0's measured window opened (after set-up and warmup), stamped by the "
         "worker: the closing summary's first measured step is the earliest, minus the start",
     ),
+    "windows": (
+        pa.int64(),
+        "measured windows this row's figures pool: 1, or more where search: halving continued "
+        "a configuration kept from its earlier rungs (its steps, step times and window seconds "
+        "are every window's; set-up, warmup, compile, first-step and memory figures the first "
+        "item's)",
+    ),
+    "continued_from": (
+        pa.string(),
+        "halving: the item (trial_id/repeat/rung) whose kept trial this row continued; null "
+        "where it started fresh",
+    ),
+    "restart_reason": (
+        pa.string(),
+        "halving: why a configuration promoted from the rung before started fresh instead of "
+        "continuing (not kept: over the memory budget, a restarted worker group, ...)",
+    ),
     "history": (
         pa.string(),
         "per-step training curves of rank 0, as JSON: `step` (the optimizer step, 1-based, "

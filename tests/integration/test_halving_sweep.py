@@ -72,6 +72,22 @@ def test_rungs_grow_longer_over_the_survivors_of_the_rung_before(searched):
     for g in state.rungs:
         for why in g.dropped.values():
             assert why.startswith(f"rung {g.index}")
+    # A promoted configuration continues its trial from the rung before (kept in its ranks;
+    # the 2-device ones across the 1-device trials between, in their own process group): the
+    # row pools the windows and keeps the first item's set-up and warmup; the last rung's
+    # second repeats, which no earlier rung ran, start fresh.
+    first = {r["trial_id"]: r for r in rows if r["rung"] == 0 and r["status"] == "ok"}
+    for r in rows:
+        if r["status"] != "ok":
+            continue
+        if r["rung"] == 0 or r["repeat"] == 1:
+            assert (r["windows"], r["continued_from"]) == (1, None), r
+            continue
+        assert r["continued_from"] == f"{r['trial_id']}/0/{r['rung'] - 1}", r["restart_reason"]
+        assert r["windows"] == r["rung"] + 1 and r["restart_reason"] is None
+        assert r["warmup_s"] == first[r["trial_id"]]["warmup_s"]
+        assert r["setup_s"] == first[r["trial_id"]]["setup_s"]
+    assert any(r["devices"] == 2 and r["continued_from"] for r in rows)
     # rungs before the last only rank: no validation pass, no exposed-communication
     # calibration; the last rung measures everything
     for r in rows:
@@ -115,6 +131,11 @@ def test_a_resume_goes_on_from_the_rung_results_parquet_says(searched):
     # Rungs 0 and 1 were not measured again, nor the last rung's run that was there.
     assert {r["rung"] for r in again.rows} == {2}
     assert len(again.rows) == rungs.count(2) - 1
+    # the new worker group holds no kept trial: the rung's first repeats start fresh, saying why
+    for r in again.rows:
+        assert r["continued_from"] is None and r["windows"] == 1
+        if r["repeat"] == 0:
+            assert "not kept in this worker group" in r["restart_reason"], r
     assert _by_rung(read_results(outcome.sweep_dir).to_pylist()) == before
 
 

@@ -94,7 +94,16 @@ class Measurement:
         # first: interleaved, a drift of the machine over the launch (another job, a warming
         # cache, a throttling clock) falls on every configuration's repeats alike.
         items = [
-            WorkItem(item_key(t.trial_id, r, rung), lid, t.trial_id, r, rung, steps, ranking_only)
+            WorkItem(
+                item_key(t.trial_id, r, rung),
+                lid,
+                t.trial_id,
+                r,
+                rung,
+                steps,
+                ranking_only,
+                **continuation(self.spec, t.trial_id, t.settings, r, rung),
+            )
             for r in repeats
             for lid, shape in self._pool().shapes.items()
             for t in shape.trials
@@ -159,6 +168,28 @@ class Measurement:
             finish_calibration(self.sweep_dir, result, resources, reused_from=reused_from)
         except Exception as e:  # noqa: BLE001 - the sweep's rows are safe; this is an extra
             logging.getLogger(__name__).warning("calibration.json is incomplete: %s", e)
+
+
+def continuation(
+    spec: SweepSpec, trial_id: str, settings: TrialSettings, repeat: int, rung: int | None
+) -> dict[str, Any]:
+    """A rung item's `keep` and `continues` (protocol.items.WorkItem; worker/resident.py): with
+    `search.continue_rungs`, each ranking rung keeps its trials in their ranks and the next rung
+    continues the same repeat of the same configuration, so warmup and set-up are paid once.
+    Eager trials only: each trial starts by forgetting what earlier ones compiled
+    (worker/training.reset_process_state), so a kept inductor trial would compile again inside
+    its window, and a kept TorchScript one failed in backward after another trial's reset
+    (tests/unit/worker/test_continuation.py). Not time-to-target (which stops at the target)."""
+    if rung is None or not spec.search.continue_rungs or spec.train.target is not None:
+        return {}
+    if settings.compile != "eager":
+        return {}
+    last = len(rung_steps(spec.search, spec.train)) - 1
+    earlier = rung > 0 and repeat < rung_repeats(spec.search, spec.train, rung - 1)
+    return {
+        "keep": rung < last,
+        "continues": item_key(trial_id, repeat, rung - 1) if earlier else None,
+    }
 
 
 def rung_spec(spec: SweepSpec, rung: int) -> SweepSpec:

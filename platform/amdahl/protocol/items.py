@@ -38,6 +38,11 @@ class WorkItem:
     #: that.
     kind: str = "trial"
     max_bytes: int | None = None
+    #: search: halving continues a promoted configuration's trial instead of starting it again
+    #: (worker/resident.py): `keep` asks the ranks to keep this item's trial for the next rung,
+    #: `continues` names the earlier item (its key) whose kept trial this one goes on with.
+    keep: bool = False
+    continues: str | None = None
 
 
 def item_key(trial_id: str, repeat: int, rung: int | None) -> str:

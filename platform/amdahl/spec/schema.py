@@ -283,6 +283,14 @@ class SearchSpec(_Section):
         description="halving: skip a configuration the step-time model predicts below this "
         "share of the best measured objective (recorded as status skipped); null: never.",
     )
+    continue_rungs: bool = Field(
+        True,
+        description="halving: keep each ranking rung's trials in their workers, so that a "
+        "promoted configuration continues where its rung stopped (only the added steps run; "
+        "set-up and warmup once; the row pools its windows) instead of starting again; kept "
+        "trials hold at most a quarter of a worker's memory. Eager trials only: compiled "
+        "(inductor, torchscript) and time_to_target trials start again each rung.",
+    )
     calibration: str | None = Field(
         None,
         description="halving: a calibration.json (`platform calibrate`) giving the step-time "

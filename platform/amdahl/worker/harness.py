@@ -25,9 +25,10 @@ from amdahl.protocol.items import CLOSED, WAIT, WorkItem, message_sizes
 from amdahl.worker.calibration_measurement import calibration_result
 from amdahl.worker.input import train_source, validation_rows
 from amdahl.worker.peak import measure_peak_flops
+from amdahl.worker.resident import ResidentTrials
 from amdahl.worker.rows import results_row
 from amdahl.worker.training import ProcessPoisoned
-from amdahl.worker.trial import Placement, run_trial_guarded
+from amdahl.worker.trial import KeptTrial, Placement, run_trial_guarded
 from amdahl.worker.worlds import TrialWorlds
 from amdahl.workload.api import Workload
 from amdahl.workload.code import make_workload
@@ -72,6 +73,7 @@ def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
 
     gc.freeze()
     trials = {t.trial_id: t for t in launch.trials}
+    residents = ResidentTrials(device, launch.resources.workers)  # halving's kept trials
     # Where a launch's start went, in its first row: when this function began (against the
     # driver's clock, the Ray Train start) and its own set-up before the first trial.
     launch_start = {
@@ -93,7 +95,16 @@ def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
         if devices not in shards:
             shards[devices] = train_source(launch, workload, rank, devices, device.type == "cuda")
         handover = {"handover_s": time.perf_counter() - answered}
-        row = _run_item(item_launch, item, trial, workload, shards[devices], val, rank, device)
+        row = _run_item(
+            item_launch,
+            item,
+            trial,
+            workload,
+            shards[devices],
+            val,
+            Placement(device, rank, devices),
+            residents,
+        )
         if rank == 0:
             ray.get(launch.queue.ack.remote(item.key, {**row, **launch_start, **handover}))
         launch_start = {}
@@ -104,6 +115,7 @@ def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
         # next item's hand-over).
         gc.collect()
         gc.freeze()
+    residents.close()
 
 
 def _calibrate(
@@ -149,22 +161,26 @@ def _run_item(
     workload: Workload,
     source: Any,
     val: dict[str, np.ndarray],
-    rank: int,
-    device: torch.device,
+    where: Placement,
+    residents: ResidentTrials,
 ) -> dict[str, Any]:
     """Run one item on this rank (one of the trial's `devices` ranks) and return its
-    results row (complete on rank 0). A failure that must end the worker group (a poisoned
-    process, a rank stranded in a collective) is given up in the queue with its reason first,
-    so the restarted group does not run it again."""
+    results row (complete on rank 0): a fresh trial, or the continuation of one kept from the
+    rung before (worker/resident.py), kept in turn where the item asks. A failure that must end
+    the worker group (a poisoned process, a rank stranded in a collective) is given up in the
+    queue with its reason first, so the restarted group does not run it again."""
     import ray
 
     started = time.perf_counter()
     stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
     devices, params = trial.settings.devices, trial.settings.params
-    where = Placement(device, rank, devices)
     own = workload if params == workload.params else make_workload(launch.workload, params)
-    stats, error, kind = run_trial_guarded(own, trial, launch, source, val, where)
-    _ship_trace(launch, item, rank, stats)
+    resume, restart_reason = residents.take(item, devices, where.device)
+    kept: list[KeptTrial] = []
+    stats, error, kind = run_trial_guarded(
+        own, trial, launch, source, val, where, resume, kept if item.keep else None
+    )
+    _ship_trace(launch, item, where.rank, stats)
     try:
         if kind == "poisoned":
             # No collective can run in this process any more: end the worker group; the
@@ -175,8 +191,17 @@ def _run_item(
         reason = f"launch failed: {type(e).__name__}: {e}"
         ray.get(launch.queue.fail.remote(item.key, reason))
         raise
+    if error is None:
+        stats["continued_from"] = item.continues if resume is not None else None
+        stats["restart_reason"] = restart_reason
     gathered = _gather(stats, error, devices)
-    return results_row(launch, trial, item.repeat, gathered, started, stamp, device)
+    if kept:  # kept only where every rank's part ran (and alike on every rank: gathered)
+        if all(r["error"] is None for r in gathered):
+            state = max(r["stats"]["model_state_bytes"] for r in gathered)
+            residents.keep(item, kept[0], state)
+        else:
+            kept[0].close()
+    return results_row(launch, trial, item.repeat, gathered, started, stamp, where.device)
 
 
 def _ship_trace(launch: LaunchConfig, item: WorkItem, rank: int, stats: dict[str, Any]) -> None:

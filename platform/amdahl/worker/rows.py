@@ -114,6 +114,9 @@ def aggregate_ranks(
         "peak_flops": med("peak_flops"),
         "mfu": throughput * flops / (med("peak_flops") * len(stats)) if flops else None,
         "hfu": _hfu(figures, throughput, med("peak_flops") * len(stats)),
+        "windows": stats[0].get("windows"),
+        "continued_from": stats[0].get("continued_from"),
+        "restart_reason": stats[0].get("restart_reason"),
         "history": json.dumps(stats[0]["history"], separators=(",", ":")),  # rank 0's curves
         **utilisation_columns([r.get("utilisation") for r in stats]),
         "host_cores": allowed_cores(),

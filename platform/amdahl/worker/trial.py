@@ -126,13 +126,16 @@ def run_trial_guarded(
     source: Any,
     val: dict[str, np.ndarray],
     where: Placement,
+    resume: KeptTrial | None = None,
+    keep: list[KeptTrial] | None = None,
 ) -> tuple[dict[str, Any], str | None, str | None]:
-    """Run one trial; any exception becomes a recorded failure, never a crashed launch.
+    """Run one trial (or continue a kept one: `run_trial`); any exception becomes a recorded
+    failure, never a crashed launch.
 
     Returns (stats, error, kind): kind is None on success, else 'oom', 'failed' or 'poisoned'
     (the process cannot run another trial; the caller ends the worker group)."""
     try:
-        return run_trial(workload, trial, launch, source, val, where), None, None
+        return run_trial(workload, trial, launch, source, val, where, resume, keep), None, None
     except Exception as e:  # noqa: BLE001 - every failure is a result, with its reason
         kind = failure_kind(e)
         if kind == "oom":
@@ -148,32 +151,51 @@ def run_trial(
     source: Any,
     val: dict[str, np.ndarray],
     where: Placement,
+    resume: KeptTrial | None = None,
+    keep: list[KeptTrial] | None = None,
 ) -> dict[str, Any]:
     """Train one configuration and return this rank's measurements.
 
     Process-wide state is the trial's own for its duration: compiled graphs of earlier trials
     are forgotten, TF32 is on only for tf32 and restored after, and an inductor trial compiles
-    into fresh caches unless `options.compile_cache: warm` asks for the shared ones."""
+    into fresh caches unless `options.compile_cache: warm` asks for the shared ones.
+
+    A halving rung's trial can be kept instead of closed (`keep`: the trial is appended to it,
+    its model, optimizer, sync wrapper and input left as they are) and continued by the next
+    rung (`resume`): the continuation runs only the steps the rung adds, with no set-up and no
+    warmup, and its measurements pool every window the trial has run (worker/resident.py)."""
     device = where.device
     tf32, fresh_caches = trial.settings.precision == "tf32", trial.compile_cache == "cold"
-    with tf32_flags(tf32), compile_caches(fresh_caches):
-        reset_process_state()
-        mem_baseline = memory_reset(device)
-        setup_start = time.perf_counter()
-        t = _start_trial(workload, trial, launch, source, where)
-        clean = False
+    with tf32_flags(tf32), compile_caches(fresh_caches and resume is None):
+        if resume is None:
+            reset_process_state()
+            mem_baseline = memory_reset(device)
+            setup_start = time.perf_counter()
+            t, record = _start_trial(workload, trial, launch, source, where), _LoopRecord()
+            setup_s = time.perf_counter() - setup_start
+        else:  # the launch of this rung, the rest as the trial's first item left it
+            t, record, setup_s = resume.t, resume.record, resume.first["setup_s"]
+            t.launch, t.utilisation = launch, UtilisationSampler(device)
+        clean = kept = False
         try:
-            stats = _train(t, val, setup_s=time.perf_counter() - setup_start)
-            # The peak is the trial's, before the profiler's buffers (which are not).
-            stats.update(memory_peak(device, mem_baseline))
+            stats = _train(t, val, setup_s, record)
+            # The peak is the trial's, before the profiler's buffers (which are not); a
+            # continuation's is its first item's (the same model and batches, warmup included).
+            stats.update(memory_peak(device, mem_baseline) if resume is None else resume.memory)
             stats.update(_profile(t))
             clean = True
+            if keep is not None:
+                memory = {k: stats[k] for k in MEMORY_COLUMNS}
+                keep.append(KeptTrial(t, record, {"setup_s": setup_s}, memory))
+                kept = True
         finally:
             t.utilisation.stop()
             if t.freezes_heap:
                 gc.unfreeze()  # a loop that raised inside its window left the heap frozen
-            t.strategy.close(clean=clean)
+            if not kept:
+                t.strategy.close(clean=clean)
         stats["model_state_bytes"] = sum(model_state_bytes(t.model, t.optimizer))
+        stats["windows"] = record.windows
         # After every timed phase and the memory peak, on rank 0 (whose figure the row takes):
         # FLOPs per sample counted on the plain model and the trial's next batch (the one the
         # feed holds ahead; on CPU fetched now, from the step's worth a trial's rows keep for it).
@@ -187,6 +209,26 @@ def run_trial(
             device, precision
         )
         return stats
+
+
+#: The memory figures a continuation takes from its trial's first item.
+MEMORY_COLUMNS = ("peak_mem_bytes", "peak_mem_reserved_bytes")
+
+
+@dataclass
+class KeptTrial:
+    """A trial kept in its rank after a ranking rung, for the next rung to continue: the built
+    trial, its step record (every step so far, so the continuation's figures pool its windows),
+    and what comes from its first item (set-up seconds, memory peaks)."""
+
+    t: _Trial
+    record: _LoopRecord
+    first: dict[str, float]
+    memory: dict[str, Any]
+
+    def close(self) -> None:
+        """Release what the trial holds beyond its memory (a parameter server's actors)."""
+        self.t.strategy.close(clean=True)
 
 
 def _start_trial(
@@ -248,23 +290,34 @@ def build_trial_model(
 # --------------------------------------------------------------------------- the timed loop
 
 
-def _train(t: _Trial, val: dict[str, np.ndarray], setup_s: float) -> dict[str, Any]:
-    """The timed loop, then the trial's statistics (`_trial_stats`)."""
+def _train(
+    t: _Trial, val: dict[str, np.ndarray], setup_s: float, record: _LoopRecord
+) -> dict[str, Any]:
+    """The timed loop, then the trial's statistics (`_trial_stats`). A record that has steps
+    already (a kept trial, continued) goes on from its last step: its window opens at once."""
     launch, strategy, clock, feed = t.launch, t.strategy, t.clock, t.feed
     model, optimizer = t.model, t.optimizer
     micro_steps = strategy.micro_steps
     lr = LRSchedule.for_trial(launch.train, t.trial.per_device_batch * t.where.world * micro_steps)
     warm, target = launch.train.warmup_steps, launch.target
+    first = len(record.steps)
+    opens = first if first else warm  # the step before which this item's window opens
+    if first:
+        # What ran between the two items is not this trial's input wait: cut it out of the
+        # first step's gap, as a held span from the last step's end (stepclock.attribute).
+        record.held = [(record.steps[-1].marks[-1], clock.mark())]
+        record.paused_s.append((first, time.perf_counter() - record.stopped))
 
-    record = _LoopRecord()
     train_start = window_start = time.perf_counter()
-    for step in range(launch.steps_per_trial):
-        if step == warm:
+    eval_before = record.eval_s
+    for step in range(first, launch.steps_per_trial):
+        if step == opens:
             with hold(clock, record.held):  # cut out of this step's data wait (stepclock.py)
                 if t.freezes_heap:
                     gc.freeze()  # collections in the window skip what existed before it
                 window_start = time.perf_counter()
-                record.window_unix = time.time()  # when the sweep's user saw a figure start
+                if record.window_unix is None:  # when the sweep's user saw a figure start
+                    record.window_unix = time.time()
                 t.utilisation.start()
         taken = feed.take(micro_steps)
         marks = [clock.mark()]
@@ -292,7 +345,9 @@ def _train(t: _Trial, val: dict[str, np.ndarray], setup_s: float) -> dict[str, A
             if record.reached:
                 break
     clock.synchronize()
-    record.window_s = time.perf_counter() - window_start - record.eval_s
+    record.stopped = time.perf_counter()
+    record.window_s += record.stopped - window_start - (record.eval_s - eval_before)
+    record.windows += 1
     t.utilisation.stop()
     if t.freezes_heap:
         gc.unfreeze()
@@ -311,9 +366,13 @@ class _LoopRecord:
     reached: tuple[int, float] | None = None
     #: (pause, resume) marks of the harness's own holds before the next step (`hold`)
     held: list[tuple[Any, Any]] = field(default_factory=list)
-    window_s: float = 0.0
-    window_unix: float | None = None  # Unix time the window opened
+    window_s: float = 0.0  # measured seconds, every window's
+    window_unix: float | None = None  # Unix time the first window opened
     lr_peak: float = 0.0
+    windows: int = 0  # measured windows: more than one where a kept trial was continued
+    stopped: float = 0.0  # perf_counter when the last window closed
+    #: (first step of a continuation, seconds since the window before it closed)
+    paused_s: list[tuple[int, float]] = field(default_factory=list)
 
 
 def _trial_stats(
@@ -364,7 +423,7 @@ def _trial_stats(
         "comm_s": comm_s,
         "comm_probe_s": comm_probe_s,
         "validation_s": validation_s,
-        "history": _history(phases, losses, record.steps, t.clock),
+        "history": _history(phases, losses, record, t.clock),
         "utilisation": t.utilisation.series(),
     }
 
@@ -372,24 +431,27 @@ def _trial_stats(
 def _history(
     phases: list[dict[str, float]],
     losses: list[torch.Tensor],
-    steps: list[StepMarks],
+    record: _LoopRecord,
     clock: StepClock,
 ) -> dict[str, list]:
     """Per-step curves (the `history` column), sampled here so that little leaves the worker;
     the losses are read off the device once, now, not in the loop. `elapsed_s`: the first
     step's input wait plus the step clock's span from its start to this step's end (what the
-    MLflow mirror times each point by)."""
+    MLflow mirror times each point by), less the pauses between a kept trial's items."""
+    steps = record.steps
     kept = history_steps(len(phases))
     kept_loss = torch.stack([losses[i] for i in kept]).float().tolist() if kept else []
     short = lambda v: float(f"{v:.6g}") if math.isfinite(v) else None  # noqa: E731
     lead = phases[0]["data_wait"] if kept else 0.0
+    paused = lambda i: sum(s for first, s in record.paused_s if first <= i)  # noqa: E731
     return {
         "step": [i + 1 for i in kept],
         "loss": [short(v) for v in kept_loss],
         "step_time_s": [short(phases[i]["total"]) for i in kept],
         "data_wait_s": [short(phases[i]["data_wait"]) for i in kept],
         "elapsed_s": [
-            round(lead + clock.span(steps[0].marks[0], steps[i].marks[-1]), 6) for i in kept
+            round(lead + clock.span(steps[0].marks[0], steps[i].marks[-1]) - paused(i), 6)
+            for i in kept
         ],
     }
 

@@ -1,0 +1,97 @@
+"""A halving rung continues a trial kept from the rung before (worker/resident.py): it must
+compute what one uninterrupted run of the same steps computes, and its row must pool the
+windows while set-up, warmup and first-step figures stay the first item's."""
+
+import pyarrow as pa
+import torch
+from trial_runner import PARAMS, launch_config, trial_config
+
+from amdahl.data.storage import arrow_column
+from amdahl.protocol.items import WorkItem
+from amdahl.worker.input import LoaderSource, validation_rows
+from amdahl.worker.resident import ResidentTrials
+from amdahl.worker.trial import KeptTrial, Placement, run_trial
+from workloads.mlp import MLP
+
+CPU = Placement(torch.device("cpu"), 0, 1)
+
+
+def _source(workload: MLP) -> LoaderSource:
+    rows = workload.generate("train", workload.params["train_rows"], seed=0)
+    table = pa.table({k: arrow_column(v) for k, v in rows.items()})
+    return LoaderSource(table, workload, rank=0, world=1, workers=0)
+
+
+def _losses(stats: dict) -> list[float]:
+    return stats["history"]["loss"]
+
+
+def test_a_continued_trial_computes_what_one_uninterrupted_run_does():
+    workload = MLP(**PARAMS)
+    val = validation_rows(workload, None, seed=0)
+    trial = trial_config()
+    whole = run_trial(
+        workload, trial, launch_config((trial,), steps=30), _source(workload), val, CPU
+    )
+
+    kept: list[KeptTrial] = []
+    source = _source(workload)
+    first = run_trial(
+        workload, trial, launch_config((trial,), steps=10), source, val, CPU, keep=kept
+    )
+    # another configuration in between, as in a rung: its own reset and compiled graphs (a
+    # kept TorchScript trial fails here, in backward: continuation is for eager trials only)
+    other = trial_config(trial_id="other", compile="torchscript", precision="bf16")
+    run_trial(workload, other, launch_config((other,)), _source(workload), val, CPU)
+    second = run_trial(
+        workload, trial, launch_config((trial,), steps=30), source, val, CPU, resume=kept[0]
+    )
+
+    assert (first["windows"], second["windows"], whole["windows"]) == (1, 2, 1)
+    assert second["measured_steps"] == whole["measured_steps"] == 30
+    # the same steps, the same batches, the same losses (CPU, one thread of math: bit for bit)
+    assert _losses(second) == _losses(whole)
+    assert second["final_loss"] == whole["final_loss"]
+    assert second["val_loss"] == whole["val_loss"]
+    # set-up, warmup and first step are the first item's, not re-run
+    for column in ("setup_s", "warmup_s", "first_step_s", "compile_s", "window_opened_unix"):
+        assert second[column] == first[column], column
+    # the window is both items' steps: longer than the first's, not the wall between them
+    assert first["window_s"] < second["window_s"]
+    # the pause between the items (the other trial) is neither input wait nor elapsed time
+    elapsed = second["history"]["elapsed_s"]
+    assert elapsed == sorted(elapsed)
+    assert max(second["history"]["data_wait_s"]) < 0.5 * (elapsed[-1] - elapsed[0])
+
+
+def test_kept_trials_stay_within_the_budget_oldest_out_and_say_why_they_went():
+    residents = ResidentTrials(torch.device("cpu"), workers=1)
+    residents.budget_bytes = 100
+    closed: list[str] = []
+
+    class _Kept:
+        def __init__(self, name: str):
+            self.name = name
+
+        def close(self) -> None:
+            closed.append(self.name)
+
+    def item(tid: str, rung: int, continues: str | None = None) -> WorkItem:
+        return WorkItem(f"{tid}/0/{rung}", "launch", tid, 0, rung, keep=True, continues=continues)
+
+    residents.keep(item("a", 0), _Kept("a"), 60)
+    residents.keep(item("b", 0), _Kept("b"), 60)  # no room for both: a goes
+    residents.keep(item("c", 0), _Kept("c"), 150)  # never fits: not kept
+    assert closed == ["a", "c"]
+    got, why = residents.take(item("b", 1, continues="b/0/0"), 1, torch.device("cpu"))
+    assert got.name == "b" and why is None
+    got, why = residents.take(item("a", 1, continues="a/0/0"), 1, torch.device("cpu"))
+    assert got is None and "make room" in why
+    got, why = residents.take(item("c", 1, continues="c/0/0"), 1, torch.device("cpu"))
+    assert got is None and "over the" in why
+    got, why = residents.take(item("d", 1, continues="d/0/0"), 1, torch.device("cpu"))
+    assert got is None and "not kept in this worker group" in why
+    # a kept trial of a rung two before the item's is never continued: dropped
+    residents.keep(item("e", 1), _Kept("e"), 10)
+    residents.take(item("f", 3), 1, torch.device("cpu"))
+    assert closed[-1] == "e" and residents.held_bytes() == 0
