@@ -6,7 +6,10 @@ always runs on a fresher box):
   grid      every configuration for train.steps (search.method grid)
   halving   search.method halving: rungs of min_steps x eta^r steps over the survivors, the
             step-time model (search.calibration: auto, measured in the search's own worker
-            group) skipping configurations predicted far behind
+            group) skipping configurations predicted far behind; a promoted configuration continues
+            its trial from the rung before (search.continue_rungs, the default)
+  restart   (--restart-arm) the same search with continue_rungs: false, every rung starting
+            its configurations again: what continuation saves, timed the same way
 For each round it prints both sweeps' costs three ways: the span of their trial rows (the first
 row's start to the last row's end: what the search itself changes), the whole wall time a user
 waits (Ray's start, the worker group's start before the first measured window and the
@@ -23,7 +26,7 @@ different computation on CPU: no axis that only changes what a GPU would see), s
 2-core laptop. Run it on a quiet machine.
 
     python benchmarks/search_regret.py [--steps N] [--min-steps N] [--eta N] [--rounds N]
-                                       [--repeats N] [--final-repeats 1,3]
+                                       [--repeats N] [--final-repeats 1,3] [--restart-arm]
 """
 
 from __future__ import annotations
@@ -66,6 +69,11 @@ def main() -> None:
         default="1",
         help="search.final_repeats values, each a halving sweep against the same grid",
     )
+    parser.add_argument(
+        "--restart-arm",
+        action="store_true",
+        help="also run each halving search with search.continue_rungs false, side by side",
+    )
     args = parser.parse_args()
 
     import ray
@@ -87,6 +95,9 @@ def main() -> None:
             "calibration": "auto",
         }
         specs[f"halving{v}"] = {**SPACE, "search": search}
+        if args.restart_arm:
+            arms.append(f"restart{v}")
+            specs[f"restart{v}"] = {**SPACE, "search": {**search, "continue_rungs": False}}
     span_ratio: dict[str, list[float]] = {a: [] for a in arms[1:]}
     wall_ratio: dict[str, list[float]] = {a: [] for a in arms[1:]}
     pick_ratio: dict[str, list[float]] = {a: [] for a in arms[1:]}
@@ -109,6 +120,7 @@ def main() -> None:
                 for k in sorted({x["rung"] for x in rows if x["rung"] is not None})
             ]
             skipped = sum(1 for x in rows if x["status"] == "skipped")
+            continued = sum(1 for x in rows if x.get("continued_from"))
             if pick_id == best_id:
                 pick_ratio[arm].append(1.0)
                 verdict = "same configuration as the grid's best"
@@ -122,7 +134,7 @@ def main() -> None:
                     f"re-measured side by side ({args.repeats} runs each)"
                 )
             print(
-                f"  {arm}: runs per rung {per_rung}, skipped {skipped}, "
+                f"  {arm}: runs per rung {per_rung} ({continued} continued), skipped {skipped}, "
                 f"{len(last.tied)} finalist(s) tied with its pick; pick: {verdict}; span "
                 f"{span_ratio[arm][-1]:.3f} of the grid's, whole wall {wall_ratio[arm][-1]:.3f}",
                 flush=True,
@@ -139,6 +151,16 @@ def main() -> None:
             f"at 300); whole wall / grid's {_mid(wall_ratio[arm])}; pick / grid's best "
             f"{_mid(pick_ratio[arm])} (goal >= 0.97; 1 where it is the same configuration)"
         )
+
+    for arm in arms[1:]:
+        if arm.startswith("restart"):
+            kept = f"halving{arm.removeprefix('restart')}"
+            saved = [a / b for a, b in zip(span_ratio[kept], span_ratio[arm], strict=True)]
+            walls = [a / b for a, b in zip(wall_ratio[kept], wall_ratio[arm], strict=True)]
+            print(
+                f"{kept} / {arm} (rungs continuing against rungs starting again): span "
+                f"{_mid(saved)}, whole wall {_mid(walls)}"
+            )
 
 
 def _mid(values: list[float]) -> str:
