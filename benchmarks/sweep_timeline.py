@@ -73,7 +73,7 @@ def main() -> None:
         last = t
     _print_fixed_cost([r for r in outcome.rows if r.get("status") == "ok"])
     trial_wall = sum(r.get("wall_s") or 0.0 for r in outcome.rows)
-    measured = sum(r.get("measured_s") or 0.0 for r in outcome.rows)
+    measured = sum(r.get("item_measured_s") or r.get("measured_s") or 0.0 for r in outcome.rows)
     first = next((t for t, _, k, _ in events if k == "LaunchStarted"), wall)
     between = wall - first - trial_wall - starts["ray start"] - starts["worker setup"]
     print(
@@ -106,7 +106,9 @@ def _outside(r: dict) -> dict[str, float]:
     """The item's time outside its window by part; `other`: the rest of its wall seconds (the
     row's gather and the statistics), `outside`: all of it (the hand-over included)."""
     parts = {p: r.get(p) or 0.0 for p in OUTSIDE_PARTS}
-    wall = (r.get("wall_s") or 0.0) - (r.get("measured_s") or 0.0)
+    if r.get("continued_from"):  # a continued rung's set-up and warmup columns are its first's
+        parts["setup_s"] = parts["warmup_s"] = 0.0
+    wall = (r.get("wall_s") or 0.0) - (r.get("item_measured_s") or r.get("measured_s") or 0.0)
     parts["other"] = max(0.0, wall - sum(v for p, v in parts.items() if p != "handover_s"))
     parts["outside"] = wall + parts["handover_s"]
     return parts

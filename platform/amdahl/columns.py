@@ -298,6 +298,13 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
         "Unix time rank 0's measured window opened (after set-up and warmup), stamped by the "
         "worker: the closing summary's first measured step is the earliest, minus the start",
     ),
+    "item_measured_s": (
+        pa.float64(),
+        "seconds of measured window this item ran, slowest rank: measured_s, except where the "
+        "row continues a kept trial (windows > 1), whose measured_s pools every window; with "
+        "it, wall_s and window_opened_unix, a continued row's set-up and warmup columns (the "
+        "first item's) are not this item's seconds",
+    ),
     "windows": (
         pa.int64(),
         "measured windows this row's figures pool: 1, or more where search: halving continued "

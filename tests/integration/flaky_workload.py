@@ -71,3 +71,25 @@ class SimulatedRankDies(SimulatedAccelerator):
         if self.params["kill_rank"] is not None and dist.get_rank() == self.params["kill_rank"]:
             os._exit(1)
         return super().build_model()
+
+
+class KillsItsContinuation(MLP):
+    """Ends its worker process (as the OOM killer would) in its `kill_at`-th forward pass, once
+    per `kill_marker` file: with a halving rung of fewer steps before it, inside the next rung's
+    continuation of a kept trial."""
+
+    defaults = {**MLP.defaults, "kill_at": 0, "kill_marker": ""}
+    data_params = tuple(MLP.defaults)
+
+    def build_model(self) -> nn.Module:
+        model = super().build_model()
+        marker, calls = Path(self.params["kill_marker"]), [0]
+
+        def kill_once(module: nn.Module, inputs: tuple) -> None:
+            calls[0] += 1
+            if calls[0] == self.params["kill_at"] and not marker.exists():
+                marker.touch()
+                os._exit(1)
+
+        model.register_forward_pre_hook(kill_once)
+        return model

@@ -42,13 +42,18 @@ def test_a_halving_search_of_three_rungs_starts_one_worker_group(ray_cluster, tm
     # The worker stamps the window's opening: after its row's start, set-up and warmup, and
     # a window's length before the row ended; the summary's figure is the earliest of them.
     ok = [r for r in rows if r["status"] == "ok"]
+    assert any(r["continued_from"] for r in ok)  # later rungs continue kept trials
     for r in ok:
         started = datetime.fromisoformat(r["started_at"]).timestamp()
-        assert started + r["setup_s"] + r["warmup_s"] <= r["window_opened_unix"] + 0.05
-        assert r["window_opened_unix"] + r["measured_s"] <= started + r["wall_s"] + 0.05
+        # a continuation sets up and warms up nothing: those columns are its first item's
+        fresh = r["continued_from"] is None
+        assert (r["item_measured_s"] == r["measured_s"]) == fresh
+        set_up = r["setup_s"] + r["warmup_s"] if fresh else 0.0
+        assert started + set_up <= r["window_opened_unix"] + 0.05
+        assert r["window_opened_unix"] + r["item_measured_s"] <= started + r["wall_s"] + 0.05
         # an item's parts are disjoint pieces of its wall seconds; its hand-over precedes it
-        parts = ("setup_s", "warmup_s", "measured_s", "comm_probe_s", "validation_s")
-        parts += ("profile_s", "flops_count_s")
+        parts = ("item_measured_s", "comm_probe_s", "validation_s", "profile_s")
+        parts += ("flops_count_s",) + (("setup_s", "warmup_s") if fresh else ())
         assert sum(r[p] or 0.0 for p in parts) <= r["wall_s"] + 0.05  # maxes over ranks
         assert r["handover_s"] is not None and 0 <= r["handover_s"] < outcome.wall_s
     first = min(r["window_opened_unix"] for r in ok) - before
@@ -101,3 +106,35 @@ def test_a_trial_in_a_long_lived_group_computes_what_it_computes_in_a_fresh_one(
     before = next(r for r in rows if r["trial_id"] == last)
     assert json.loads(before["history"])["loss"] == json.loads(fresh[last]["history"])["loss"]
     assert before["final_loss"] == fresh[last]["final_loss"]
+
+
+def test_a_worker_killed_inside_a_continued_rung_loses_no_earlier_window(ray_cluster, tmp_path):
+    """Halving keeps each rung's trials for the next; a worker that dies while one continues
+    takes the kept trials with it. The rows already measured stay as they were, the killed item
+    runs again fresh in the new group, saying why, and the rung after continues that."""
+    spec = validate_spec(
+        {
+            **BASE,
+            "name": "killcontinued",
+            "workload": "flaky_workload:KillsItsContinuation",
+            # rung 0: warmup 2 + 3 steps, 5 forwards; the promoted trial's continuation dies
+            # in its second step (the 7th forward), once
+            "params": {**BASE["params"], "kill_at": 7, "kill_marker": str(tmp_path / "killed")},
+            "train": {**BASE["train"], "max_failures": 1},
+            "grid": {"devices": [1], "batch_size": [16, 64]},
+            "search": {"method": "halving", "min_steps": 3, "eta": 2, "skip_below": None},
+        }
+    )
+    outcome = run_sweep(spec, runs_dir=tmp_path / "runs")
+    assert (tmp_path / "killed").exists()
+    rows = read_results(outcome.sweep_dir).to_pylist()
+    by_rung = {k: [r for r in rows if r["rung"] == k] for k in (0, 1, 2)}
+    assert all(r["status"] == "ok" for r in rows), [r["error"] for r in rows]
+    assert len(by_rung[0]) == 2 and all(r["windows"] == 1 for r in by_rung[0])
+    assert outcome.group_starts == 2 and outcome.group_start_reasons[1].startswith("again")
+    # the killed continuation (the rung's first), run again fresh in the new group
+    again = by_rung[1][0]
+    assert again["steps"] == 6 and (again["continued_from"], again["windows"]) == (None, 1)
+    assert "not kept in this worker group" in again["restart_reason"]
+    for last in by_rung[2]:  # the new group kept what it ran: the last rung continues it
+        assert last["continued_from"] == f"{last['trial_id']}/0/1" and last["steps"] == 12

@@ -25,7 +25,7 @@ from amdahl.protocol.items import CLOSED, WAIT, WorkItem, message_sizes
 from amdahl.worker.calibration_measurement import calibration_result
 from amdahl.worker.input import train_source, validation_rows
 from amdahl.worker.peak import measure_peak_flops
-from amdahl.worker.resident import ResidentTrials
+from amdahl.worker.resident import ResidentTrials, unkeepable
 from amdahl.worker.rows import results_row
 from amdahl.worker.training import ProcessPoisoned
 from amdahl.worker.trial import KeptTrial, Placement, run_trial_guarded
@@ -177,9 +177,11 @@ def _run_item(
     own = workload if params == workload.params else make_workload(launch.workload, params)
     resume, restart_reason = residents.take(item, devices, where.device)
     kept: list[KeptTrial] = []
-    stats, error, kind = run_trial_guarded(
-        own, trial, launch, source, val, where, resume, kept if item.keep else None
-    )
+    refused = unkeepable(source) if item.keep else None
+    if refused:
+        residents.refuse(item, refused)
+    keep = kept if item.keep and not refused else None
+    stats, error, kind = run_trial_guarded(own, trial, launch, source, val, where, resume, keep)
     _ship_trace(launch, item, where.rank, stats)
     try:
         if kind == "poisoned":

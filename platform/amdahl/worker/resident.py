@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -74,6 +75,10 @@ class ResidentTrials:
             )
         self._kept[item.key] = (item.rung if item.rung is not None else -1, state_bytes, kept)
 
+    def refuse(self, item: WorkItem, why: str) -> None:
+        """`item` asked to be kept and is not (`unkeepable`): the next rung says why."""
+        self._dropped[item.key] = why
+
     def held_bytes(self) -> int:
         return sum(b for _, b, _ in self._kept.values())
 
@@ -89,6 +94,24 @@ class ResidentTrials:
         for key in [k for k, (r, _, _) in self._kept.items() if r < rung - 1]:
             self._kept.pop(key)[2].close()
             self._dropped[key] = "its configuration was not promoted"
+
+
+def unkeepable(source: Any) -> str | None:
+    """Why a trial reading `source` is not kept between rungs, or None: a kept trial keeps its
+    input iterator, which must hold no process and leave the source free for other trials."""
+    from amdahl.worker.input import LaunchStream, LoaderSource, LocalShard
+
+    if isinstance(source, LoaderSource) and source.workers > 0:
+        return (
+            f"not kept: input torch_loader with data_workers {source.workers} (a kept trial's "
+            "DataLoader would keep its worker processes up; data_workers: 0 continues)"
+        )
+    if not isinstance(source, LoaderSource | LaunchStream | LocalShard):
+        return (
+            "not kept: its Ray Data shard is read through Ray's iterator (too large to hold "
+            "in the worker), and a kept pass would run beside the next trial's"
+        )
+    return None
 
 
 def _all_ranks_agree(mine: bool, devices: int, device: torch.device) -> bool:

@@ -84,6 +84,7 @@ def aggregate_ranks(
         "time_to_target_s": top("time_to_target_s") if stats[0]["steps_to_target"] else None,
         "throughput": throughput,
         "measured_s": window,
+        "item_measured_s": top("item_window_s"),
         "step_time_s": top("step_time_s"),
         "step_time_max_s": top("step_time_max_s"),
         "data_wait_s": med("data_wait_s"),

@@ -316,8 +316,7 @@ def _train(
                 if t.freezes_heap:
                     gc.freeze()  # collections in the window skip what existed before it
                 window_start = time.perf_counter()
-                if record.window_unix is None:  # when the sweep's user saw a figure start
-                    record.window_unix = time.time()
+                record.window_unix = time.time()  # when the sweep's user saw a figure start
                 t.utilisation.start()
         taken = feed.take(micro_steps)
         marks = [clock.mark()]
@@ -346,7 +345,8 @@ def _train(
                 break
     clock.synchronize()
     record.stopped = time.perf_counter()
-    record.window_s += record.stopped - window_start - (record.eval_s - eval_before)
+    record.item_window_s = record.stopped - window_start - (record.eval_s - eval_before)
+    record.window_s += record.item_window_s
     record.windows += 1
     t.utilisation.stop()
     if t.freezes_heap:
@@ -367,7 +367,8 @@ class _LoopRecord:
     #: (pause, resume) marks of the harness's own holds before the next step (`hold`)
     held: list[tuple[Any, Any]] = field(default_factory=list)
     window_s: float = 0.0  # measured seconds, every window's
-    window_unix: float | None = None  # Unix time the first window opened
+    item_window_s: float = 0.0  # measured seconds of the last item's window
+    window_unix: float | None = None  # Unix time the last item's window opened
     lr_peak: float = 0.0
     windows: int = 0  # measured windows: more than one where a kept trial was continued
     stopped: float = 0.0  # perf_counter when the last window closed
@@ -396,6 +397,7 @@ def _trial_stats(
     losses = record.losses
     return {
         "window_s": record.window_s,
+        "item_window_s": record.item_window_s,
         "window_opened_unix": record.window_unix,
         "step_time_s": steady,
         "step_time_max_s": max(p["total"] for p in measured),

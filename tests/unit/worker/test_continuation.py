@@ -8,8 +8,8 @@ from trial_runner import PARAMS, launch_config, trial_config
 
 from amdahl.data.storage import arrow_column
 from amdahl.protocol.items import WorkItem
-from amdahl.worker.input import LoaderSource, validation_rows
-from amdahl.worker.resident import ResidentTrials
+from amdahl.worker.input import LoaderSource, LocalShard, validation_rows
+from amdahl.worker.resident import ResidentTrials, unkeepable
 from amdahl.worker.trial import KeptTrial, Placement, run_trial
 from workloads.mlp import MLP
 
@@ -54,10 +54,11 @@ def test_a_continued_trial_computes_what_one_uninterrupted_run_does():
     assert second["final_loss"] == whole["final_loss"]
     assert second["val_loss"] == whole["val_loss"]
     # set-up, warmup and first step are the first item's, not re-run
-    for column in ("setup_s", "warmup_s", "first_step_s", "compile_s", "window_opened_unix"):
+    for column in ("setup_s", "warmup_s", "first_step_s", "compile_s"):
         assert second[column] == first[column], column
-    # the window is both items' steps: longer than the first's, not the wall between them
-    assert first["window_s"] < second["window_s"]
+    # the window is both items' steps, not the wall between them; the item's own is its own
+    assert second["window_s"] == first["window_s"] + second["item_window_s"]
+    assert second["window_opened_unix"] > first["window_opened_unix"]
     # the pause between the items (the other trial) is neither input wait nor elapsed time
     elapsed = second["history"]["elapsed_s"]
     assert elapsed == sorted(elapsed)
@@ -95,3 +96,12 @@ def test_kept_trials_stay_within_the_budget_oldest_out_and_say_why_they_went():
     residents.keep(item("e", 1), _Kept("e"), 10)
     residents.take(item("f", 3), 1, torch.device("cpu"))
     assert closed[-1] == "e" and residents.held_bytes() == 0
+
+
+def test_only_inputs_whose_iterators_hold_no_process_are_kept():
+    workload = MLP(**PARAMS)
+    assert unkeepable(_source(workload)) is None  # a DataLoader in the training process
+    with_workers = LoaderSource(None, workload, rank=0, world=1, workers=2)
+    assert "data_workers 2" in unkeepable(with_workers)
+    assert unkeepable(LocalShard([], 0.0)) is None  # the shard's tables, in the worker
+    assert "Ray Data shard" in unkeepable(object())  # Ray's own iterator over a big shard
