@@ -4,7 +4,7 @@ Starting a Ray Train worker group costs seconds (new processes for the Tune trai
 controller and every worker, then the process group), and a sweep over devices 1-2-4 paid it once
 per device count. On a single node a launch now holds as many workers as its largest trial, and a
 trial on d devices runs on ranks 0..d-1 with a default process group of exactly those d ranks,
-made through the launch's own rendezvous store the first time a trial of that size runs and kept
+made from the launch's own group (`new_group`) the first time a trial of that size runs and kept
 for the launch: a later trial of the same size switches the default group back to it instead of
 building one again. The sync strategies (DDP, ZeRO, FSDP2, PowerSGD, local SGD) keep using the
 default group, unchanged, so a d-device trial runs as a d-worker launch would: the same ranks on
@@ -14,7 +14,9 @@ measured ranks). Keeping each size's group alive is also what lets a halving run
 kept from the rung before (worker/resident.py): its DDP reducer or ZeRO optimizer holds the group
 it was built with, which a rebuild would have destroyed.
 
-Every rank calls `enter` for every trial in the same order, so all agree on each group's name.
+Every rank calls `enter` for every trial in the same order, so all agree on each group's name
+(an earlier version made each size's group with `init_process_group` on its ranks only, which
+numbers groups per process: kept alive, ranks idle for one size disagreed on the next one's name).
 Each group times out as the launch says (`LaunchConfig.collective_timeout_s`, which the driver
 sets by protocol.contract.collective_timeout_s).
 """
@@ -32,41 +34,32 @@ class TrialWorlds:
 
     def __init__(self, rank: int, size: int, timeout_s: int):
         self.rank, self.size, self.timeout_s = rank, size, timeout_s
-        self._backend = dist.get_backend() if dist.is_initialized() else None
-        # Ray Train's rendezvous store; kept referenced so that it outlives the first group
-        # (rank 0's copy serves it).
-        self._store = dist.distributed_c10d._get_default_store() if self._backend else None
+        self.launch_size = size
         #: size -> this rank's group of that size (None where the rank is not in it); the
         #: launch's own (Ray Train's) group is the first.
-        self._groups: dict[int, Any] = {size: dist.group.WORLD} if self._backend else {}
+        self._groups: dict[int, Any] = {size: dist.group.WORLD} if dist.is_initialized() else {}
 
     def enter(self, size: int) -> bool:
         """Make the default group span ranks 0..size-1; returns whether this rank takes part.
 
         Collective in effect: every rank calls it with the same sizes in the same order, after
         the previous trial's report (so no rank is still inside the old group's collectives).
-        A size seen before switches back to its group; a new size builds one, under a store
-        prefix every rank derives from the same count.
+        A size seen before switches back to its group; a new size builds one.
         """
         if size == self.size:
             return self.rank < size
-        if self._store is None:
+        if not self._groups:
             raise RuntimeError(
                 f"a trial on {size} devices in a launch of {self.size} workers needs the "
                 "launch's process group, and there is none"
             )
         c10d = dist.distributed_c10d
         if size not in self._groups:
-            c10d._update_default_pg(None)  # init_process_group builds the new default
-            if self.rank < size:
-                dist.init_process_group(
-                    self._backend,
-                    store=dist.PrefixStore(f"amdahl/world-{len(self._groups)}", self._store),
-                    rank=self.rank,
-                    world_size=size,
-                    timeout=timedelta(seconds=self.timeout_s),
-                )
-            self._groups[size] = dist.group.WORLD
+            # Made from the launch's whole group, which every rank is in: every rank calls
+            # new_group in the same order, so all agree on its name and store keys.
+            c10d._update_default_pg(self._groups[self.launch_size])
+            group = dist.new_group(list(range(size)), timeout=timedelta(seconds=self.timeout_s))
+            self._groups[size] = group if self.rank < size else None
         c10d._update_default_pg(self._groups[size])
         self.size = size
         return self.rank < size
