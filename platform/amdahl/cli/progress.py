@@ -297,7 +297,22 @@ def search_summary(outcome: Any) -> list[str]:
     elif cut:
         sds = ", ".join(f"{r.run_sd:.1%}" for r in cut if r.run_sd is not None)
         lines.append(f"  the rungs' cuts: beyond two standard errors of the runs' spread ({sds})")
-    return lines
+    return lines + _continuation_summary(outcome.rows)
+
+
+def _continuation_summary(rows: list[dict[str, Any]]) -> list[str]:
+    """How many promoted runs went on from the rung before (search.continue_rungs) and, for
+    those that started again, the first reason."""
+    promoted = [r for r in rows if (r.get("rung") or 0) > 0 and r.get("status") == "ok"]
+    continued = sum(1 for r in promoted if r.get("continued_from"))
+    again = [r["restart_reason"] for r in promoted if r.get("restart_reason")]
+    if not continued and not again:
+        return []
+    line = f"  rungs continued: {continued} of {continued + len(again)} promoted runs went on "
+    line += "from the rung before (set-up and warmup paid once)"
+    if again:
+        line += f"; {len(again)} started again (first: {again[0]})"
+    return [line]
 
 
 def _activity(event: SweepEvent) -> str:

@@ -210,6 +210,8 @@ def test_a_halving_search_ends_with_its_pick_and_the_finalists_it_cannot_separat
 
     rows = [row(a, 0, 900.0), row(b, 0, 1000.0), row(c, 0, 100.0)]
     rows += [row(a, 1, 950.0), row(a, 1, 1010.0, 1), row(b, 1, 1000.0), row(b, 1, 1040.0, 1)]
+    rows[3]["continued_from"] = f"{a}/0/0"  # b's first run started again, saying why
+    rows[5]["restart_reason"] = f"{b}/0/0: not kept in this worker group (started after it ran)"
     with progress.LiveProgress() as live:
         live.event(Planned(plan, tmp_path))
         live.event(RungStarted(rung=1, rungs=2, steps=20, configurations={a, b}))
@@ -242,6 +244,8 @@ def test_a_halving_search_ends_with_its_pick_and_the_finalists_it_cannot_separat
     # rung 0 cut c on one run per configuration: said, with how to measure the noise between runs
     assert "the rungs' cuts saw one run per configuration" in text
     assert "train.repeats: 2 measures it" in text
+    assert "rungs continued: 1 of 2 promoted runs went on from the rung before" in text
+    assert "1 started again (first: " in text and "not kept in this worker group" in text
 
     # One run each: the summary says the noise between runs is not measured, and how far
     # behind the runner-up is.
