@@ -112,7 +112,8 @@ def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
         # What outlives a trial lives for the launch too (inductor's modules and caches, ~80k
         # objects once imported): collect the trial's garbage, then freeze the survivors, so
         # no later trial's reset or window scans them. Outside every measured window (in the
-        # next item's hand-over).
+        # next item's hand-over). A kept trial let go was frozen with them: thawed first.
+        residents.thaw_if_released()
         gc.collect()
         gc.freeze()
     residents.close()

@@ -14,6 +14,7 @@ launch ends.
 
 from __future__ import annotations
 
+import gc
 import os
 from collections import OrderedDict
 from typing import Any
@@ -40,6 +41,7 @@ class ResidentTrials:
         )
         self._kept: OrderedDict[str, tuple[int, int, KeptTrial]] = OrderedDict()
         self._dropped: dict[str, str] = {}  # item key -> why it is no longer kept
+        self._released = False  # a kept trial was let go (`thaw_if_released`)
 
     def take(
         self, item: WorkItem, devices: int, device: torch.device
@@ -56,7 +58,7 @@ class ResidentTrials:
         if entry is not None and everywhere:
             return entry[2], None
         if entry is not None:
-            entry[2].close()
+            self._release(entry[2])
             return None, f"{key} was no longer kept on every rank of the trial"
         why = self._dropped.get(key, "not kept in this worker group (started after it ran)")
         return None, f"{key}: {why}"
@@ -64,12 +66,12 @@ class ResidentTrials:
     def keep(self, item: WorkItem, kept: KeptTrial, state_bytes: int) -> None:
         """Keep `kept` for the next rung, making room within the budget (oldest out)."""
         if state_bytes > self.budget_bytes:
-            kept.close()
+            self._release(kept)
             self._dropped[item.key] = _over_budget(state_bytes, self.budget_bytes)
             return
         while self._kept and self.held_bytes() + state_bytes > self.budget_bytes:
             old_key, (_, _, old) = self._kept.popitem(last=False)
-            old.close()
+            self._release(old)
             self._dropped[old_key] = "dropped to make room for later rungs' trials " + (
                 _over_budget(self.held_bytes() + state_bytes, self.budget_bytes)
             )
@@ -79,20 +81,35 @@ class ResidentTrials:
         """`item` asked to be kept and is not (`unkeepable`): the next rung says why."""
         self._dropped[item.key] = why
 
+    def thaw_if_released(self) -> bool:
+        """Whether a kept trial was let go since the last call: it had been frozen with the
+        launch's heap (worker/harness.py freezes what survives each item), where the
+        collector never looks, so its reference cycles (DDP's hooks, autograd's) would hold
+        its memory, on a GPU too, for the rest of the launch. The harness then thaws and
+        collects once (a full collection, ~0.2 s, between items), instead of leaking."""
+        released, self._released = self._released, False
+        if released:
+            gc.unfreeze()
+        return released
+
+    def _release(self, kept: KeptTrial) -> None:
+        kept.close()
+        self._released = True
+
     def held_bytes(self) -> int:
         return sum(b for _, b, _ in self._kept.values())
 
     def close(self) -> None:
         """The launch ends: release every kept trial."""
         while self._kept:
-            self._kept.popitem()[1][2].close()
+            self._release(self._kept.popitem()[1][2])
 
     def _drop_finished_rungs(self, rung: int | None) -> None:
         """Rung r's items continue rung r-1's trials: those of earlier rungs are never used."""
         if rung is None:
             return
         for key in [k for k, (r, _, _) in self._kept.items() if r < rung - 1]:
-            self._kept.pop(key)[2].close()
+            self._release(self._kept.pop(key)[2])
             self._dropped[key] = "its configuration was not promoted"
 
 

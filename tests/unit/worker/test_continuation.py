@@ -105,3 +105,37 @@ def test_only_inputs_whose_iterators_hold_no_process_are_kept():
     assert "data_workers 2" in unkeepable(with_workers)
     assert unkeepable(LocalShard([], 0.0)) is None  # the shard's tables, in the worker
     assert "Ray Data shard" in unkeepable(object())  # Ray's own iterator over a big shard
+
+
+def test_a_kept_trial_let_go_is_collected_though_it_was_frozen_with_the_launch():
+    """The harness freezes what survives each item, kept trials too; one let go later has
+    cycles (DDP's hooks, autograd's) that a frozen heap never collects."""
+    import gc
+    import weakref
+
+    class _Cyclic:
+        def __init__(self):
+            self.me = self  # a reference cycle: only the collector frees it
+
+        def close(self) -> None:
+            pass
+
+    residents = ResidentTrials(torch.device("cpu"), workers=1)
+    residents.budget_bytes = 10
+    trial = _Cyclic()
+    alive = weakref.ref(trial)
+    residents.keep(WorkItem("a/0/0", "launch", "a", 0, 0, keep=True), trial, 10)
+    del trial
+    gc.collect()
+    gc.freeze()  # what worker/harness.py does after each item
+    try:
+        assert not residents.thaw_if_released()  # nothing let go: the heap stays frozen
+        assert gc.get_freeze_count() > 0
+        residents.keep(WorkItem("b/0/0", "launch", "b", 0, 0, keep=True), _Cyclic(), 10)
+        gc.collect()
+        assert alive() is not None  # let go (a made room for b) but frozen: not collected
+        assert residents.thaw_if_released()
+        gc.collect()
+        assert alive() is None
+    finally:
+        gc.unfreeze()
