@@ -267,11 +267,14 @@ def trim_to_budget(
 
 def estimate_s(row: dict[str, Any], steps: int) -> float:
     """Trial-seconds a configuration would take for `steps` measured steps, from one row of
-    it: the row's seconds outside its window plus the window scaled to `steps`."""
+    it: the row's seconds outside its window plus the window scaled to `steps`. A continued
+    row's `measured_s` pools its earlier windows: its own window is `item_measured_s`. (A
+    configuration that continues pays less than this: only the steps its rung adds.)"""
     wall = float(row.get("wall_s") or 0.0)
     measured = float(row.get("measured_s") or 0.0)
+    own = float(row.get("item_measured_s") or measured)
     done = int(row.get("steps") or 0) or 1
-    return max(0.0, wall - measured) + measured * steps / done
+    return max(0.0, wall - own) + measured * steps / done
 
 
 def spent_s(rows: list[dict[str, Any]]) -> float:

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from amdahl.search.halving import (
+    estimate_s,
     grid_estimate_s,
     predicted_skips,
     promote,
@@ -138,6 +139,15 @@ def test_grid_estimate_scales_windows_and_counts_unmeasured_configurations():
     rows = [_row("a", 640.0, steps=10), _row("b", 6400.0, steps=10)]  # 1 s and 0.1 s windows
     # full length 100: 1 + 10 and 1 + 1 seconds, and one unmeasured at the median 7 s
     assert grid_estimate_s(rows, 3, 100) == pytest.approx(11 + 2 + 6.5)
+
+
+def test_a_continued_rows_own_window_is_what_its_outside_seconds_leave_out():
+    """A continued row's measured_s pools its earlier windows; its wall is the item's own."""
+    fresh = {"wall_s": 2.0, "measured_s": 1.0, "steps": 10}
+    continued = {"wall_s": 1.5, "measured_s": 3.0, "item_measured_s": 1.0, "steps": 30}
+    assert estimate_s(fresh, 30) == pytest.approx(1.0 + 3.0)
+    # outside 0.5 s (not 0, as wall - measured_s would clip to), window 0.1 s a step
+    assert estimate_s(continued, 90) == pytest.approx(0.5 + 9.0)
 
 
 def test_replay_recovers_the_rungs_a_resumed_search_continues_from():
