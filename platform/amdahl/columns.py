@@ -310,7 +310,7 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
         "measured windows this row's figures pool: 1, or more where search: halving continued "
         "a configuration kept from its earlier rungs (its steps, step times and window seconds "
         "are every window's; set-up, warmup, compile, first-step and memory figures the first "
-        "item's)",
+        "item's; utilisation the last window's)",
     ),
     "continued_from": (
         pa.string(),

@@ -180,7 +180,8 @@ def print_outcome(outcome: Any) -> None:
     assumes 80 columns and would break sentences and paths where a reader greps or copies."""
     rows = outcome.rows
     ok = [r for r in rows if r["status"] == "ok"]
-    measured = sum(r.get("measured_s") or 0.0 for r in ok)
+    # each item's own window: a continued row's measured_s pools its earlier rungs' windows
+    measured = sum(r.get("item_measured_s") or r.get("measured_s") or 0.0 for r in ok)
     console.print(
         f"\n{len(ok)} of {len(rows)} trial runs ok in {outcome.wall_s:.1f} s "
         f"({measured:.1f} s inside measured steps, "

@@ -179,15 +179,21 @@ def continuation(
     Eager trials only: each trial starts by forgetting what earlier ones compiled
     (worker/training.reset_process_state), so a kept inductor trial would compile again inside
     its window, and a kept TorchScript one failed in backward after another trial's reset
-    (tests/unit/worker/test_continuation.py). Not time-to-target (which stops at the target)."""
+    (tests/unit/worker/test_continuation.py). Not time-to-target (which stops at the target),
+    nor the parameter server (its actors would stay up, and closing them is a collective)."""
     if rung is None or not spec.search.continue_rungs or spec.train.target is not None:
         return {}
-    if settings.compile != "eager":
+    if settings.compile != "eager" or settings.sync == "param_server":
         return {}
-    last = len(rung_steps(spec.search, spec.train)) - 1
-    earlier = rung > 0 and repeat < rung_repeats(spec.search, spec.train, rung - 1)
+    earlier = (  # the rung before ran this repeat, and kept it
+        rung > 0
+        and repeat < rung_repeats(spec.search, spec.train, rung - 1)
+        and ranks_only(spec.search, spec.train, rung - 1)
+    )
     return {
-        "keep": rung < last,
+        # only a ranking rung's trial: a full one's profiler and communication passes train
+        # the model beyond the steps its row counts
+        "keep": ranks_only(spec.search, spec.train, rung),
         "continues": item_key(trial_id, repeat, rung - 1) if earlier else None,
     }
 

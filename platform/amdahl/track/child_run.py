@@ -218,6 +218,14 @@ def trial_start_ms(row: dict[str, Any]) -> int:
         return now_ms()
 
 
+def _continued_window_end_s(row: dict[str, Any]) -> float | None:
+    """Unix time a continued row's own window closed; None for a row that started fresh."""
+    opened, own = row.get("window_opened_unix"), row.get("item_measured_s")
+    if not row.get("continued_from") or not is_number(opened) or not is_number(own):
+        return None
+    return opened + own
+
+
 def _history_metrics(row: dict[str, Any]) -> list[Metric]:
     """The row's per-step curves (its `history` column) as metrics with step = the optimizer
     step, each stamped when its step ended: the trial's start plus its setup (`setup_s`) plus
@@ -236,6 +244,11 @@ def _history_metrics(row: dict[str, Any]) -> list[Metric]:
     steps = history.get("step") or []
     elapsed = history.get("elapsed_s") or []
     setup = row.get("setup_s") if is_number(row.get("setup_s")) else 0.0
+    ends = _continued_window_end_s(row)
+    if ends is not None and elapsed and is_number(elapsed[-1]):
+        # A continued row (search.continue_rungs): its history starts in an earlier rung and
+        # its set-up is that item's; its last step ended when this item's window closed.
+        start, setup = round(1000 * (ends - elapsed[-1])), 0.0
     stamps = [
         start + round(1000 * (setup + e)) if is_number(e) else start
         for e in (elapsed if len(elapsed) == len(steps) else [None] * len(steps))
@@ -262,6 +275,8 @@ def _utilisation_metrics(row: dict[str, Any]) -> list[Metric]:
         return []
     opened = sum(row.get(k) for k in ("setup_s", "warmup_s") if is_number(row.get(k)))
     start = trial_start_ms(row) + round(1000 * opened)
+    if _continued_window_end_s(row) is not None:  # no set-up or warmup: its window's samples
+        start = round(1000 * row["window_opened_unix"])
     out = []
     for rank, series in enumerate(ranks):
         if not isinstance(series, dict):

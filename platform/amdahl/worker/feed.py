@@ -101,6 +101,12 @@ class DeviceFeed:
         self.last_copy = handed[-1].copy if handed else None
         return taken
 
+    def close(self) -> None:
+        """Stop the host iterator now (its prefetch or pinning thread), not when collected."""
+        close = getattr(self._host, "close", None)
+        if close is not None:
+            close()
+
     def peek(self) -> Batch:
         """The next batch, on the device, without handing it out (fetched now if none is
         ahead); usable on the compute stream."""

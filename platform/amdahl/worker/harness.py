@@ -11,6 +11,7 @@ so a restarted worker group goes on with the run it lost. Workers never talk to 
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from datetime import datetime, timezone
@@ -59,8 +60,8 @@ def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
     rank = ctx.get_world_rank()
     if rank == 0:  # hands back what a worker group that died here had leased
         ray.get(launch.queue.enter.remote(launch.launch_id))
-    worlds = TrialWorlds(rank, ctx.get_world_size(), launch.collective_timeout_s)
     device = ray.train.torch.get_device()
+    worlds = TrialWorlds(rank, ctx.get_world_size(), launch.collective_timeout_s, device)
     torch.set_num_threads(launch.resources.torch_threads)
     # The launch's input (stored rows, preprocessing, validation split) is the same for every
     # trial (plan: Workload.input_key); model and loss come from each trial's own params.
@@ -69,8 +70,6 @@ def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
     # Everything alive now lives for the whole launch: keep it out of the collections that
     # each trial's memory reset runs (a full collection of torch's and Ray's ~380k objects
     # took 0.15-0.2 s per trial; a trial's own garbage is still collected).
-    import gc
-
     gc.freeze()
     trials = {t.trial_id: t for t in launch.trials}
     residents = ResidentTrials(device, launch.resources.workers)  # halving's kept trials
@@ -117,6 +116,7 @@ def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
         gc.collect()
         gc.freeze()
     residents.close()
+    worlds.leave()
 
 
 def _calibrate(
@@ -127,6 +127,7 @@ def _calibrate(
     import ray
 
     worlds.enter(launch.resources.workers)
+    worlds.align_group_names()  # the calibration makes groups of its first 2, 3, 4 ranks
     try:
         result = calibration_result(message_sizes(item.max_bytes), device, rank)
     except Exception as e:  # noqa: BLE001 - the sweep goes on without a calibration
@@ -177,6 +178,9 @@ def _run_item(
     devices, params = trial.settings.devices, trial.settings.params
     own = workload if params == workload.params else make_workload(launch.workload, params)
     resume, restart_reason = residents.take(item, devices, where.device)
+    if residents.thaw_if_released():  # what was let go is freed now, before this trial
+        gc.collect()
+        gc.freeze()
     kept: list[KeptTrial] = []
     refused = unkeepable(source) if item.keep else None
     if refused:

@@ -227,8 +227,11 @@ class KeptTrial:
     memory: dict[str, Any]
 
     def close(self) -> None:
-        """Release what the trial holds beyond its memory (a parameter server's actors)."""
-        self.t.strategy.close(clean=True)
+        """Release what the trial holds beyond its memory: its input iterator (a pinning
+        thread and its pinned tables) and a parameter server's actors. No collective (not
+        `clean`): ranks let a kept trial go at different times, and none steps it any more."""
+        self.t.feed.close()
+        self.t.strategy.close(clean=False)
 
 
 def _start_trial(

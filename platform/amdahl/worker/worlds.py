@@ -26,14 +26,16 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
 
 class TrialWorlds:
     """This rank's view of the launch's default process group, one per trial size."""
 
-    def __init__(self, rank: int, size: int, timeout_s: int):
+    def __init__(self, rank: int, size: int, timeout_s: int, device: Any = None):
         self.rank, self.size, self.timeout_s = rank, size, timeout_s
+        self.device = device  # where the group's tensors live (NCCL: this rank's GPU)
         self.launch_size = size
         #: size -> this rank's group of that size (None where the rank is not in it); the
         #: launch's own (Ray Train's) group is the first.
@@ -55,11 +57,30 @@ class TrialWorlds:
             )
         c10d = dist.distributed_c10d
         if size not in self._groups:
-            # Made from the launch's whole group, which every rank is in: every rank calls
-            # new_group in the same order, so all agree on its name and store keys.
+            # Made from the launch's whole group, which every rank is in, by every rank.
             c10d._update_default_pg(self._groups[self.launch_size])
+            self.align_group_names()
             group = dist.new_group(list(range(size)), timeout=timedelta(seconds=self.timeout_s))
             self._groups[size] = group if self.rank < size else None
         c10d._update_default_pg(self._groups[size])
         self.size = size
         return self.rank < size
+
+    def align_group_names(self) -> None:
+        """Make every rank's next `new_group` name the same: torch names groups by a per-process
+        count, which a group made on some ranks only (FSDP2's device mesh on gloo where CUDA is
+        visible) advances on those ranks alone, and a later group made by every rank could then
+        meet under different names. A guard: tests/unit/worker/test_worlds.py makes such a
+        group and passed on torch 2.13 with or without it. A MAX all-reduce of the counts over
+        the launch's whole group (collective: every rank calls it, with that group current)."""
+        c10d = dist.distributed_c10d
+        count = torch.tensor([c10d._world.group_count], dtype=torch.int64, device=self.device)
+        dist.all_reduce(count, op=dist.ReduceOp.MAX)
+        c10d._world.group_count = int(count.item())
+
+    def leave(self) -> None:
+        """The launch is over: every rank's default group is the launch's own again, as Ray
+        Train's teardown expects (it destroys the default group on the ranks that have one)."""
+        if self._groups:
+            dist.distributed_c10d._update_default_pg(self._groups[self.launch_size])
+            self.size = self.launch_size

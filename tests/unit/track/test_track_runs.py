@@ -238,6 +238,20 @@ def test_history_points_are_stamped_when_their_step_ended(store, tmp_path):
     assert (devices.step, devices.timestamp) == (0, STARTED_MS)
 
 
+def test_a_continued_rows_points_end_when_its_own_window_closed(store, tmp_path):
+    """search.continue_rungs: the row's history began in an earlier rung and its setup_s is
+    that item's; its last step ended when this item's window closed."""
+    rows = _rows()[:1]
+    opened = STARTED_MS / 1000 + 10.0  # this item's window, 10 s after its start stamp
+    rows[0].update(continued_from="t/0/0", window_opened_unix=opened, item_measured_s=0.3)
+    tracker, _ = _sweep(tmp_path, rows)
+    _finish(tracker, rows)
+    _, (child,) = _runs(store)
+    points = MlflowClient().get_metric_history(child.info.run_id, "train/loss")
+    end = STARTED_MS + 10_300  # opened + 0.3 s: the last step, elapsed 0.8 s
+    assert {p.step: p.timestamp for p in points} == {1: end - 300, 2: end - 150, 3: end}
+
+
 def test_a_history_without_elapsed_times_stamps_the_trial_start(store, tmp_path):
     rows = _rows()[:1]
     history = json.loads(rows[0]["history"])

@@ -1,6 +1,7 @@
 """One worker group, trials of several sizes (worker/worlds.py): each size's process group is
 made once and switched back to, so a DDP model built in it (a halving trial kept between rungs)
-still reduces after trials of other sizes ran, ranks idle for one size included. Four plain
+still reduces after trials of other sizes ran, ranks idle for one size included, and a group a
+trial made on its own ranks does not break the sizes made after it. Four plain
 processes on gloo over loopback, no Ray."""
 
 import socket
@@ -24,6 +25,8 @@ def _ranks(rank: int, world: int, port: int, out) -> None:
             continue
         if size not in models:  # built once, in its size's group, used again later
             models[size] = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))
+            if size == 2:  # a group made by the trial's ranks only, as FSDP2's mesh can be
+                dist.new_group([0])
         x = torch.full((2, 4), float(rank + 1))
         models[size](x).sum().backward()  # DDP's all-reduce, on the group it was built in
         grad = models[size].module.weight.grad.clone()
