@@ -1,15 +1,18 @@
 """Halving's continuation on a GPU (worker/resident.py): a kept trial's CUDA-event marks from its
 first item still time the pooled window, its DDP on NCCL goes on, the ranks' agreement runs on
-the device (NCCL reduces device tensors only), and the budget is the GPU's memory."""
+the device (NCCL reduces device tensors only), as does the worlds' group-name alignment, and the
+budget is the GPU's memory."""
 
 import pyarrow as pa
 import torch
+import torch.distributed as dist
 from trial_runner import PARAMS, launch_config, trial_config
 
 from amdahl.data.storage import arrow_column
 from amdahl.worker.input import LoaderSource, validation_rows
 from amdahl.worker.resident import RESIDENT_SHARE, ResidentTrials, _all_ranks_agree
 from amdahl.worker.trial import KeptTrial, Placement, run_trial
+from amdahl.worker.worlds import TrialWorlds
 from workloads.mlp import MLP
 
 
@@ -51,5 +54,10 @@ def test_a_continued_gpu_trial_pools_its_windows_on_the_device_timeline(cuda):
 
 def test_the_ranks_agree_on_the_device_and_the_budget_is_the_gpus(cuda):
     assert _all_ranks_agree(True, 2, cuda) and not _all_ranks_agree(False, 2, cuda)
+    # the group-name alignment's all-reduce on NCCL: a device tensor
+    worlds = TrialWorlds(0, 1, 60, cuda)
+    before = dist.distributed_c10d._world.group_count
+    worlds.align_group_names()
+    assert dist.distributed_c10d._world.group_count == before
     total = torch.cuda.get_device_properties(cuda).total_memory
     assert ResidentTrials(cuda, workers=4).budget_bytes == RESIDENT_SHARE * total
