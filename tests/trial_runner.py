@@ -18,7 +18,7 @@ from amdahl.data.storage import arrow_column
 from amdahl.protocol.contract import LaunchConfig, TrialConfig, WorkerResources
 from amdahl.spec.schema import TrainSpec
 from amdahl.worker.input import LoaderSource, validation_rows
-from amdahl.worker.trial import Placement, run_trial_guarded
+from amdahl.worker.trial import KeptTrial, Placement, run_trial, run_trial_guarded
 from workloads.mlp import MLP
 
 PARAMS = {"inputs": 64, "hidden": [64], "classes": 4, "train_rows": 2048, "val_rows": 128}
@@ -95,13 +95,34 @@ def one_rank_group(backend: str) -> None:
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
 
 
+def loader_source(workload: MLP) -> LoaderSource:
+    """The workload's generated training rows through a DataLoader in this process."""
+    rows = workload.generate("train", workload.params["train_rows"], seed=0)
+    table = pa.table({k: arrow_column(v) for k, v in rows.items()})
+    return LoaderSource(table, workload, rank=0, world=1, workers=0)
+
+
+def continued_and_whole(
+    workload: MLP, trial: TrialConfig, other: TrialConfig, where: Placement
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], KeptTrial]:
+    """(whole, first, second, kept): `trial` for 30 steps in one run, and for 10 steps kept
+    then continued to 30 with `other` run between (as a halving rung runs them)."""
+    val = validation_rows(workload, None, seed=0)
+    launch = lambda t, steps=8: launch_config((t,), steps=steps)  # noqa: E731
+    whole = run_trial(workload, trial, launch(trial, 30), loader_source(workload), val, where)
+    kept: list[KeptTrial] = []
+    source = loader_source(workload)
+    first = run_trial(workload, trial, launch(trial, 10), source, val, where, keep=kept)
+    run_trial(workload, other, launch(other), loader_source(workload), val, where)
+    second = run_trial(workload, trial, launch(trial, 30), source, val, where, resume=kept[0])
+    return whole, first, second, kept[0]
+
+
 def run(
     workload: MLP, device: torch.device, launch: LaunchConfig | None = None, **overrides: Any
 ) -> tuple[dict[str, Any], str | None, str | None]:
     """(stats, error, failure kind) of one trial, as `run_trial_guarded` returns them."""
-    rows = workload.generate("train", workload.params["train_rows"], seed=0)
-    table = pa.table({k: arrow_column(v) for k, v in rows.items()})
-    source = LoaderSource(table, workload, rank=0, world=1, workers=0)
+    source = loader_source(workload)
     val = validation_rows(workload, None, seed=0)
     trial = trial_config(**overrides)
     return run_trial_guarded(

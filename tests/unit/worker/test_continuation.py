@@ -2,24 +2,16 @@
 compute what one uninterrupted run of the same steps computes, and its row must pool the
 windows while set-up, warmup and first-step figures stay the first item's."""
 
-import pyarrow as pa
 import torch
-from trial_runner import PARAMS, launch_config, trial_config
+from trial_runner import PARAMS, continued_and_whole, loader_source, trial_config
 
-from amdahl.data.storage import arrow_column
 from amdahl.protocol.items import WorkItem
-from amdahl.worker.input import LoaderSource, LocalShard, validation_rows
+from amdahl.worker.input import LoaderSource, LocalShard
 from amdahl.worker.resident import ResidentTrials, unkeepable
-from amdahl.worker.trial import KeptTrial, Placement, run_trial
+from amdahl.worker.trial import Placement
 from workloads.mlp import MLP
 
 CPU = Placement(torch.device("cpu"), 0, 1)
-
-
-def _source(workload: MLP) -> LoaderSource:
-    rows = workload.generate("train", workload.params["train_rows"], seed=0)
-    table = pa.table({k: arrow_column(v) for k, v in rows.items()})
-    return LoaderSource(table, workload, rank=0, world=1, workers=0)
 
 
 def _losses(stats: dict) -> list[float]:
@@ -27,25 +19,10 @@ def _losses(stats: dict) -> list[float]:
 
 
 def test_a_continued_trial_computes_what_one_uninterrupted_run_does():
-    workload = MLP(**PARAMS)
-    val = validation_rows(workload, None, seed=0)
-    trial = trial_config()
-    whole = run_trial(
-        workload, trial, launch_config((trial,), steps=30), _source(workload), val, CPU
-    )
-
-    kept: list[KeptTrial] = []
-    source = _source(workload)
-    first = run_trial(
-        workload, trial, launch_config((trial,), steps=10), source, val, CPU, keep=kept
-    )
     # another configuration in between, as in a rung: its own reset and compiled graphs (a
-    # kept TorchScript trial fails here, in backward: continuation is for eager trials only)
+    # kept TorchScript trial fails there, in backward: continuation is for eager trials only)
     other = trial_config(trial_id="other", compile="torchscript", precision="bf16")
-    run_trial(workload, other, launch_config((other,)), _source(workload), val, CPU)
-    second = run_trial(
-        workload, trial, launch_config((trial,), steps=30), source, val, CPU, resume=kept[0]
-    )
+    whole, first, second, _ = continued_and_whole(MLP(**PARAMS), trial_config(), other, CPU)
 
     assert (first["windows"], second["windows"], whole["windows"]) == (1, 2, 1)
     assert second["measured_steps"] == whole["measured_steps"] == 30
@@ -100,7 +77,7 @@ def test_kept_trials_stay_within_the_budget_oldest_out_and_say_why_they_went():
 
 def test_only_inputs_whose_iterators_hold_no_process_are_kept():
     workload = MLP(**PARAMS)
-    assert unkeepable(_source(workload)) is None  # a DataLoader in the training process
+    assert unkeepable(loader_source(workload)) is None  # a DataLoader in the training process
     with_workers = LoaderSource(None, workload, rank=0, world=1, workers=2)
     assert "data_workers 2" in unkeepable(with_workers)
     assert unkeepable(LocalShard([], 0.0)) is None  # the shard's tables, in the worker
