@@ -72,6 +72,7 @@ def main() -> None:
         print(line)
         last = t
     _print_fixed_cost([r for r in outcome.rows if r.get("status") == "ok"])
+    _print_rung_gaps(outcome.rows)
     trial_wall = sum(r.get("wall_s") or 0.0 for r in outcome.rows)
     measured = sum(r.get("item_measured_s") or r.get("measured_s") or 0.0 for r in outcome.rows)
     first = next((t for t, _, k, _ in events if k == "LaunchStarted"), wall)
@@ -126,6 +127,25 @@ def _print_fixed_cost(rows: list[dict]) -> None:
         f"{k.removesuffix('_s')} {statistics.median(s[k] for s in split):.3f}" for k in keys
     )
     print(f"\nper item outside its window, median over {len(rows)} ok items (s): {cells}")
+
+
+def _print_rung_gaps(rows: list[dict]) -> None:
+    """A search's hand-over between rungs: from the end of a rung's last row to the start of
+    the next rung's first (the driver's decision and the queue's hand-over; a calibration
+    measured between them is left out: its seconds are the outcome's)."""
+    from datetime import datetime
+
+    spans: dict[int, list[float]] = {}
+    for r in rows:
+        if r.get("rung") is None or not r.get("started_at"):
+            continue
+        start = datetime.fromisoformat(r["started_at"]).timestamp()
+        first, last = spans.setdefault(r["rung"], [start, start])
+        spans[r["rung"]] = [min(first, start), max(last, start + (r.get("wall_s") or 0.0))]
+    rungs = sorted(spans)
+    gaps = [spans[b][0] - spans[a][1] for a, b in zip(rungs, rungs[1:], strict=False)]
+    if gaps:
+        print("between rungs (s): " + " ".join(f"{g:.3f}" for g in gaps))
 
 
 if __name__ == "__main__":

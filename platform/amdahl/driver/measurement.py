@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +41,14 @@ from amdahl.sweepdir.table import append_rows
 if TYPE_CHECKING:
     from amdahl.track.tracker import Tracker
 
+#: A row whose measured window was shorter than this (seconds) reaches MLflow once the sweep has
+#: stopped measuring, not as it arrives. A child run costs the driver ~0.1 s of CPU (an SQLite
+#: insert per metric of its curves), spent while the next trial's window is open: beside two
+#: ranks on a 2-core laptop that cut 60-step windows' throughput by a median 6%
+#: (benchmarks/driver_writes.py). From 10 s on it is at most 1% of a window, and a long sweep's
+#: runs show in MLflow as they finish.
+MIRROR_AT_ONCE_FROM_S = 10.0
+
 # --------------------------------------------------------------------------- measuring
 
 
@@ -61,12 +69,24 @@ class Measurement:
     across_devices: bool
 
     def record(self, row: dict[str, Any]) -> None:
-        """A row is final: into results.parquet first (the source of truth), then MLflow."""
+        """A row is final: into results.parquet first (the source of truth), then MLflow: at
+        once where its window was long, else once measuring is over (`mirror_held`)."""
         row = keep_traces(self.sweep_dir, row)  # the profiler traces: files and columns
         append_rows(self.sweep_dir, [row])
         self.rows.append(row)
-        self.tracker.log_trial_soon(row)
+        window = row.get("item_measured_s") or row.get("measured_s") or 0.0
+        if window >= MIRROR_AT_ONCE_FROM_S:
+            self.tracker.log_trial_soon(row)
+        else:
+            self.held_from_mlflow.append(row)
         self.emit(TrialDone(row))
+
+    def mirror_held(self) -> None:
+        """No window is open any more: the rows held from MLflow go to the tracker's thread
+        (written while the launches end; `Tracker.finish` waits for them)."""
+        for row in self.held_from_mlflow:
+            self.tracker.log_trial_soon(row)
+        self.held_from_mlflow.clear()
 
     pool: LaunchPool | None = None
     #: Wall seconds the driver spent waiting for calibration items (the summary's, benchmarks').
@@ -75,6 +95,8 @@ class Measurement:
     recalibrate: bool = False
     #: The earlier sweep's calibration this one reused, if it did.
     calibration_reused: calibration_reuse.Reusable | None = None
+    #: Rows recorded with a short window, not yet given to MLflow (`record`, `mirror_held`).
+    held_from_mlflow: list[dict[str, Any]] = field(default_factory=list)
 
     def measure(
         self, trial_ids: set[str], finished: set[tuple[str, int]], rung: int | None = None

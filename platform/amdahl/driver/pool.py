@@ -21,7 +21,6 @@ No Train checkpoint is written: the queue and results.parquet are the record
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -48,9 +47,10 @@ if TYPE_CHECKING:
     from amdahl.plan.launches import SweepPlan
     from amdahl.spec.schema import SweepSpec
 
-#: How often the driver takes rows from the queue and looks at its launches (seconds): often
-#: enough that a rung's end is seen at once, seldom enough that the driver and the queue's
-#: actor take no measurable CPU from the workers (on a 2-core machine they share the cores).
+#: How long the driver waits for the queue's next event before it looks at its launches
+#: (seconds): a row, a failure or a group's entry ends the wait at once (a long poll, so a
+#: rung's end is seen at once); seldom enough otherwise that the driver and the queue's actor
+#: take no measurable CPU from the workers (on a 2-core machine they share the cores).
 _TICK_S = 0.2
 
 
@@ -80,6 +80,9 @@ class LaunchPool:
             ray.remote(WorkQueue)
             .options(
                 num_cpus=0,
+                # threaded: a lease or poll waiting for its next event (each launch's rank 0,
+                # the driver) holds a thread, never the others' calls
+                max_concurrency=2 * len(self.shapes) + 4,
                 scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
                     here, soft=False
                 ),
@@ -117,7 +120,6 @@ class LaunchPool:
         ray.get(self.queue.put.remote(items))
         while self._unanswered and not self.interrupt.is_set():
             self._tick()
-            time.sleep(_TICK_S)
         if self.interrupt.is_set():  # Ctrl-C, SIGTERM: nothing new starts
             ray.get(self.queue.cancel.remote(list(self.shapes)))
         self._take()
@@ -169,7 +171,7 @@ class LaunchPool:
     # ----------------------------------------------------------------------- one tick
 
     def _tick(self) -> None:
-        events, load = ray.get(self.queue.poll.remote())  # one round trip a tick
+        events, load = ray.get(self.queue.poll.remote(_TICK_S))  # one round trip a tick
         self._record(events)
         for kind, lid, detail in self.watch.drain():
             if kind == "started":

@@ -16,19 +16,52 @@ Why it lives in driver/: it is the driver's bookkeeping (what is pending, leased
 up), which the driver creates, feeds and reads. The workers never import this class: they hold
 a handle to the actor (`LaunchConfig.queue`) and call five of its methods (`enter`, `lease`,
 `ack`, `attach`, `fail`) with the plain data of amdahl.protocol.items (WorkItem, its key, WAIT,
-CLOSED). Plain Python (no Ray import): the driver wraps it with `ray.remote`.
+CLOSED). Plain Python (no Ray import): the driver wraps it with `ray.remote` as a threaded
+actor, so that a waiting `lease` or `poll` (a long poll: it returns the moment there is
+something) does not hold up the other calls. Every method holds one lock (a Condition that
+the waiting calls sleep on), so the state is never seen half-changed.
 """
 
 from __future__ import annotations
 
+import functools
+import threading
 import time
 from collections import deque
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from amdahl.protocol.items import CLOSED, TRACES, WAIT, WorkItem
 
 #: How many times an item is handed out before a worker group's death during it gives it up.
 MAX_DELIVERIES = 2
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _changes(method: _Method) -> _Method:
+    """A call that may change what a waiting `lease` or `poll` waits for: run under the lock,
+    then wake the waiters (they look again, and sleep on where nothing is theirs)."""
+
+    @functools.wraps(method)
+    def locked(self: WorkQueue, *args: Any, **kwargs: Any) -> Any:
+        with self._changed:
+            result = method(self, *args, **kwargs)
+            self._changed.notify_all()
+            return result
+
+    return locked  # type: ignore[return-value]
+
+
+def _reads(method: _Method) -> _Method:
+    """A call that only reads: under the lock, so it never sees a change half done."""
+
+    @functools.wraps(method)
+    def locked(self: WorkQueue, *args: Any, **kwargs: Any) -> Any:
+        with self._changed:
+            return method(self, *args, **kwargs)
+
+    return locked  # type: ignore[return-value]
 
 
 class WorkQueue:
@@ -43,17 +76,21 @@ class WorkQueue:
         self._starts: dict[str, int] = {}
         self._events: list[tuple[Any, ...]] = []
         self._traces: dict[str, dict[int, bytes]] = {}  # per leased item, by rank
+        self._changed = threading.Condition()  # the lock; notified by every change
 
     # ----------------------------------------------------------------------- the driver
 
+    @_changes
     def put(self, items: list[WorkItem]) -> None:
         for item in items:
             self._pending.setdefault(item.launch_id, deque()).append(item)
 
+    @_changes
     def close(self, launch_ids: list[str]) -> None:
         """No further item for these launches: their workers return once the queue is empty."""
         self._closed.update(launch_ids)
 
+    @_changes
     def cancel(self, launch_ids: list[str]) -> int:
         """Stop now (Ctrl-C): the launches' waiting items are dropped, unrecorded (a resume
         runs them), and their queues closed; an item already leased still answers. Returns
@@ -62,20 +99,27 @@ class WorkQueue:
         self._closed.update(launch_ids)
         return dropped
 
+    @_changes
     def reopen(self, launch_ids: list[str]) -> None:
         """A new worker group for these launches is about to start."""
         self._closed.difference_update(launch_ids)
 
+    @_reads
     def take(self) -> list[tuple[Any, ...]]:
         """Events since the last call, in order: ("entered", launch_id, start number, unix
         time), ("row", item, row), ("failed", item, reason)."""
         events, self._events = self._events, []
         return events
 
-    def poll(self) -> tuple[list[tuple[Any, ...]], dict[str, tuple[int, int]]]:
-        """`take` and `load` in one call: what the driver reads each tick."""
-        return self.take(), self.load()
+    def poll(self, wait_s: float = 0.0) -> tuple[list[tuple[Any, ...]], dict[str, tuple[int, int]]]:
+        """`take` and `load` in one call: what the driver reads each tick. Where there is no
+        event yet, it waits for one up to `wait_s` seconds (the driver's tick: a row, a
+        failure or a group's entry wakes it at once)."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._events, timeout=wait_s)
+            return self.take(), self.load()
 
+    @_reads
     def load(self) -> dict[str, tuple[int, int]]:
         """Per launch with any item: (pending, leased)."""
         out = {lid: (len(q), 0) for lid, q in self._pending.items() if q}
@@ -84,10 +128,12 @@ class WorkQueue:
             out[item.launch_id] = (pending, leased + 1)
         return out
 
+    @_reads
     def starts(self) -> dict[str, int]:
         """Worker-group starts per launch (a restart by train.max_failures counts)."""
         return dict(self._starts)
 
+    @_changes
     def abandon(self, launch_id: str, reason: str, pending_too: bool = False) -> int:
         """The launch's worker group is gone for good: its leased items (and, with
         `pending_too`, its waiting ones) fail with `reason`. Returns how many failed."""
@@ -102,6 +148,7 @@ class WorkQueue:
 
     # ----------------------------------------------------------------------- the workers
 
+    @_changes
     def enter(self, launch_id: str) -> int:
         """Rank 0 of a launch's worker group starts (again, after a worker died: Ray Train's
         `max_failures` restart runs the training function anew). Items the group had leased
@@ -124,9 +171,17 @@ class WorkQueue:
         self._events.append(("entered", launch_id, n, time.time()))
         return n
 
-    def lease(self, launch_id: str) -> WorkItem | str:
+    def lease(self, launch_id: str, wait_s: float = 0.0) -> WorkItem | str:
         """The launch's next item, else WAIT, or CLOSED once the driver has closed it and
-        nothing is left."""
+        nothing is left. Where there is neither yet, it waits up to `wait_s` seconds for one
+        (an item put or the launch closed wakes it at once: no hand-over waits for a tick)."""
+        with self._changed:
+            self._changed.wait_for(
+                lambda: self._pending.get(launch_id) or launch_id in self._closed, timeout=wait_s
+            )
+            return self._lease_now(launch_id)
+
+    def _lease_now(self, launch_id: str) -> WorkItem | str:
         queue = self._pending.get(launch_id)
         if queue:
             item = queue.popleft()
@@ -136,6 +191,7 @@ class WorkQueue:
             return item
         return CLOSED if launch_id in self._closed else WAIT
 
+    @_changes
     def ack(self, key: str, row: dict[str, Any]) -> None:
         """Rank 0's answer for a leased item (its results row; a calibration's measurement):
         the item is done."""
@@ -144,12 +200,14 @@ class WorkQueue:
         if item is not None:
             self._events.append(("row", item, {**row, TRACES: traces} if traces else row))
 
+    @_changes
     def attach(self, key: str, rank: int, trace: bytes) -> None:
         """One rank's compressed profiler trace for a leased item (worker/profile.py), sent
         before the item's row; it leaves with the row (under TRACES)."""
         if key in self._leased:
             self._traces.setdefault(key, {})[rank] = trace
 
+    @_changes
     def fail(self, key: str, reason: str) -> None:
         """A rank gives an item up before ending its worker group (a poisoned process, a rank
         stranded in a collective): recorded with the reason, never handed out again."""

@@ -21,6 +21,7 @@ from amdahl.analysis.overlap import straggler_of
 from amdahl.analysis.stats import Stat, differs, is_number
 from amdahl.report.bottleneck import (
     COMPUTE,
+    DATA,
     MEMORY,
     THRESHOLDS,
     StepFigures,
@@ -245,6 +246,23 @@ def _name_bottleneck(d: Diagnosis, configs: list[Config], calib: Calibration | N
         d.also.append(note)
     d.also += trace_notes(s)
     d.advice = advice_for(d.bottleneck, s, bool(memory))
+    if d.bottleneck == DATA and not s.cuda and _loader_with_workers(d.config):
+        d.advice.insert(0, LOADER_IN_PROCESS_TIP)
+
+
+#: For a CPU trial whose DataLoader worker keeps it waiting (docs/performance.md, "What the loop
+#: costs beside a plain loop": on the 2-core box one worker process cost a quarter of the
+#: one-device throughput, 0 workers were at 0.98 of plain).
+LOADER_IN_PROCESS_TIP = (
+    "input torch_loader on a host with few cores: try data_workers: 0 (the DataLoader makes "
+    "each batch in the training process: no worker process competing for the cores, no copy "
+    "between processes; its time then shows as data wait)"
+)
+
+
+def _loader_with_workers(c: Config) -> bool:
+    """A torch_loader trial with worker processes (`input` absent in old rows: Ray Data)."""
+    return c.settings.get("input") == "torch_loader" and (c.settings.get("data_workers") or 0) > 0
 
 
 def _memory_finding(c: Config, configs: list[Config], calib: Calibration | None) -> str:

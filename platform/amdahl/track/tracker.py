@@ -18,8 +18,10 @@ by `trial_id:repeat` in the store and in tracking.json, so logging is idempotent
 or `platform mlflow-push` pushes only what the store does not have yet. tracking.json keeps that
 record per tracking store (`MlflowBackend.store_key`: for MLflow its URI without credentials)
 and experiment, so a sweep directory copied elsewhere (rsynced down from a cluster) is pushed in
-full to another store. Each child run is written as its row arrives; the parent's figures when
-the sweep finishes and on `platform mlflow-push`.
+full to another store. Each child run is written when the driver hands its row over (as it
+arrives; a short window's once the sweep stops measuring: driver/measurement.py,
+`MIRROR_AT_ONCE_FROM_S`); the parent's figures when the sweep finishes and on
+`platform mlflow-push`.
 
 An unreachable tracking store never stops a sweep: the rows stay in results.parquet and are pushed
 later. Any other tracking failure (a bug, a state file that cannot be written) does not stop it

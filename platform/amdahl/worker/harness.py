@@ -146,13 +146,8 @@ def _next_item(launch: LaunchConfig, rank: int) -> WorkItem | str:
     from ray.train.collective import broadcast_from_rank_zero
 
     item: WorkItem | str | None = None
-    if rank == 0:
-        deadline, pause = time.monotonic() + _LEASE_WAIT_S, 0.005
-        while (item := ray.get(launch.queue.lease.remote(launch.launch_id))) == WAIT:
-            if time.monotonic() > deadline:
-                break
-            time.sleep(pause)
-            pause = min(0.1, pause * 2)
+    if rank == 0:  # the queue answers the moment an item is put (a long poll)
+        item = ray.get(launch.queue.lease.remote(launch.launch_id, _LEASE_WAIT_S))
     return broadcast_from_rank_zero(item)
 
 

@@ -7,6 +7,7 @@ from report_rows import PARAMS, conform, row, scaling_rows
 from amdahl.analysis.alphabeta import ring_allreduce_s
 from amdahl.report import report_from_rows
 from amdahl.report.bottleneck import THRESHOLD_TEXT, THRESHOLDS
+from amdahl.report.diagnose import LOADER_IN_PROCESS_TIP
 
 
 def _diag(report, label):
@@ -42,6 +43,21 @@ def test_data_loading_named_above_five_percent_of_the_step_only():
     fine = _report([row(1, throughput=1000.0, phases=(0.005, 0.04, 0.08, 0.003))])  # 3.9%
     assert fine.diagnoses[0].bottleneck == "compute"
     assert fine.diagnoses[0].shares["data loading"] == pytest.approx(0.005 / 0.128)
+
+
+def test_a_cpu_dataloader_waited_on_is_told_to_try_no_worker_process():
+    slow = (0.3, 0.3, 0.5, 0.18)  # data wait 23% of the step
+    loader = dict(input="torch_loader", data_workers=1)
+    (d,) = _report([row(1, throughput=100.0, phases=slow, **loader)]).diagnoses
+    assert d.bottleneck == "data loading" and d.advice[0] == LOADER_IN_PROCESS_TIP
+    # not where it already has none, not for Ray Data, not on a GPU (its host has the cores)
+    for other in (
+        dict(loader, data_workers=0),
+        dict(loader, input="ray_data"),
+        dict(loader, device_name="H100"),
+    ):
+        (d,) = _report([row(1, throughput=100.0, phases=slow, **other)]).diagnoses
+        assert LOADER_IN_PROCESS_TIP not in d.advice, other
 
 
 def test_gpu_data_wait_is_named_with_host_device_transfer():
