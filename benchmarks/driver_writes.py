@@ -90,9 +90,11 @@ def _sweep(arm: str, runs_dir: Path) -> dict:
     """One sweep of SPACE with `arm`'s tracking: its ok rows by trial id and its wall seconds."""
     from amdahl import read_results, run_sweep, validate_spec
 
-    tracking = {"enabled": arm != "off", "uri": f"sqlite:///{runs_dir}-mlflow.db"}
+    # a fresh store per sweep, through the variable that wins over tracking.uri
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{runs_dir}-mlflow.db"
     start = time.perf_counter()
-    outcome = run_sweep(validate_spec({**SPACE, "tracking": tracking}), runs_dir=runs_dir)
+    spec = validate_spec({**SPACE, "tracking": {"enabled": arm != "off"}})
+    outcome = run_sweep(spec, runs_dir=runs_dir)
     wall = time.perf_counter() - start
     rows = {
         x["trial_id"]: x for x in read_results(outcome.sweep_dir).to_pylist() if x["status"] == "ok"

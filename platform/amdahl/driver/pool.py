@@ -74,21 +74,7 @@ class LaunchPool:
         self.record, self.emit, self.interrupt = record, emit, interrupt
         launches = plan.launches(set(), group, across_devices)
         self.shapes: dict[str, Launch] = {launch.launch_id: launch for launch in launches}
-        # On the driver's node, holding no CPU: it only passes small messages.
-        here = ray.get_runtime_context().get_node_id()
-        self.queue = (
-            ray.remote(WorkQueue)
-            .options(
-                num_cpus=0,
-                # threaded: a lease or poll waiting for its next event (each launch's rank 0,
-                # the driver) holds a thread, never the others' calls
-                max_concurrency=2 * len(self.shapes) + 4,
-                scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
-                    here, soft=False
-                ),
-            )
-            .remote()
-        )
+        self.queue = work_queue_actor(len(self.shapes))
         self.watch = LaunchWatch()
         self.configs: dict[str, LaunchConfig] = {}
         self.datasets: dict[str, Any] = {}
@@ -297,6 +283,24 @@ class LaunchPool:
             tuner.fit()
         except Exception as e:  # noqa: BLE001 - reported as the items' reason
             self._tune_error = f"launch failed: Ray Tune stopped: {type(e).__name__}: {e}"
+
+
+def work_queue_actor(launches: int) -> Any:
+    """The sweep's WorkQueue actor: on the driver's node, holding no CPU (it only passes small
+    messages), and threaded, so that a lease or poll waiting for its next event (each launch's
+    rank 0, a rank 0 that died waiting, the driver) holds a thread, never the others' calls."""
+    here = ray.get_runtime_context().get_node_id()
+    return (
+        ray.remote(WorkQueue)
+        .options(
+            num_cpus=0,
+            max_concurrency=2 * launches + 4,
+            scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
+                here, soft=False
+            ),
+        )
+        .remote()
+    )
 
 
 def start_reason(started: bool, died: bool, closed_idle: bool, pending: set[str]) -> str:

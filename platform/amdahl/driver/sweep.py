@@ -215,8 +215,10 @@ def _run_locked(
             if not interrupt.is_set():
                 measurement.calibrate()  # in the group that is up: `platform predict` works as is
     finally:
-        measurement.mirror_held()  # MLflow's writes held from short windows, while launches end
-        measurement.close()  # every launch ends
+        try:
+            measurement.mirror_held()  # MLflow's writes held from short windows, while launches end
+        finally:
+            measurement.close()  # every launch ends (rows it still takes: Tracker.finish pushes)
         outcome.wall_s = time.perf_counter() - started
         if measurement.pool is not None:
             outcome.group_starts = measurement.pool.group_starts()

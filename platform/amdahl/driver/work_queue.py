@@ -171,15 +171,23 @@ class WorkQueue:
         self._events.append(("entered", launch_id, n, time.time()))
         return n
 
-    def lease(self, launch_id: str, wait_s: float = 0.0) -> WorkItem | str:
+    def lease(
+        self, launch_id: str, wait_s: float = 0.0, start: int | None = None
+    ) -> WorkItem | str:
         """The launch's next item, else WAIT, or CLOSED once the driver has closed it and
         nothing is left. Where there is neither yet, it waits up to `wait_s` seconds for one
-        (an item put or the launch closed wakes it at once: no hand-over waits for a tick)."""
+        (an item put or the launch closed wakes it at once: no hand-over waits for a tick).
+
+        `start`: the caller's group start (`enter`'s answer). A lease from an earlier start is
+        answered WAIT: Ray finishes a call whose caller died, so a rank 0 that died waiting
+        would otherwise take an item that no one runs and no `enter` hands back."""
+        stale = lambda: start is not None and start != self._starts.get(launch_id)  # noqa: E731
         with self._changed:
             self._changed.wait_for(
-                lambda: self._pending.get(launch_id) or launch_id in self._closed, timeout=wait_s
+                lambda: stale() or self._pending.get(launch_id) or launch_id in self._closed,
+                timeout=wait_s,
             )
-            return self._lease_now(launch_id)
+            return WAIT if stale() else self._lease_now(launch_id)
 
     def _lease_now(self, launch_id: str) -> WorkItem | str:
         queue = self._pending.get(launch_id)

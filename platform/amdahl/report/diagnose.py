@@ -246,7 +246,8 @@ def _name_bottleneck(d: Diagnosis, configs: list[Config], calib: Calibration | N
         d.also.append(note)
     d.also += trace_notes(s)
     d.advice = advice_for(d.bottleneck, s, bool(memory))
-    if d.bottleneck == DATA and not s.cuda and _loader_with_workers(d.config):
+    # CPU only: on a GPU the same wait is named "data loading or host-device transfer"
+    if d.bottleneck == DATA and _loader_with_workers(d.config):
         d.advice.insert(0, LOADER_IN_PROCESS_TIP)
 
 

@@ -58,8 +58,9 @@ def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
     launch = loop_config["launch"]
     ctx = ray.train.get_context()
     rank = ctx.get_world_rank()
+    start = 0  # this group's start number (rank 0's): its leases name it
     if rank == 0:  # hands back what a worker group that died here had leased
-        ray.get(launch.queue.enter.remote(launch.launch_id))
+        start = ray.get(launch.queue.enter.remote(launch.launch_id))
     device = ray.train.torch.get_device()
     worlds = TrialWorlds(rank, ctx.get_world_size(), launch.collective_timeout_s, device)
     torch.set_num_threads(launch.resources.torch_threads)
@@ -80,7 +81,7 @@ def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
         "launch_setup_s": time.perf_counter() - entered,
     }
     answered = time.perf_counter()  # the end of the previous answer: hand-over starts
-    while (item := _next_item(launch, rank)) != CLOSED:
+    while (item := _next_item(launch, rank, start)) != CLOSED:
         if item == WAIT:
             continue
         if item.kind == "calibrate":
@@ -139,7 +140,7 @@ def _calibrate(
         ray.get(launch.queue.ack.remote(item.key, result))
 
 
-def _next_item(launch: LaunchConfig, rank: int) -> WorkItem | str:
+def _next_item(launch: LaunchConfig, rank: int, start: int) -> WorkItem | str:
     """The group's next item, the same on every rank: rank 0 leases it from the driver's
     queue (waiting at most _LEASE_WAIT_S) and broadcasts it; WAIT when there was none yet."""
     import ray
@@ -147,7 +148,7 @@ def _next_item(launch: LaunchConfig, rank: int) -> WorkItem | str:
 
     item: WorkItem | str | None = None
     if rank == 0:  # the queue answers the moment an item is put (a long poll)
-        item = ray.get(launch.queue.lease.remote(launch.launch_id, _LEASE_WAIT_S))
+        item = ray.get(launch.queue.lease.remote(launch.launch_id, _LEASE_WAIT_S, start))
     return broadcast_from_rank_zero(item)
 
 

@@ -55,3 +55,19 @@ def test_a_waiting_poll_returns_with_the_row_that_woke_it():
     start = time.monotonic()
     assert queue.poll(wait_s=0.2) == ([], {})  # nothing new: the limit
     assert time.monotonic() - start >= 0.2
+
+
+def test_a_lease_from_a_replaced_group_takes_nothing():
+    # Ray finishes a call whose caller died: rank 0 of a group that died while its lease
+    # waited must not take the item the restarted group's rank 0 is waiting for
+    queue, item = WorkQueue(), WorkItem("a/0/-", "L", "a", 0)
+    old = queue.enter("L")
+    got: list = []
+    waiting = threading.Thread(target=lambda: got.append(queue.lease("L", 30.0, start=old)))
+    waiting.start()
+    new = queue.enter("L")  # the restart wakes the old lease: it answers WAIT at once
+    waiting.join(timeout=15.0)
+    assert not waiting.is_alive() and got == [WAIT]
+    queue.put([item])
+    assert queue.lease("L", 0.0, start=old) == WAIT and queue.load() == {"L": (1, 0)}
+    assert queue.lease("L", 0.0, start=new) == item
