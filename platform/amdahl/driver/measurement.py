@@ -148,9 +148,14 @@ class Measurement:
         return self.pool
 
     def close(self) -> None:
-        """The sweep has no more work: its launches end."""
-        if self.pool is not None:
-            self.pool.close()
+        """The sweep has no more work: the rows held from MLflow go to the tracker's thread
+        (their writes overlap the launches' end), then its launches end (a row they still
+        answer is recorded and held; `Tracker.finish` pushes every row the store lacks)."""
+        try:
+            self.mirror_held()
+        finally:
+            if self.pool is not None:
+                self.pool.close()
 
     def calibrate(self) -> None:
         """calibration.json for the report and the step-time model (`platform predict`): the

@@ -215,19 +215,9 @@ def _run_locked(
             if not interrupt.is_set():
                 measurement.calibrate()  # in the group that is up: `platform predict` works as is
     finally:
-        try:
-            measurement.mirror_held()  # MLflow's writes held from short windows, while launches end
-        finally:
-            measurement.close()  # every launch ends (rows it still takes: Tracker.finish pushes)
+        measurement.close()  # MLflow's held writes begin, every launch ends
         outcome.wall_s = time.perf_counter() - started
-        if measurement.pool is not None:
-            outcome.group_starts = measurement.pool.group_starts()
-            outcome.group_start_reasons = [why for _, why in measurement.pool.start_reasons]
-            opened = measurement.pool.first_window_unix
-            outcome.first_measured_s = opened - started_unix if opened else None
-        outcome.calibration_s = measurement.calibration_s
-        if measurement.calibration_reused is not None:
-            outcome.calibration_reused_from = measurement.calibration_reused.sweep_dir
+        _note_measurement(outcome, measurement, started_unix)
         report = _write_report(sweep_dir)
         tracker.finish(outcome, interrupted=interrupt.is_set(), report=report)
         outcome.tracking = None if tracker.offline_reason else tracker.link
@@ -235,6 +225,18 @@ def _run_locked(
         raise SweepInterrupted(sweep_dir, interrupt.signum or signal.SIGINT)
     emit(SweepFinished(outcome))
     return outcome
+
+
+def _note_measurement(outcome: SweepOutcome, measurement: Measurement, started_unix: float) -> None:
+    """What the closing summary says of the launches and the calibration."""
+    if measurement.pool is not None:
+        outcome.group_starts = measurement.pool.group_starts()
+        outcome.group_start_reasons = [why for _, why in measurement.pool.start_reasons]
+        opened = measurement.pool.first_window_unix
+        outcome.first_measured_s = opened - started_unix if opened else None
+    outcome.calibration_s = measurement.calibration_s
+    if measurement.calibration_reused is not None:
+        outcome.calibration_reused_from = measurement.calibration_reused.sweep_dir
 
 
 def _tracker(spec: SweepSpec, sweep_dir: Path, tracking: bool | None, emit: EventHandler) -> Any:
