@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 #: A row whose measured window was shorter than this (seconds) reaches MLflow once the sweep has
 #: stopped measuring, not as it arrives. A child run costs the driver ~0.1 s of CPU (an SQLite
 #: insert per metric of its curves), spent while the next trial's window is open: beside two
-#: ranks on a 2-core laptop that cut 60-step windows' throughput by a median 6%
+#: ranks on a 2-core laptop that cut 60-step windows' throughput by a median 3-6%
 #: (benchmarks/driver_writes.py). From 10 s on it is at most 1% of a window, and a long sweep's
 #: runs show in MLflow as they finish.
 MIRROR_AT_ONCE_FROM_S = 10.0
