@@ -3,10 +3,13 @@ where a rank 0's waiting lease does not hold up the driver's calls and is woken 
 
 import time
 
+import pytest
 import ray
 
 from amdahl.driver.pool import work_queue_actor
 from amdahl.protocol.items import WorkItem
+
+pytestmark = pytest.mark.integration
 
 
 def test_a_waiting_lease_is_woken_by_the_drivers_put_through_the_actor(ray_cluster):
