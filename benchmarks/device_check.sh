@@ -14,9 +14,11 @@
 # STEPS=m34. Step 4 starts only while less than
 # STEP4_BEFORE_S (default 320) seconds have passed in this call.
 #
-# The machine's image has torch (CUDA) but neither Ray nor pydantic: their wheels travel in
-# .whl/ (Ray's without its Java jars and dashboard UI, binaries stripped, to fit a call) and are
-# unpacked onto PYTHONPATH. MLflow is not needed: every sweep runs with tracking off.
+# The machine's image has torch (CUDA) but not Ray, pydantic or jsonschema (which `import ray`
+# needs): `bash benchmarks/device_wheels.sh` builds their wheels into .whl/ here (Ray's without
+# its Java jars and dashboard UI, binaries stripped, to fit a call; name .whl in the call's
+# carry), and they are unpacked onto PYTHONPATH. MLflow is not needed: every sweep runs with
+# tracking off.
 set -u
 OUT=${OUT:-/tmp/device-check}
 mkdir -p "$OUT" /tmp/site /tmp/runs
