@@ -320,7 +320,8 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "restart_reason": (
         pa.string(),
         "halving: why a configuration promoted from the rung before started fresh instead of "
-        "continuing (not kept: over the memory budget, a restarted worker group, ...)",
+        "continuing (not kept: over the memory budget, a restarted worker group, a compiled "
+        "or parameter-server configuration, which is never kept, ...)",
     ),
     "history": (
         pa.string(),

@@ -210,19 +210,30 @@ def continuation(
     nor the parameter server (its actors would stay up, and closing them is a collective)."""
     if rung is None or not spec.search.continue_rungs or spec.train.target is not None:
         return {}
-    if settings.compile != "eager" or settings.sync == "param_server":
-        return {}
-    earlier = (  # the rung before ran this repeat, and kept it
-        rung > 0
-        and repeat < rung_repeats(spec.search, spec.train, rung - 1)
-        and ranks_only(spec.search, spec.train, rung - 1)
-    )
+    ran_before = rung > 0 and repeat < rung_repeats(spec.search, spec.train, rung - 1)
+    never = never_continues(settings)
+    if never is not None:  # the row says why it started again (its restart_reason)
+        return {"fresh_because": never} if ran_before else {}
+    earlier = ran_before and ranks_only(spec.search, spec.train, rung - 1)  # and kept it
     return {
         # only a ranking rung's trial: a full one's profiler and communication passes train
         # the model beyond the steps its row counts
         "keep": ranks_only(spec.search, spec.train, rung),
         "continues": item_key(trial_id, repeat, rung - 1) if earlier else None,
     }
+
+
+def never_continues(settings: TrialSettings) -> str | None:
+    """Why a configuration's trial is never kept between rungs (continuation's docstring), as
+    its promoted rows' restart_reason says it; None where it can be."""
+    if settings.compile != "eager":
+        return (
+            f"compile {settings.compile} starts fresh each rung: every trial first forgets "
+            "what earlier ones compiled, so a kept one would compile again inside its window"
+        )
+    if settings.sync == "param_server":
+        return "sync param_server starts fresh each rung: its server actors would stay up"
+    return None
 
 
 def rung_spec(spec: SweepSpec, rung: int) -> SweepSpec:

@@ -43,6 +43,9 @@ class WorkItem:
     #: `continues` names the earlier item (its key) whose kept trial this one goes on with.
     keep: bool = False
     continues: str | None = None
+    #: why a promoted configuration starts fresh although `search.continue_rungs` is on (one
+    #: that is never kept: driver.measurement.never_continues); the row's restart_reason.
+    fresh_because: str | None = None
 
 
 def item_key(trial_id: str, repeat: int, rung: int | None) -> str:

@@ -196,7 +196,7 @@ def _run_item(
         raise
     if error is None:
         stats["continued_from"] = item.continues if resume is not None else None
-        stats["restart_reason"] = restart_reason
+        stats["restart_reason"] = restart_reason or item.fresh_because
     gathered = _gather(stats, error, devices)
     if kept:  # kept only where every rank's part ran (and alike on every rank: gathered)
         if all(r["error"] is None for r in gathered):

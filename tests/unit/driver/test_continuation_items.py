@@ -33,7 +33,14 @@ def test_ranking_rungs_keep_and_the_next_rung_continues_the_same_repeat():
 def test_what_is_never_kept_starts_again_each_rung():
     spec = _spec()
     for axes in ({"compile": "inductor"}, {"compile": "torchscript"}, {"sync": "param_server"}):
-        assert continuation(spec, "t", _settings(spec, **axes), 0, 1) == {}, axes
+        settings = _settings(spec, **axes)
+        # nothing kept at any rung; a promoted run's row says why it started again
+        assert continuation(spec, "t", settings, 0, 0) == {}, axes
+        why = continuation(spec, "t", settings, 0, 1)["fresh_because"]
+        assert why.startswith(f"{next(iter(axes))} {next(iter(axes.values()))} starts fresh")
+        assert continuation(spec, "t", settings, 0, 2) == {"fresh_because": why}
+        # a repeat the rung before did not run is new, not started again
+        assert continuation(spec, "t", settings, 1, 2) == {}, axes
     off = _spec(search={**SEARCH, "continue_rungs": False})
     assert continuation(off, "t", _settings(off), 0, 1) == {}
     # a constraint on validation makes every rung a full one: nothing kept, nothing continued
