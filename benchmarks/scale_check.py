@@ -215,6 +215,29 @@ def evaluate(
         if c.ok and c.throughput and c.devices in truth_devices:
             _print_point(c, model, fitted.get(_key(c), {}), errors)
     _print_summary(errors, truth_devices)
+    _print_quoted(fit_inputs, max(fit_devices), truth_devices, errors["model"])
+
+
+def _print_quoted(fit_inputs, widest: int, truth_devices: list[int], model_errors) -> None:
+    """What `platform predict` of the fit rows quotes beside each held-out count (the fit's own
+    check nearest that distance: analysis.prediction.nearest_check) against the error measured
+    there: is the caveat honest?"""
+    from amdahl.analysis.prediction import extrapolation_checks, nearest_check
+
+    checks = extrapolation_checks(fit_inputs)
+    print("the caveat's quoted error (the fit rows' own check nearest the distance) / measured:")
+    for p in truth_devices:
+        xs = model_errors.get(p)
+        if not xs:
+            continue
+        c = nearest_check(p / widest, checks)
+        if c is None:
+            quoted = "none measured"
+        else:
+            quoted = f"{c.fitted_max} -> {c.held_out} ({c.distance:.3g}x) median {c.median:.1%}"
+            if c.distance < p / widest:
+                quoted += ", farther out than any check"
+        print(f"  p={p:<3d} quoted {quoted}; measured median {statistics.median(xs):.1%}")
 
 
 def _print_fit(model) -> None:

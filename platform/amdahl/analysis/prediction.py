@@ -73,9 +73,10 @@ def _twins(a: Point, b: Point) -> bool:
 
 @dataclass(frozen=True)
 class Extrapolation:
-    """The model's measured error beyond what it was fitted on: refitted without the sweep's
-    widest device count and asked for it; the calibration without the device counts above the
-    fit too, where it measured two or more up to there (`calibrated_max`), else as it is."""
+    """The model's measured error beyond what it was fitted on: refitted on the device counts up
+    to `fitted_max` only and asked for `held_out`, a wider count the sweep measured; the
+    calibration without the device counts above the fit too, where it measured two or more up
+    to there (`calibrated_max`), else as it is."""
 
     fitted_max: int  # the widest device count left in the fit
     held_out: int  # the device count predicted
@@ -84,18 +85,45 @@ class Extrapolation:
     points: int
     calibrated_max: int | None = None  # the widest calibrated device count the check used
 
+    @property
+    def distance(self) -> float:
+        """How far out the check predicted: held-out over the widest fitted count."""
+        return self.held_out / self.fitted_max
 
-def extrapolation_check(inputs: ModelInputs) -> Extrapolation | None:
-    """Fit on every device count but the widest (at least two left, 1 among them), predict the
-    widest; None where the sweep measured fewer than three device counts."""
+
+def extrapolation_checks(inputs: ModelInputs) -> list[Extrapolation]:
+    """Every check the sweep's device counts allow: for each count c between the narrowest and
+    the widest, fit on the counts up to c (1 among them) and predict each wider one, so a
+    sweep at 1, 2, 4 and 8 devices measures the error 2x out twice (2 -> 4, 4 -> 8) and 4x out
+    once (2 -> 8). Empty where it measured fewer than three device counts, or none at 1."""
     points = inputs.points()
     counts = sorted({pt.devices for pt in points})
     if len(counts) < 3 or counts[0] != 1:
-        return None
-    held = counts[-1]
-    narrowed = calibration_up_to(inputs.calibration, counts[-2])
-    check = dataclasses.replace(inputs, calibration=narrowed) if narrowed else inputs
-    model = fit(check, [pt for pt in points if pt.devices < held])
+        return []
+    checks = []
+    for cut in counts[1:-1]:
+        narrowed = calibration_up_to(inputs.calibration, cut)
+        check = dataclasses.replace(inputs, calibration=narrowed) if narrowed else inputs
+        model = fit(check, [pt for pt in points if pt.devices <= cut])
+        cal = check.calibration
+        for held in (c for c in counts if c > cut):
+            errors = sorted(_errors_at(model, points, held))
+            if errors:
+                checks.append(
+                    Extrapolation(
+                        cut,
+                        held,
+                        statistics.median(errors),
+                        quantile(errors, 0.9),
+                        len(errors),
+                        cal.devices if cal else None,
+                    )
+                )
+    return checks
+
+
+def _errors_at(model: StepModel, points: list[Point], held: int) -> list[float]:
+    """|relative error| of `model` at each measured point on `held` devices it can predict."""
     errors = []
     for pt in points:
         if pt.devices != held or pt.family not in model.families:
@@ -105,18 +133,18 @@ def extrapolation_check(inputs: ModelInputs) -> Extrapolation | None:
         )
         if pred.throughput and pt.throughput:
             errors.append(abs(pred.throughput - pt.throughput) / pt.throughput)
-    if not errors:
-        return None
-    errors.sort()
-    cal = check.calibration
-    return Extrapolation(
-        counts[-2],
-        held,
-        statistics.median(errors),
-        quantile(errors, 0.9),
-        len(errors),
-        cal.devices if cal else None,
-    )
+    return errors
+
+
+def extrapolation_check(inputs: ModelInputs) -> Extrapolation | None:
+    """The headline check: fitted on every device count but the widest, predicting the widest;
+    None where the sweep measured fewer than three device counts."""
+    return widest_check(extrapolation_checks(inputs))
+
+
+def widest_check(checks: list[Extrapolation]) -> Extrapolation | None:
+    """Among `checks`, the one from the widest fit predicting the widest count."""
+    return max(checks, key=lambda c: (c.held_out, c.fitted_max), default=None)
 
 
 def calibration_up_to(cal: Calibration | None, devices: int) -> Calibration | None:
@@ -134,22 +162,35 @@ def calibration_up_to(cal: Calibration | None, devices: int) -> Calibration | No
     )
 
 
-def beyond_measured(devices: int, widest: int, ext: Extrapolation | None) -> str:
+def beyond_measured(devices: int, widest: int, checks: list[Extrapolation]) -> str:
     """The caveat of a prediction beyond the widest measured device count: the error measured
-    when the model last had to extrapolate, or that none was measured."""
+    by the check nearest its distance (`nearest_check`), or that none was measured."""
     head = f"{devices} devices is {devices / widest:.3g}x the widest measured ({widest})"
-    if ext is None:
+    check = nearest_check(devices / widest, checks)
+    if check is None:
         return (
             f"{head}; the model's error beyond its fit was not measured (that needs ok runs at "
             "1 and at least two more device counts, predictable without the widest): treat "
             "it as unchecked"
         )
-    return (
-        f"{head}; fitted up to {ext.fitted_max} devices, the model predicted {ext.held_out} "
-        f"({ext.held_out / ext.fitted_max:.3g}x) with median error {ext.median:.1%}, p90 "
-        f"{ext.p90:.1%} over {ext.points} configurations, {_calibrated_as(ext)}; farther "
-        "out, expect more"
+    said = (
+        f"fitted up to {check.fitted_max} devices, the model predicted {check.held_out} "
+        f"({check.distance:.3g}x) with median error {check.median:.1%}, p90 {check.p90:.1%} "
+        f"over {check.points} configurations, {_calibrated_as(check)}"
     )
+    if check.distance < devices / widest:
+        return f"{head}; the farthest check: {said}; farther out, expect more"
+    return f"{head}; checked as far out: {said}"
+
+
+def nearest_check(distance: float, checks: list[Extrapolation]) -> Extrapolation | None:
+    """The check that speaks for a prediction `distance` times the widest measured count: the
+    nearest one at least that far out (from the widest fit among equals, the closest to the
+    user's), else the farthest of all (which then understates the error)."""
+    covering = [c for c in checks if c.distance >= distance - 1e-9]
+    if covering:
+        return min(covering, key=lambda c: (c.distance, -c.fitted_max))
+    return max(checks, key=lambda c: (c.distance, c.fitted_max), default=None)
 
 
 def _calibrated_as(ext: Extrapolation) -> str:
@@ -241,8 +282,13 @@ class SweepPrediction:
     price: float
     nodes: int
     notes: list[str] = field(default_factory=list)
-    #: The model's measured error predicting a device count it was not fitted on
-    extrapolation: Extrapolation | None = None
+    #: The model's measured error predicting device counts it was not fitted on: every check
+    #: the sweep's counts allow (extrapolation_checks), and the headline one among them
+    extrapolations: list[Extrapolation] = field(default_factory=list)
+
+    @property
+    def extrapolation(self) -> Extrapolation | None:
+        return widest_check(self.extrapolations)
 
     @property
     def errors(self) -> tuple[float, float, int] | None:
@@ -271,6 +317,9 @@ class SweepPrediction:
                 "backend": comm.backend or None,
             },
             "extrapolation": dataclasses.asdict(self.extrapolation) if self.extrapolation else None,
+            "extrapolation_checks": [
+                {**dataclasses.asdict(c), "distance": c.distance} for c in self.extrapolations
+            ],
             "families": [_family_dict(f) for f in self.families],
         }
 
@@ -336,7 +385,7 @@ def predict_inputs(
         by_family.setdefault(family_key(c.settings), []).append(c)
     out = SweepPrediction(inputs.name, model, [], leave_one_out(inputs), inputs.price, nodes)
     out.notes = list(inputs.notes)
-    out.extrapolation = extrapolation_check(inputs)
+    out.extrapolations = extrapolation_checks(inputs)
     widest = max((pt.devices for pt in inputs.points()), default=1)
     if model.comm.intra is None:
         out.notes.append(
@@ -361,7 +410,7 @@ def predict_inputs(
                 per_device = b / p if fam.scaling == "strong" else float(b)
                 pred = model.predict(fam, p, per_device, nodes)
                 if p > widest:
-                    caveat = beyond_measured(p, widest, out.extrapolation)
+                    caveat = beyond_measured(p, widest, out.extrapolations)
                     pred = dataclasses.replace(pred, caveats=(*pred.caveats, caveat))
                 rows.append(
                     PredictedRow(

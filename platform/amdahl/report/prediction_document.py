@@ -8,7 +8,12 @@ Pure: imports neither ray nor torch.
 from __future__ import annotations
 
 from amdahl.analysis.configs import NO_SYNC
-from amdahl.analysis.prediction import FamilyPrediction, SweepPrediction
+from amdahl.analysis.prediction import (
+    Extrapolation,
+    FamilyPrediction,
+    SweepPrediction,
+    widest_check,
+)
 from amdahl.report.document import Section, Table, ms, pct, rate, times
 from amdahl.report.model_sections import (
     BOUND_RULE,
@@ -28,18 +33,7 @@ def prediction_sections(pred: SweepPrediction) -> list[Section]:
     head.paras.append(BOUND_RULE)
     head.paras.append(links_text(pred.model.comm))
     head.paras.append(loo_caveat(pred.loo))
-    ext = pred.extrapolation
-    head.paras.append(
-        "Beyond the widest measured device count: refitted without it, the model predicted "
-        f"{ext.held_out} devices from fits up to {ext.fitted_max} with median error "
-        f"{ext.median:.1%} (p90 {ext.p90:.1%}, {ext.points} configurations), with the "
-        "communication still calibrated at the held-out count; each prediction beyond the "
-        "measured counts says how far out it is."
-        if ext
-        else "Beyond the widest measured device count the model's error is not measured (that "
-        "needs ok runs at 1 and at least two more device counts): predictions out there are "
-        "unchecked."
-    )
+    head.paras.append(extrapolation_text(pred.extrapolations))
     head.paras.append(
         f"Devices spread over {pred.nodes} node(s). Speedup and efficiency divide by the "
         "family's measured 1-device throughput at the same batch, with the family's own sync "
@@ -109,3 +103,28 @@ def _family_section(i: int, fp: FamilyPrediction, cost: str) -> Section:
         )
     sec.bullets = caveats
     return sec
+
+
+def extrapolation_text(checks: list[Extrapolation]) -> str:
+    """What the sweep measured of the model's error beyond its fit, every distance it allows."""
+    ext = widest_check(checks)
+    if ext is None:
+        return (
+            "Beyond the widest measured device count the model's error is not measured (that "
+            "needs ok runs at 1 and at least two more device counts): predictions out there "
+            "are unchecked."
+        )
+    text = (
+        "Beyond the widest measured device count: refitted without it, the model predicted "
+        f"{ext.held_out} devices from fits up to {ext.fitted_max} with median error "
+        f"{ext.median:.1%} (p90 {ext.p90:.1%}, {ext.points} configurations)"
+    )
+    others = [c for c in checks if c is not ext]
+    if others:
+        text += "; the other checks the device counts allow: " + ", ".join(
+            f"{c.fitted_max} -> {c.held_out} ({c.distance:.3g}x) {c.median:.1%}" for c in others
+        )
+    return (
+        text + ". Each prediction beyond the measured counts quotes the check nearest its "
+        "distance, and says when it is farther out than any."
+    )

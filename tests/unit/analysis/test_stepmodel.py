@@ -502,13 +502,49 @@ def test_the_extrapolation_check_narrows_a_calibration_measured_at_several_count
     inputs = ModelInputs(group_configs(synthetic(devices=(1, 2, 4, 8))), cal)
     ext = extrapolation_check(inputs)
     assert (ext.fitted_max, ext.held_out, ext.calibrated_max) == (4, 8, 4)
-    assert "extrapolated from a calibration up to 4" in beyond_measured(16, 8, ext)
+    assert "extrapolated from a calibration up to 4" in beyond_measured(16, 8, [ext])
     # one calibrated count, at 8: nothing to narrow, and said; at 2: extrapolated, and said
     at8 = Calibration.from_dict({**CALIBRATION, "devices": 8})
     plain = extrapolation_check(ModelInputs(inputs.configs, at8))
-    assert "calibrated at 8 all the same" in beyond_measured(16, 8, plain)
+    assert "calibrated at 8 all the same" in beyond_measured(16, 8, [plain])
     at2 = extrapolation_check(ModelInputs(inputs.configs, Calibration.from_dict(CALIBRATION)))
-    assert "extrapolated from a calibration up to 2" in beyond_measured(16, 8, at2)
+    assert "extrapolated from a calibration up to 2" in beyond_measured(16, 8, [at2])
+
+
+def test_a_prediction_quotes_the_check_measured_nearest_its_distance():
+    """Swept at 1, 2, 4 and 8 devices: 2 -> 4 and 4 -> 8 check 2x out, 2 -> 8 4x out. A 16-device
+    prediction (2x the widest) quotes the widest 2x check, a 32-device one (4x) the 4x check,
+    a 64-device one (8x) the farthest, saying it is farther out than any; each figure is that
+    refit's own error."""
+    from amdahl.analysis.prediction import beyond_measured, extrapolation_checks, nearest_check
+
+    at8 = Calibration.from_dict({**CALIBRATION, "devices": 8})
+    inputs = ModelInputs(group_configs(synthetic(devices=(1, 2, 4, 8))), at8)
+    checks = extrapolation_checks(inputs)
+    assert {(c.fitted_max, c.held_out) for c in checks} == {(2, 4), (2, 8), (4, 8)}
+    points = inputs.points()
+    for c in checks:  # each figure is the refit on the counts up to fitted_max, at held_out
+        refit = fit(inputs, [p for p in points if p.devices <= c.fitted_max])
+        errs = [
+            abs(
+                refit.predict(
+                    refit.families[p.family], p.devices, p.batch, 1, withhold=False
+                ).throughput
+                - p.throughput
+            )
+            / p.throughput
+            for p in points
+            if p.devices == c.held_out
+        ]
+        assert c.median == pytest.approx(statistics.median(errs)) and c.points == len(errs)
+    assert (nearest_check(2, checks).fitted_max, nearest_check(2, checks).held_out) == (4, 8)
+    assert (nearest_check(3, checks).fitted_max, nearest_check(3, checks).held_out) == (2, 8)
+    assert (nearest_check(8, checks).fitted_max, nearest_check(8, checks).held_out) == (2, 8)
+    at16, at64 = beyond_measured(16, 8, checks), beyond_measured(64, 8, checks)
+    assert "checked as far out: fitted up to 4 devices, the model predicted 8 (2x)" in at16
+    assert "the farthest check: fitted up to 2 devices, the model predicted 8 (4x)" in at64
+    assert at64.endswith("farther out, expect more") and "expect more" not in at16
+    assert nearest_check(2, []) is None
 
 
 def test_a_loose_theta_is_fixed_at_a_value_that_fits_not_at_1_regardless():
