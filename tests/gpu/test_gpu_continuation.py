@@ -40,3 +40,33 @@ def test_the_ranks_agree_on_the_device_and_the_budget_is_the_gpus(cuda):
     assert dist.distributed_c10d._world.group_count == before
     total = torch.cuda.get_device_properties(cuda).total_memory
     assert ResidentTrials(cuda, workers=4).budget_bytes == RESIDENT_SHARE * total
+
+
+def test_a_compiled_configurations_later_rung_loads_its_triton_kernels(cuda, tmp_path):
+    """worker/compile_dirs.py on a GPU: an inductor trial compiled twice into its own directory
+    (the per-trial reset between) finds its graphs the second time, and Triton's kernels were
+    written under that directory, not the shared cache."""
+    from torch._dynamo.utils import counters
+    from trial_runner import launch_config, loader_source
+
+    from amdahl.worker.input import validation_rows
+    from amdahl.worker.trial import run_trial_guarded
+
+    workload, trial = MLP(**PARAMS), trial_config(compile="inductor", precision="bf16")
+    source, val = loader_source(workload), validation_rows(workload, None, seed=0)
+    hits = []
+    for _ in range(2):
+        counters.clear()
+        stats, error, _ = run_trial_guarded(
+            workload,
+            trial,
+            launch_config((trial,)),
+            source,
+            val,
+            Placement(cuda, 0, 1),
+            compile_dir=tmp_path,
+        )
+        assert error is None, error
+        hits.append(counters["inductor"].get("fxgraph_cache_hit", 0))
+    assert hits[0] == 0 and hits[1] >= 1
+    assert any((tmp_path / "triton").rglob("*")), "Triton's kernels went elsewhere"

@@ -24,6 +24,7 @@ import torch.distributed as dist
 from amdahl.protocol.contract import LaunchConfig, TrialConfig
 from amdahl.protocol.items import CLOSED, WAIT, WorkItem, message_sizes
 from amdahl.worker.calibration_measurement import calibration_result
+from amdahl.worker.compile_dirs import ConfigurationCaches
 from amdahl.worker.input import train_source, validation_rows
 from amdahl.worker.peak import measure_peak_flops
 from amdahl.worker.resident import ResidentTrials, unkeepable
@@ -74,6 +75,7 @@ def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
     gc.freeze()
     trials = {t.trial_id: t for t in launch.trials}
     residents = ResidentTrials(device, launch.resources.workers)  # halving's kept trials
+    compile_dirs = ConfigurationCaches()  # and its compiled configurations' own caches
     # Where a launch's start went, in its first row: when this function began (against the
     # driver's clock, the Ray Train start) and its own set-up before the first trial.
     launch_start = {
@@ -104,6 +106,7 @@ def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
             val,
             Placement(device, rank, devices),
             residents,
+            compile_dirs,
         )
         if rank == 0:
             ray.get(launch.queue.ack.remote(item.key, {**row, **launch_start, **handover}))
@@ -117,6 +120,7 @@ def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
         gc.collect()
         gc.freeze()
     residents.close()
+    compile_dirs.close()
     worlds.leave()
 
 
@@ -161,6 +165,7 @@ def _run_item(
     val: dict[str, np.ndarray],
     where: Placement,
     residents: ResidentTrials,
+    compile_dirs: ConfigurationCaches,
 ) -> dict[str, Any]:
     """Run one item on this rank (one of the trial's `devices` ranks) and return its
     results row (complete on rank 0): a fresh trial, or the continuation of one kept from the
@@ -182,7 +187,10 @@ def _run_item(
     if refused:
         residents.refuse(item, refused)
     keep = kept if item.keep and not refused else None
-    stats, error, kind = run_trial_guarded(own, trial, launch, source, val, where, resume, keep)
+    compile_dir, compiled_before = compile_dirs.directory(item, trial)
+    stats, error, kind = run_trial_guarded(
+        own, trial, launch, source, val, where, resume, keep, compile_dir
+    )
     _ship_trace(launch, item, where.rank, stats)
     try:
         if kind == "poisoned":
@@ -197,6 +205,8 @@ def _run_item(
     if error is None:
         stats["continued_from"] = item.continues if resume is not None else None
         stats["restart_reason"] = restart_reason or item.fresh_because
+        if compiled_before and stats["restart_reason"]:
+            stats["restart_reason"] += "; it loaded its own compiled graphs of the rung before"
     gathered = _gather(stats, error, devices)
     if kept:  # kept only where every rank's part ran (and alike on every rank: gathered)
         if all(r["error"] is None for r in gathered):

@@ -12,6 +12,7 @@ import gc
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -153,11 +154,17 @@ def reset_process_state() -> None:
 
 
 @contextlib.contextmanager
-def compile_caches(cold: bool) -> Iterator[None]:
+def compile_caches(cold: bool, own: Path | None = None) -> Iterator[None]:
     """Inductor's and Triton's on-disk caches for one trial: `cold` gives the trial fresh,
     empty cache directories (and clears inductor's in-memory caches), so compile_s counts every
     compilation, whichever trial or repeat ran before; warm leaves the shared caches as they
-    are (what a user's second run sees). The row records which one was measured."""
+    are (what a user's second run sees). `own` is the directory a search's compiled
+    configuration compiles into at every rung (worker/compile_dirs.py): empty at its first rung
+    (as cold), its own graphs at later ones. The row records which one was measured."""
+    if own is not None:
+        with _inductor_cache_dir(own):
+            yield
+        return
     if not cold:
         yield
         return
@@ -165,6 +172,28 @@ def compile_caches(cold: bool) -> Iterator[None]:
 
     with fresh_cache():
         yield
+
+
+@contextlib.contextmanager
+def _inductor_cache_dir(path: Path) -> Iterator[None]:
+    """Inductor's and Triton's caches in `path`, kept after (fresh_cache's, not deleted), and
+    inductor's in-memory caches cleared before and after, as fresh_cache does."""
+    from torch._inductor.utils import clear_caches
+
+    names = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+    before = {name: os.environ.get(name) for name in names}
+    clear_caches()
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
+    os.environ["TRITON_CACHE_DIR"] = str(path / "triton")
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        clear_caches()
 
 
 # --------------------------------------------------------------------------- memory

@@ -32,6 +32,7 @@ import statistics
 import time
 import traceback
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -128,6 +129,7 @@ def run_trial_guarded(
     where: Placement,
     resume: KeptTrial | None = None,
     keep: list[KeptTrial] | None = None,
+    compile_dir: Path | None = None,
 ) -> tuple[dict[str, Any], str | None, str | None]:
     """Run one trial (or continue a kept one: `run_trial`); any exception becomes a recorded
     failure, never a crashed launch.
@@ -135,7 +137,8 @@ def run_trial_guarded(
     Returns (stats, error, kind): kind is None on success, else 'oom', 'failed' or 'poisoned'
     (the process cannot run another trial; the caller ends the worker group)."""
     try:
-        return run_trial(workload, trial, launch, source, val, where, resume, keep), None, None
+        stats = run_trial(workload, trial, launch, source, val, where, resume, keep, compile_dir)
+        return stats, None, None
     except Exception as e:  # noqa: BLE001 - every failure is a result, with its reason
         kind = failure_kind(e)
         if kind == "oom":
@@ -153,12 +156,14 @@ def run_trial(
     where: Placement,
     resume: KeptTrial | None = None,
     keep: list[KeptTrial] | None = None,
+    compile_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Train one configuration and return this rank's measurements.
 
     Process-wide state is the trial's own for its duration: compiled graphs of earlier trials
     are forgotten, TF32 is on only for tf32 and restored after, and an inductor trial compiles
-    into fresh caches unless `options.compile_cache: warm` asks for the shared ones.
+    into fresh caches unless `options.compile_cache: warm` asks for the shared ones, or into
+    `compile_dir`, its configuration's own through a search (worker/compile_dirs.py).
 
     A halving rung's trial can be kept instead of closed (`keep`: the trial is appended to it,
     its model, optimizer, sync wrapper and input left as they are) and continued by the next
@@ -166,7 +171,8 @@ def run_trial(
     warmup, and its measurements pool every window the trial has run (worker/resident.py)."""
     device = where.device
     tf32, fresh_caches = trial.settings.precision == "tf32", trial.compile_cache == "cold"
-    with tf32_flags(tf32), compile_caches(fresh_caches and resume is None):
+    own = compile_dir if resume is None else None
+    with tf32_flags(tf32), compile_caches(fresh_caches and resume is None, own):
         if resume is None:
             reset_process_state()
             mem_baseline = memory_reset(device)
