@@ -82,7 +82,9 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "compile": (pa.string(), "compile axis value"),
     "compile_cache": (
         pa.string(),
-        "inductor only: cold (fresh compile caches per trial) or warm (shared on-disk caches)",
+        "inductor only: cold (fresh compile caches per trial), warm (shared on-disk caches), or "
+        "own (a search's later rung that reloaded the graphs its configuration's first rung "
+        "compiled: its compile_s is the reload's)",
     ),
     "data_workers": (pa.int64(), "input-pipeline concurrency"),
     "input": (pa.string(), "input pipeline: ray_data or torch_loader"),

@@ -139,12 +139,15 @@ def _errors_at(model: StepModel, points: list[Point], held: int) -> list[float]:
 def extrapolation_check(inputs: ModelInputs) -> Extrapolation | None:
     """The headline check: fitted on every device count but the widest, predicting the widest;
     None where the sweep measured fewer than three device counts."""
-    return widest_check(extrapolation_checks(inputs))
+    return headline_check(extrapolation_checks(inputs), inputs)
 
 
-def widest_check(checks: list[Extrapolation]) -> Extrapolation | None:
-    """Among `checks`, the one from the widest fit predicting the widest count."""
-    return max(checks, key=lambda c: (c.held_out, c.fitted_max), default=None)
+def headline_check(checks: list[Extrapolation], inputs: ModelInputs) -> Extrapolation | None:
+    """Among `checks`, the one fitted on every measured device count but the widest and
+    predicting the widest; None where there is none (no widest point was predictable)."""
+    counts = sorted({pt.devices for pt in inputs.points()})
+    wanted = (counts[-2], counts[-1]) if len(counts) >= 2 else None
+    return next((c for c in checks if (c.fitted_max, c.held_out) == wanted), None)
 
 
 def calibration_up_to(cal: Calibration | None, devices: int) -> Calibration | None:
@@ -285,10 +288,7 @@ class SweepPrediction:
     #: The model's measured error predicting device counts it was not fitted on: every check
     #: the sweep's counts allow (extrapolation_checks), and the headline one among them
     extrapolations: list[Extrapolation] = field(default_factory=list)
-
-    @property
-    def extrapolation(self) -> Extrapolation | None:
-        return widest_check(self.extrapolations)
+    extrapolation: Extrapolation | None = None
 
     @property
     def errors(self) -> tuple[float, float, int] | None:
@@ -386,6 +386,7 @@ def predict_inputs(
     out = SweepPrediction(inputs.name, model, [], leave_one_out(inputs), inputs.price, nodes)
     out.notes = list(inputs.notes)
     out.extrapolations = extrapolation_checks(inputs)
+    out.extrapolation = headline_check(out.extrapolations, inputs)
     widest = max((pt.devices for pt in inputs.points()), default=1)
     if model.comm.intra is None:
         out.notes.append(

@@ -213,7 +213,8 @@ def continuation(
     ran_before = rung > 0 and repeat < rung_repeats(spec.search, spec.train, rung - 1)
     never = never_continues(settings)
     if never is not None:  # the row says why it started again (its restart_reason)
-        return {"fresh_because": never} if ran_before else {}
+        own = {"own_compile_caches": True} if settings.compile == "inductor" else {}
+        return {**own, "fresh_because": never} if ran_before else own
     earlier = ran_before and ranks_only(spec.search, spec.train, rung - 1)  # and kept it
     return {
         # only a ranking rung's trial: a full one's profiler and communication passes train

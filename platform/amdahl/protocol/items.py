@@ -46,6 +46,9 @@ class WorkItem:
     #: why a promoted configuration starts fresh although `search.continue_rungs` is on (one
     #: that is never kept: driver.measurement.never_continues); the row's restart_reason.
     fresh_because: str | None = None
+    #: a search's compiled configuration compiles into caches of its own, kept for its later
+    #: rungs (worker/compile_dirs.py)
+    own_compile_caches: bool = False
 
 
 def item_key(trial_id: str, repeat: int, rung: int | None) -> str:

@@ -12,7 +12,6 @@ from amdahl.analysis.prediction import (
     Extrapolation,
     FamilyPrediction,
     SweepPrediction,
-    widest_check,
 )
 from amdahl.report.document import Section, Table, ms, pct, rate, times
 from amdahl.report.model_sections import (
@@ -33,7 +32,7 @@ def prediction_sections(pred: SweepPrediction) -> list[Section]:
     head.paras.append(BOUND_RULE)
     head.paras.append(links_text(pred.model.comm))
     head.paras.append(loo_caveat(pred.loo))
-    head.paras.append(extrapolation_text(pred.extrapolations))
+    head.paras.append(extrapolation_text(pred.extrapolation, pred.extrapolations))
     head.paras.append(
         f"Devices spread over {pred.nodes} node(s). Speedup and efficiency divide by the "
         "family's measured 1-device throughput at the same batch, with the family's own sync "
@@ -105,10 +104,10 @@ def _family_section(i: int, fp: FamilyPrediction, cost: str) -> Section:
     return sec
 
 
-def extrapolation_text(checks: list[Extrapolation]) -> str:
-    """What the sweep measured of the model's error beyond its fit, every distance it allows."""
-    ext = widest_check(checks)
-    if ext is None:
+def extrapolation_text(ext: Extrapolation | None, checks: list[Extrapolation]) -> str:
+    """What the sweep measured of the model's error beyond its fit, every distance it allows
+    (`ext`, the headline: refitted without the widest count, predicting it)."""
+    if not checks:
         return (
             "Beyond the widest measured device count the model's error is not measured (that "
             "needs ok runs at 1 and at least two more device counts): predictions out there "
@@ -118,6 +117,8 @@ def extrapolation_text(checks: list[Extrapolation]) -> str:
         "Beyond the widest measured device count: refitted without it, the model predicted "
         f"{ext.held_out} devices from fits up to {ext.fitted_max} with median error "
         f"{ext.median:.1%} (p90 {ext.p90:.1%}, {ext.points} configurations)"
+        if ext
+        else "Beyond the widest measured device count: no point there was predictable without it"
     )
     others = [c for c in checks if c is not ext]
     if others:

@@ -325,10 +325,18 @@ class SearchState:
         return out
 
 
+#: What a compiled configuration's first rung paid and a later rung that reloaded its graphs
+#: (`compile_cache: own`, worker/compile_dirs.py) did not: the configuration's figures.
+FIRST_RUNG_FIGURES = ("compile_s", "warmup_s", "first_step_s")
+
+
 def final_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each (trial, repeat)'s row of the last rung it reached (its longest measurement);
-    skipped configurations have none. Rows without a rung (a grid sweep) are kept as they are."""
+    skipped configurations have none. Rows without a rung (a grid sweep) are kept as they are.
+    Where that row reloaded its configuration's compiled graphs, its compile figures are the
+    first rung's (what compiling it costs), the compile_cache the first rung's too."""
     best: dict[tuple[str, int], dict[str, Any]] = {}
+    first: dict[tuple[str, int], dict[str, Any]] = {}
     out = []
     for r in rows:
         if r.get("status") == SKIPPED:
@@ -339,6 +347,13 @@ def final_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         key = (r["trial_id"], r["repeat"])
         if key not in best or r["rung"] > best[key]["rung"]:
             best[key] = r
+        if r.get("status") == "ok" and (key not in first or r["rung"] < first[key]["rung"]):
+            first[key] = r
+    for key, r in best.items():
+        start = first.get(key)
+        if r.get("compile_cache") == "own" and start is not None and start is not r:
+            figures = {k: start.get(k) for k in (*FIRST_RUNG_FIGURES, "compile_cache")}
+            best[key] = {**r, **figures}
     return out + list(best.values())
 
 

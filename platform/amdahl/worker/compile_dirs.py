@@ -8,8 +8,11 @@ starts by forgetting what earlier ones compiled), so a promoted one starts fresh
 pay inductor's whole code generation again (2.5 s a rung for an MLP on an H200, minutes for
 large models). Here a search's compiled trial compiles into a directory of its own, kept for
 the launch under its configuration and repeat: its first rung fills it (a cold compile, as
-before), and its later rungs find their graphs there (dynamo still traces, and the row's
-compile_s counts that and the cache loads). Grid sweeps and `compile_cache: warm` are unchanged.
+before), and its later rungs find their graphs there (dynamo still traces). Such a row says
+`compile_cache: own` and its compile_s is the reload's; the report takes the configuration's
+compile figures from its first rung (search.halving.final_rows). A configuration no later rung
+can promote (its last item two rungs back) loses its directory. Grid sweeps, `continue_rungs:
+false`, time-to-target searches and `compile_cache: warm` are unchanged.
 """
 
 from __future__ import annotations
@@ -22,9 +25,9 @@ from pathlib import Path
 from amdahl.protocol.contract import TrialConfig
 from amdahl.protocol.items import WorkItem
 
-#: Configurations whose caches a rank keeps at once (oldest out): a halving search promotes a
-#: few of a rung's configurations, and each directory can hold tens of MB of generated code.
-MAX_KEPT = 16
+#: At most this many configurations' caches at once on a rank (oldest out), beyond the rule
+#: that drops those no later rung can promote: each can hold tens of MB of generated code.
+MAX_KEPT = 64
 
 
 class ConfigurationCaches:
@@ -32,30 +35,41 @@ class ConfigurationCaches:
 
     def __init__(self) -> None:
         self._root: Path | None = None
-        self._dirs: OrderedDict[str, Path] = OrderedDict()
+        self._dirs: OrderedDict[str, tuple[int, Path]] = OrderedDict()  # key -> (rung, dir)
 
     def directory(self, item: WorkItem, trial: TrialConfig) -> tuple[Path | None, bool]:
         """(the cache directory `item`'s trial compiles into, whether an earlier rung of the
-        same configuration and repeat compiled into it); (None, False) where the trial is not a
-        search's compiled trial with cold caches."""
-        if item.rung is None or trial.compile_cache != "cold":
+        same configuration and repeat compiled into it); (None, False) where the driver did not
+        ask for one (`WorkItem.own_compile_caches`: a search's compiled configuration) or the
+        trial's caches are not cold."""
+        if not item.own_compile_caches or trial.compile_cache != "cold":
             return None, False
+        rung = item.rung or 0
+        for key in [k for k, (last, _) in self._dirs.items() if last < rung - 1]:
+            shutil.rmtree(self._dirs.pop(key)[1], ignore_errors=True)  # promoted no more
         key = f"{item.trial_id}/{item.repeat}"
-        path = self._dirs.pop(key, None)
-        reused = path is not None and any(path.iterdir())
+        _, path = self._dirs.pop(key, (rung, None))
+        compiled_before = path is not None and any(path.iterdir())
         if path is None:
             if self._root is None:
                 self._root = Path(tempfile.mkdtemp(prefix="amdahl-compile-"))
             path = self._root / f"{item.trial_id}-{item.repeat}"
             path.mkdir(exist_ok=True)
-        self._dirs[key] = path
+        self._dirs[key] = (rung, path)
         while len(self._dirs) > MAX_KEPT:
-            _, oldest = self._dirs.popitem(last=False)
-            shutil.rmtree(oldest, ignore_errors=True)
-        return path, reused
+            shutil.rmtree(self._dirs.popitem(last=False)[1][1], ignore_errors=True)
+        return path, compiled_before
 
     def close(self) -> None:
         """Remove every directory (the launch ends)."""
         if self._root is not None:
             shutil.rmtree(self._root, ignore_errors=True)
         self._root, self._dirs = None, OrderedDict()
+
+
+def fxgraph_cache_hits() -> int:
+    """Inductor's FX graph cache hits so far in this process (dynamo's counters, which its
+    per-trial reset leaves alone): what tells a reload from a compile."""
+    from torch._dynamo.utils import counters
+
+    return counters["inductor"]["fxgraph_cache_hit"]

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from amdahl.protocol.contract import LaunchConfig, TrialConfig
 from amdahl.protocol.items import CLOSED, WAIT, WorkItem, message_sizes
 from amdahl.worker.calibration_measurement import calibration_result
-from amdahl.worker.compile_dirs import ConfigurationCaches
+from amdahl.worker.compile_dirs import ConfigurationCaches, fxgraph_cache_hits
 from amdahl.worker.input import train_source, validation_rows
 from amdahl.worker.peak import measure_peak_flops
 from amdahl.worker.resident import ResidentTrials, unkeepable
@@ -83,45 +83,53 @@ def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
         "launch_setup_s": time.perf_counter() - entered,
     }
     answered = time.perf_counter()  # the end of the previous answer: hand-over starts
-    while (item := _next_item(launch, rank, start)) != CLOSED:
-        if item == WAIT:
-            continue
-        if item.kind == "calibrate":
-            _calibrate(launch, item, worlds, rank, device)
+    try:
+        while (item := _next_item(launch, rank, start)) != CLOSED:
+            if item == WAIT:
+                continue
+            if item.kind == "calibrate":
+                _calibrate(launch, item, worlds, rank, device)
+                answered = time.perf_counter()
+                continue
+            trial, item_launch = trials[item.trial_id], launch.for_item(item)
+            devices = trial.settings.devices
+            if not worlds.enter(devices):
+                continue  # an idle rank: the next item's broadcast is its barrier
+            if devices not in shards:
+                shards[devices] = train_source(
+                    launch, workload, rank, devices, device.type == "cuda"
+                )
+            handover = {"handover_s": time.perf_counter() - answered}
+            row = _run_item(
+                item_launch,
+                item,
+                trial,
+                workload,
+                shards[devices],
+                val,
+                Placement(device, rank, devices),
+                residents,
+                compile_dirs,
+            )
+            if rank == 0:
+                ray.get(launch.queue.ack.remote(item.key, {**row, **launch_start, **handover}))
+            launch_start = {}
             answered = time.perf_counter()
-            continue
-        trial, item_launch = trials[item.trial_id], launch.for_item(item)
-        devices = trial.settings.devices
-        if not worlds.enter(devices):
-            continue  # an idle rank: the next item's broadcast is its barrier
-        if devices not in shards:
-            shards[devices] = train_source(launch, workload, rank, devices, device.type == "cuda")
-        handover = {"handover_s": time.perf_counter() - answered}
-        row = _run_item(
-            item_launch,
-            item,
-            trial,
-            workload,
-            shards[devices],
-            val,
-            Placement(device, rank, devices),
-            residents,
-            compile_dirs,
-        )
-        if rank == 0:
-            ray.get(launch.queue.ack.remote(item.key, {**row, **launch_start, **handover}))
-        launch_start = {}
-        answered = time.perf_counter()
-        # What outlives a trial lives for the launch too (inductor's modules and caches, ~80k
-        # objects once imported): collect the trial's garbage, then freeze the survivors, so
-        # no later trial's reset or window scans them. Outside every measured window (in the
-        # next item's hand-over). A kept trial let go was frozen with them: thawed first.
-        residents.thaw_if_released()
-        gc.collect()
-        gc.freeze()
+            _freeze_survivors(residents)
+    finally:
+        compile_dirs.close()  # files only: also when the group fails
     residents.close()
-    compile_dirs.close()
     worlds.leave()
+
+
+def _freeze_survivors(residents: ResidentTrials) -> None:
+    """What outlives a trial lives for the launch too (inductor's modules and caches, ~80k
+    objects once imported): collect the trial's garbage, then freeze the survivors, so no later
+    trial's reset or window scans them. Outside every measured window (in the next item's
+    hand-over). A kept trial let go was frozen with them: thawed first."""
+    residents.thaw_if_released()
+    gc.collect()
+    gc.freeze()
 
 
 def _calibrate(
@@ -188,9 +196,11 @@ def _run_item(
         residents.refuse(item, refused)
     keep = kept if item.keep and not refused else None
     compile_dir, compiled_before = compile_dirs.directory(item, trial)
+    hits = fxgraph_cache_hits()
     stats, error, kind = run_trial_guarded(
         own, trial, launch, source, val, where, resume, keep, compile_dir
     )
+    reloaded = compiled_before and fxgraph_cache_hits() > hits
     _ship_trace(launch, item, where.rank, stats)
     try:
         if kind == "poisoned":
@@ -205,8 +215,12 @@ def _run_item(
     if error is None:
         stats["continued_from"] = item.continues if resume is not None else None
         stats["restart_reason"] = restart_reason or item.fresh_because
-        if compiled_before and stats["restart_reason"]:
-            stats["restart_reason"] += "; it loaded its own compiled graphs of the rung before"
+        if reloaded:  # the row's compile figures are a reload's: said in two columns
+            stats["compile_cache"] = "own"
+            stats["restart_reason"] = (
+                f"{stats['restart_reason']}; it loaded its own compiled graphs of an earlier "
+                f"rung ({stats.get('compile_s') or 0.0:.2f} s of compile here)"
+            )
     gathered = _gather(stats, error, devices)
     if kept:  # kept only where every rank's part ran (and alike on every rank: gathered)
         if all(r["error"] is None for r in gathered):

@@ -118,6 +118,8 @@ def aggregate_ranks(
         "windows": stats[0].get("windows"),
         "continued_from": stats[0].get("continued_from"),
         "restart_reason": stats[0].get("restart_reason"),
+        # the trial's own: "own" where it reloaded its configuration's graphs (compile_dirs)
+        **({"compile_cache": "own"} if stats[0].get("compile_cache") == "own" else {}),
         "history": json.dumps(stats[0]["history"], separators=(",", ":")),  # rank 0's curves
         **utilisation_columns([r.get("utilisation") for r in stats]),
         "host_cores": allowed_cores(),

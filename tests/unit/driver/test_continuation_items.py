@@ -34,15 +34,19 @@ def test_what_is_never_kept_starts_again_each_rung():
     spec = _spec()
     for axes in ({"compile": "inductor"}, {"compile": "torchscript"}, {"sync": "param_server"}):
         settings = _settings(spec, **axes)
+        # inductor compiles into caches of its own at every rung (worker/compile_dirs.py)
+        own = {"own_compile_caches": True} if axes == {"compile": "inductor"} else {}
         # nothing kept at any rung; a promoted run's row says why it started again
-        assert continuation(spec, "t", settings, 0, 0) == {}, axes
+        assert continuation(spec, "t", settings, 0, 0) == own, axes
         why = continuation(spec, "t", settings, 0, 1)["fresh_because"]
         assert why.startswith(f"{next(iter(axes))} {next(iter(axes.values()))} starts fresh")
-        assert continuation(spec, "t", settings, 0, 2) == {"fresh_because": why}
+        assert continuation(spec, "t", settings, 0, 2) == {**own, "fresh_because": why}
         # a repeat the rung before did not run is new, not started again
-        assert continuation(spec, "t", settings, 1, 2) == {}, axes
+        assert continuation(spec, "t", settings, 1, 2) == own, axes
     off = _spec(search={**SEARCH, "continue_rungs": False})
     assert continuation(off, "t", _settings(off), 0, 1) == {}
+    # nor own compile caches: the restarting arm restarts everything
+    assert continuation(off, "t", _settings(off, compile="inductor"), 0, 1) == {}
     # a constraint on validation makes every rung a full one: nothing kept, nothing continued
     full = _spec(search={**SEARCH, "constraints": ["val_accuracy >= 0.5"]})
     assert continuation(full, "t", _settings(full), 0, 1) == {"keep": False, "continues": None}

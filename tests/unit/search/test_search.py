@@ -332,3 +332,33 @@ def test_the_reports_final_ranking_says_how_each_finalist_stands_against_the_bes
     ]
     assert ranking.rows[2][-1] == "stopped at rung 0"
     assert any("cannot be told apart from the best" in p for p in section.paras)
+
+
+def test_a_reloaded_compile_shows_its_configurations_first_compile():
+    """A later rung that reloaded its configuration's compiled graphs (compile_cache: own) is
+    the configuration's longest row, but its compile figures are the first rung's: what
+    compiling it costs."""
+    from amdahl.search.halving import final_rows
+
+    def row(rung, compile_s, cache, steps):
+        return {
+            "trial_id": "t",
+            "repeat": 0,
+            "rung": rung,
+            "status": "ok",
+            "steps": steps,
+            "compile_s": compile_s,
+            "warmup_s": compile_s + 0.1,
+            "first_step_s": compile_s,
+            "compile_cache": cache,
+            "throughput": 100.0 * steps,
+        }
+
+    rows = [row(0, 2.5, "cold", 30), row(1, 0.1, "own", 90), row(2, 0.12, "own", 270)]
+    (shown,) = final_rows(rows)
+    assert shown["steps"] == 270 and shown["throughput"] == 27000.0  # the longest window
+    assert (shown["compile_s"], shown["warmup_s"], shown["first_step_s"]) == (2.5, 2.6, 2.5)
+    assert shown["compile_cache"] == "cold" and rows[2]["compile_s"] == 0.12  # rows untouched
+    # a row that compiled for itself keeps its own figures
+    cold = [row(0, 2.5, "cold", 30), row(1, 2.4, "cold", 90)]
+    assert final_rows(cold)[0]["compile_s"] == 2.4
