@@ -107,9 +107,37 @@ def assemble(inputs: SweepInputs) -> Report:
             "one repeat per configuration: spreads are unknown, so every difference is taken "
             "at face value; set train.repeats >= 3 to tell noise from real differences"
         )
+    short = short_noisy_windows(configs)
+    if short:
+        report.notes.append(short)
     if len(report.scaling_modes) > 1:
         report.notes.append("this table mixes weak and strong scaling rows; curves keep them apart")
     return report
+
+
+#: A configuration whose repeats' throughput varies by more than this (coefficient of
+#: variation) over windows shorter than SHORT_WINDOW_S is measured too briefly to rank on.
+NOISY_CV, SHORT_WINDOW_S = 0.10, 1.0
+
+
+def short_noisy_windows(configs: list[Config]) -> str | None:
+    """The note for configurations whose repeats disagree over windows too short to average
+    the machine's noise out (on 16 idle cores, 100-step windows of 0.1-0.4 s varied by a CV of
+    24% where the same sweep's longer ones varied by 1-5%), or None."""
+    hit = []
+    for c in configs:
+        thr, window = c.throughput, c.stat("measured_s")
+        if thr and window and thr.n > 1 and thr.cv > NOISY_CV and window.median < SHORT_WINDOW_S:
+            hit.append((c, thr.cv, window.median))
+    if not hit:
+        return None
+    worst = max(hit, key=lambda h: h[1])
+    return (
+        f"{len(hit)} configuration(s) varied by a CV over {NOISY_CV:.0%} between repeats with "
+        f"measured windows under {SHORT_WINDOW_S:.0f} s (worst: {worst[0].label}, CV "
+        f"{worst[1]:.0%} over {worst[2]:.2f} s windows): too short to rank on; raise "
+        "train.steps so that each window lasts a few seconds"
+    )
 
 
 def report_from_rows(

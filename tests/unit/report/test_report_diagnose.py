@@ -248,3 +248,22 @@ def test_compile_against_its_eager_twin_with_the_break_even_point():
         "d1 b256 fp32 inductor w1 ddp: 0.90x eager: slower, keep eager; "
         "one-time compile cost 20.0 s",
     ]
+
+
+def test_repeats_that_disagree_over_short_windows_are_called_too_short_to_rank_on():
+    """Two repeats 30% apart over 0.1 s windows: the report says to raise train.steps; the
+    same disagreement over 5 s windows, or close repeats over short ones, it does not."""
+    from report_rows import row
+
+    from amdahl.report import report_from_rows
+
+    def notes(throughputs, steps):
+        rows = [row(1, 64, "none", t, repeat=i, steps=steps) for i, t in enumerate(throughputs)]
+        return [n for n in report_from_rows(rows).notes if "too short to rank on" in n]
+
+    # 64 samples at ~1e4 samples/s: 6.4 ms a step, 16 steps ~0.1 s, 800 steps ~5 s
+    (note,) = notes([10_000.0, 13_000.0], steps=16)
+    assert "1 configuration(s)" in note and "raise train.steps" in note and "CV 18%" in note
+    assert notes([10_000.0, 13_000.0], steps=800) == []
+    assert notes([10_000.0, 10_200.0], steps=16) == []
+    assert notes([10_000.0], steps=16) == []  # one repeat: no spread to judge
