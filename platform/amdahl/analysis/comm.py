@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from amdahl import strategies
@@ -235,16 +235,59 @@ GROWTH_RANGE = (0.0, 2.0)
 
 
 @dataclass(frozen=True)
+class Oversubscribed:
+    """How a gloo collective grows once a node holds more ranks than cores, fitted over the
+    calibrated counts above the cores (`counts`), from the link at the cores (`anchor`):
+
+        alpha(p) = alpha_C (1 + alpha_log x ln(p / C)),   1/B(p) = 1/B_C x (p / C)^bandwidth_exp
+
+    Every ring step then waits for a process to get a core. The step's latency grows with the
+    ranks per core, but more slowly than the ranks: a woken rank finds more of its messages
+    already there. A power law fitted at 3-4 ranks on 2 cores put 16 ranks' alpha 2.2x too
+    high; this log law came within -5% to +26% of the 8- and 16-rank calibrations of four runs
+    on that box (docs/performance.md, "gloo beyond the node's cores")."""
+
+    cores: float
+    anchor: Link
+    alpha_log: float
+    bandwidth_exp: float
+    measured: dict[int, Link]  # the calibrated counts above the cores
+
+    @property
+    def counts(self) -> tuple[int, ...]:
+        return tuple(sorted(self.measured))
+
+    def link(self, devices: int) -> Link:
+        """The calibrated link at `devices` where measured, else the law's."""
+        if devices in self.measured:
+            return self.measured[devices]
+        x = math.log(max(devices, self.cores) / self.cores)
+        return Link(
+            self.anchor.alpha_s * (1 + self.alpha_log * x),
+            self.anchor.bandwidth_Bps * math.exp(-self.bandwidth_exp * x),
+            self.anchor.scope,
+        )
+
+    def describe(self) -> str:
+        return (
+            f"above the node's {self.cores:g} cores (gloo ranks queue for them): alpha x "
+            f"(1 + {self.alpha_log:.2f} ln(p/{self.cores:g})), 1/B x (p/{self.cores:g})^"
+            f"{self.bandwidth_exp:.2f}, fitted at {', '.join(map(str, self.counts))}"
+        )
+
+
+@dataclass(frozen=True)
 class CommModel:
     """The calibrated links: within a node (calibration.json's alpha_s, bandwidth_Bps, at
     `calibrated_devices`) and, when given, across nodes; and how the intra-node terms grow with
-    the device count, fitted over every device count the calibration measured (`by_devices`):
+    the device count, fitted over the device counts the calibration measured (`by_devices`):
 
         alpha(p) = alpha (p / P)^alpha_exp,   B(p) = B (p / P)^-bandwidth_exp
 
     on top of the ring's 2(p-1) latency steps and 2(p-1)/p bytes: 0 and 0 where the ring
-    describes the links (NCCL within a node), more where the ranks share cores (gloo on a CPU
-    box: every ring step waits for a process to get a core) or a tree takes over."""
+    describes the links (NCCL within a node), more where a tree takes over. gloo counts above
+    the node's cores follow their own law (`oversubscribed`), since there the ranks queue for
+    cores as much as they wait on links."""
 
     intra: Link | None
     inter: Link | None = None
@@ -253,26 +296,36 @@ class CommModel:
     by_devices: dict[int, Link] = field(default_factory=dict)
     alpha_exp: float = 0.0
     bandwidth_exp: float = 0.0
-    left_out: str = ""  # calibrated counts not used, and why (comm_model)
     reused_from: str = ""  # the calibration's source where an earlier sweep measured it
+    oversubscribed: Oversubscribed | None = None
 
     @property
     def calibrated_range(self) -> tuple[int, int] | None:
         counts = sorted(self.by_devices) or (
             [self.calibrated_devices] if self.calibrated_devices else []
         )
+        if self.oversubscribed is not None:
+            counts = sorted({*counts, *self.oversubscribed.counts})
         return (counts[0], counts[-1]) if counts else None
 
     def growth(self) -> str:
         """How alpha and B are taken to grow with the device count, and from what."""
+        over = f"; {self.oversubscribed.describe()}" if self.oversubscribed else ""
         if len(self.by_devices) < 2:
             at = f" at {self.calibrated_devices} devices" if self.calibrated_devices else ""
-            return f"the ring's 2(p-1) steps assumed: all-reduce calibrated{at} only{self.left_out}"
-        lo, hi = self.calibrated_range
+            return f"the ring's 2(p-1) steps assumed: all-reduce calibrated{at} only{over}"
+        lo, hi = min(self.by_devices), max(self.by_devices)
         return (
             f"calibrated at {lo}-{hi} devices: alpha x p^{self.alpha_exp:.2f} and 1/B x "
-            f"p^{self.bandwidth_exp:.2f} on top of the ring's 2(p-1) steps{self.left_out}"
+            f"p^{self.bandwidth_exp:.2f} on top of the ring's 2(p-1) steps{over}"
         )
+
+    def queueing_measured(self, ranks_per_node: int) -> bool:
+        """Whether the link at this many ranks per node already holds their queueing for cores
+        (gloo above the node's cores, with counts there calibrated): then the contention
+        model must not stretch the collective again."""
+        over = self.oversubscribed
+        return over is not None and ranks_per_node > over.cores
 
     def link(self, nodes: int, devices: int | None = None) -> tuple[Link | None, str]:
         """The link a collective over `devices` ranks on `nodes` nodes runs at, and a caveat
@@ -285,18 +338,24 @@ class CommModel:
                 "(inter_node_alpha_s, inter_node_bandwidth_Bps): the intra-node terms stand in "
                 "and likely understate the communication"
             )
+        over = self.oversubscribed
+        if over is not None and devices is not None and devices > over.cores:
+            return over.link(devices), ""
         if self.intra is None or devices is None or len(self.by_devices) < 2:
             return self.intra, ""
         if devices in self.by_devices:
             return self.by_devices[devices], ""
+        return self._grown(devices), ""
+
+    def _grown(self, devices: float) -> Link:
+        """The intra-node link at `devices` by the growth law fitted over `by_devices`."""
         ref = self.calibrated_devices or max(self.by_devices)
         scale = max(2, devices) / ref
-        link = Link(
+        return Link(
             self.intra.alpha_s * scale**self.alpha_exp,
             self.intra.bandwidth_Bps * scale ** (-self.bandwidth_exp),
             self.intra.scope,
         )
-        return link, ""
 
 
 def comm_model(calibration: Calibration | None, host_cores: float | None = None) -> CommModel:
@@ -304,11 +363,10 @@ def comm_model(calibration: Calibration | None, host_cores: float | None = None)
     the device counts it measured.
 
     gloo's collectives are host work: a count with more ranks than the node's `host_cores`
-    measured its ranks queueing for cores as much as its links, which the model's contention
-    term already stretches gloo's communication by (analysis/contention.py). Such counts are
-    left out (said in `growth()`), where at least one count within the cores remains; on this
-    2-core box keeping them counted the queueing twice (held-out 16 ranks predicted 40-50% too
-    slow)."""
+    measured its ranks queueing for cores as much as its links. Such counts leave the growth
+    fit within the cores (on this 2-core box keeping them in its power law put held-out 16
+    ranks 40-50% too slow) and fit a law of their own (`Oversubscribed`), which the link at
+    uncalibrated count above the cores follows."""
     if calibration is None:
         return CommModel(None)
     intra = inter = None
@@ -322,41 +380,50 @@ def comm_model(calibration: Calibration | None, host_cores: float | None = None)
         q: Link(alpha, bandwidth, "intra-node")
         for q, (alpha, bandwidth) in calibration.by_devices.items()
     }
-    devices, left_out = calibration.devices, ""
+    devices, above = calibration.devices, {}
     if calibration.backend == "gloo" and host_cores and by_devices:
         within = {q: link for q, link in by_devices.items() if q <= host_cores}
         if within and len(within) < len(by_devices):
-            dropped = sorted(set(by_devices) - set(within))
-            left_out = (
-                f"; gloo counts above the node's {host_cores:g} cores left out "
-                f"({', '.join(map(str, dropped))}: their ranks queue for cores, which the "
-                "contention term models)"
-            )
+            above = {q: link for q, link in by_devices.items() if q > host_cores}
             by_devices, devices = within, max(within)
             intra = within[devices]
     if intra is None or len(by_devices) < 2:
-        return CommModel(
+        model = CommModel(
             intra,
             inter,
             calibration.backend,
             devices,
-            left_out=left_out,
             reused_from=calibration.reused_from,
         )
-    qs = sorted(by_devices)
-    alpha_exp = _slope([(q, by_devices[q].alpha_s) for q in qs])
-    bandwidth_exp = _slope([(q, 1 / by_devices[q].bandwidth_Bps) for q in qs])
-    return CommModel(
-        intra,
-        inter,
-        calibration.backend,
-        devices,
-        by_devices,
-        alpha_exp,
-        bandwidth_exp,
-        left_out,
-        calibration.reused_from,
-    )
+    else:
+        qs = sorted(by_devices)
+        model = CommModel(
+            intra,
+            inter,
+            calibration.backend,
+            devices,
+            by_devices,
+            _slope([(q, by_devices[q].alpha_s) for q in qs]),
+            _slope([(q, 1 / by_devices[q].bandwidth_Bps) for q in qs]),
+            reused_from=calibration.reused_from,
+        )
+    if above and intra is not None:
+        model = replace(model, oversubscribed=_fit_oversubscribed(model, host_cores, above))
+    return model
+
+
+def _fit_oversubscribed(model: CommModel, cores: float, above: dict[int, Link]) -> Oversubscribed:
+    """The log law of alpha and power law of 1/B over the counts above `cores`, anchored at
+    the within-cores link at the cores (least squares through the anchor, slopes >= 0)."""
+    anchor = model._grown(cores) if len(model.by_devices) >= 2 else model.intra
+    xs = [math.log(q / cores) for q in sorted(above)]
+    alpha_rel = [above[q].alpha_s / anchor.alpha_s - 1 for q in sorted(above)]
+    inv_b = [math.log(anchor.bandwidth_Bps / above[q].bandwidth_Bps) for q in sorted(above)]
+    norm = sum(x * x for x in xs)
+    alpha_log = max(0.0, sum(x * y for x, y in zip(xs, alpha_rel, strict=True)) / norm)
+    bw = sum(x * y for x, y in zip(xs, inv_b, strict=True)) / norm
+    bw = min(max(bw, GROWTH_RANGE[0]), GROWTH_RANGE[1])
+    return Oversubscribed(cores, anchor, alpha_log, bw, dict(above))
 
 
 def _slope(points: list[tuple[int, float]]) -> float:

@@ -18,7 +18,9 @@ slower well before 8 x demand reaches 2 cores.
 
 The same queueing stretches host-side communication: a second of CPU work among p ranks takes
 R(p) / demand seconds (`inflation`), and gloo's ring steps are CPU work (the step-time model
-multiplies its gloo communication term by it; NCCL's collectives run on the devices).
+multiplies its gloo communication term by it; NCCL's collectives run on the devices). Where the
+calibration measured gloo above the node's cores, the link there holds that queueing already
+(analysis/comm.py, `Oversubscribed`) and the model leaves the stretch out.
 
 A rank is one customer served by at most one core at a time: a rank running several torch
 threads has its share clamped at one core, and the fitted cores absorb the rest (its demand is

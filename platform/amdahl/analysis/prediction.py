@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from amdahl.analysis.calibration import Calibration
+from amdahl.analysis.comm import Oversubscribed
 from amdahl.analysis.configs import NO_SYNC, Config, scale_batch
 from amdahl.analysis.cost import cost_per_million, device_hours_per_million
 from amdahl.analysis.points import FAMILY_SETTINGS, Point, family_key, nodes_of
@@ -314,6 +315,7 @@ class SweepPrediction:
                 "alpha_exponent": comm.alpha_exp,
                 "bandwidth_exponent": comm.bandwidth_exp,
                 "growth": comm.growth(),
+                "oversubscribed": _oversubscribed_dict(comm.oversubscribed),
                 "backend": comm.backend or None,
             },
             "extrapolation": dataclasses.asdict(self.extrapolation) if self.extrapolation else None,
@@ -322,6 +324,20 @@ class SweepPrediction:
             ],
             "families": [_family_dict(f) for f in self.families],
         }
+
+
+def _oversubscribed_dict(over: Oversubscribed | None) -> dict[str, Any] | None:
+    """gloo's law above the node's cores (analysis/comm.py), for scripts; None without one."""
+    if over is None:
+        return None
+    return {
+        "cores": over.cores,
+        "alpha_log": over.alpha_log,
+        "bandwidth_exponent": over.bandwidth_exp,
+        "anchor_alpha_s": over.anchor.alpha_s,
+        "anchor_bandwidth_Bps": over.anchor.bandwidth_Bps,
+        "calibrated_counts": list(over.counts),
+    }
 
 
 def _family_dict(fp: FamilyPrediction) -> dict[str, Any]:

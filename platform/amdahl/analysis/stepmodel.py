@@ -44,7 +44,8 @@ checks, gives them flagged). gamma's ends are not failures: 1 is no overlap and 
 
 alpha and B come from calibration.json (`alpha_s`, `bandwidth_Bps`, measured within a node by
 `platform calibrate`, and `by_devices`: the same at smaller device counts, from which
-analysis/comm.py fits how they grow with p). Where the file also has `inter_node_alpha_s` and
+analysis/comm.py fits how they grow with p; gloo's counts above the node's cores fit a law of
+their own, whose link holds the queueing, not stretched again). With `inter_node_alpha_s` and
 `inter_node_bandwidth_Bps` (put there by hand: `platform calibrate` does not measure across
 nodes), a prediction that spans nodes uses those for every collective (a ring across nodes runs
 at its slowest link); without them it uses the intra-node terms and says so. The bytes per
@@ -54,8 +55,7 @@ PowerSGD needs parameter shapes (`param_shapes_by_params`, written by `platform 
 labels an estimate without them.
 
 Data wait is not modelled: a prediction reuses the family's measured per-step data wait at the
-same per-device batch (else its median over the family), which says nothing about input pipelines
-at device counts or batch sizes far from the measured ones.
+same per-device batch (else its median over the family).
 
 Pure: imports neither ray nor torch.
 """
@@ -250,7 +250,7 @@ class StepModel:
         """The contention factor of the communication term: gloo's collectives are host work
         (each ring step needs a core), so they stretch as the ranks' compute fills the cores;
         NCCL's run on the devices (1)."""
-        if self.comm.backend != "gloo":
+        if self.comm.backend != "gloo" or self.comm.queueing_measured(-(-devices // nodes)):
             return 1.0
         return family.comm_inflation(batch, devices, nodes)
 

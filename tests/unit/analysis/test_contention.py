@@ -186,3 +186,31 @@ def test_gloos_collectives_stretch_with_the_contention_and_nccls_do_not():
     at16_gloo = gloo.predict(ddp, 16, 16, withhold=False).comm_s
     at16_nccl = nccl.predict(nccl_ddp, 16, 16, withhold=False).comm_s
     assert at16_gloo / ddp.theta == pytest.approx(at16_nccl / nccl_ddp.theta * stretch, rel=1e-6)
+
+
+def test_a_calibration_above_the_cores_holds_gloos_queueing_and_is_not_stretched_again():
+    """With gloo counts above the node's cores calibrated, the link at 16 ranks already holds
+    their queueing for cores (analysis/comm.py, Oversubscribed): the contention term must not
+    stretch it a second time. Below the cores nothing changes."""
+    from amdahl.analysis.calibration import Calibration
+    from amdahl.analysis.comm import comm_volume
+
+    cores, share = 2.0, 0.25
+    rows = []
+    for p in (1, 2, 4):
+        for b in (16, 64):
+            one = 0.040 if b == 16 else 0.070
+            step = closed_step_s(p, one * (1 - share), one * share, cores)
+            rows.append(_none_rows(p, b, step, share * one / step))
+            ddp = {**_none_rows(p, b, step + 0.002 * (p > 1), share * one / step), "sync": "ddp"}
+            rows.append({**ddp, "trial_id": f"ddp{p}{b}", "grad_bytes": 1e6})
+    by = {str(q): {"alpha_s": 1e-4 * q, "bandwidth_Bps": 1e9 / q} for q in (2, 3, 4)}
+    cal = {"alpha_s": 4e-4, "bandwidth_Bps": 2.5e8, "devices": 4, "backend": "gloo"}
+    model = fit(ModelInputs(group_configs(rows), Calibration.from_dict({**cal, "by_devices": by})))
+    ddp = next(f for f in model.families.values() if f.sync == "ddp")
+    assert ddp.comm_inflation(16, 16) > 1.5  # the compute would stretch it
+    assert model.host_comm(ddp, 16, 16, 1) == 1.0
+    link, _ = model.comm.link(1, 16)
+    raw = comm_volume("ddp", 16, ddp.grad_bytes, model.options).seconds(link)
+    assert model.predict(ddp, 16, 16, withhold=False).comm_s == pytest.approx(raw * ddp.theta)
+    assert model.host_comm(ddp, 16, 2, 1) == pytest.approx(ddp.comm_inflation(16, 2))

@@ -371,6 +371,7 @@ def test_cli_predict_json_carries_every_prediction_with_its_terms_and_caveats(tm
     api = predict_inputs(load_model_inputs(d), [4, 16])
     assert out["calibration"]["alpha_s"] == pytest.approx(CALIBRATION["alpha_s"])
     assert out["calibration"]["calibrated_devices"] == CALIBRATION["devices"]
+    assert out["calibration"]["oversubscribed"] is None  # nothing calibrated above the cores
     assert out["leave_one_out"]["points"] == api.errors[2]
     assert [f["label"] for f in out["families"]] == [f.family.label for f in api.families]
     for fam, expected in zip(out["families"], api.families, strict=True):
@@ -559,17 +560,51 @@ def test_a_loose_theta_is_fixed_at_a_value_that_fits_not_at_1_regardless():
         assert combine(c, theta * n, gamma) == pytest.approx(t, rel=0.03)
 
 
-def test_gloo_counts_above_the_nodes_cores_leave_the_growth_fit():
+def test_gloo_counts_above_the_nodes_cores_fit_a_law_of_their_own():
     """Calibrated over 2, 3 and 4 gloo ranks on 2 cores: 3 and 4 measured ranks queueing for
-    cores, which the contention term models; the link is the 2-rank one, and the growth says
-    why. NCCL keeps every count."""
+    cores. They leave the within-cores growth (the link there is the 2-rank one) and fit the
+    oversubscribed law, which must give back its own curve at 16 ranks, while a calibrated
+    count keeps its measurement. NCCL keeps every count in one power law."""
+    import math
+
     from amdahl.analysis.comm import comm_model
 
-    by = {str(q): {"alpha_s": 1e-5 * q * q, "bandwidth_Bps": 1e9 / q} for q in (2, 3, 4)}
-    raw = {**CALIBRATION, "alpha_s": 16e-5, "bandwidth_Bps": 2.5e8, "devices": 4, "by_devices": by}
-    gloo = comm_model(Calibration.from_dict(raw), host_cores=2)
-    assert gloo.calibrated_range == (2, 2) and gloo.calibrated_devices == 2
-    assert gloo.intra.alpha_s == pytest.approx(4e-5)
-    assert "counts above the node's 2 cores left out (3, 4" in gloo.growth()
-    nccl = comm_model(Calibration.from_dict({**raw, "backend": "nccl"}), host_cores=2)
-    assert set(nccl.by_devices) == {2, 3, 4} and nccl.alpha_exp == pytest.approx(2.0)
+    a2, b2 = 3e-4, 1e9
+    law = {q: (a2 * (1 + 1.5 * math.log(q / 2)), b2 * (q / 2) ** -0.5) for q in (2, 3, 4, 16)}
+    by = {str(q): {"alpha_s": a, "bandwidth_Bps": b} for q, (a, b) in law.items() if q != 16}
+    by["3"]["alpha_s"] *= 1.01  # a measurement is never exactly on the law
+    raw = {**CALIBRATION, "alpha_s": law[4][0], "bandwidth_Bps": law[4][1], "devices": 4}
+    gloo = comm_model(Calibration.from_dict({**raw, "by_devices": by}), host_cores=2)
+    assert gloo.calibrated_devices == 2 and gloo.intra.alpha_s == pytest.approx(a2)
+    assert gloo.calibrated_range == (2, 4)
+    over = gloo.oversubscribed
+    assert over.counts == (3, 4) and over.cores == 2
+    assert over.alpha_log == pytest.approx(1.5, rel=0.02)
+    assert over.bandwidth_exp == pytest.approx(0.5, rel=1e-6)
+    at16, _ = gloo.link(1, 16)
+    assert at16.alpha_s == pytest.approx(law[16][0], rel=0.02)
+    assert at16.bandwidth_Bps == pytest.approx(law[16][1], rel=1e-6)
+    assert gloo.link(1, 3)[0].alpha_s == by["3"]["alpha_s"]  # measured there: as measured
+    assert gloo.link(1, 2)[0].alpha_s == pytest.approx(a2)
+    assert gloo.queueing_measured(16) and gloo.queueing_measured(3)
+    assert not gloo.queueing_measured(2)
+    assert "ln(p/2)" in gloo.growth() and "fitted at 3, 4" in gloo.growth()
+    from amdahl.analysis.prediction import _oversubscribed_dict
+
+    as_json = _oversubscribed_dict(over)  # what `platform predict --json` prints
+    assert as_json["calibrated_counts"] == [3, 4] and as_json["alpha_log"] == over.alpha_log
+    nccl = comm_model(Calibration.from_dict({**raw, "backend": "nccl", "by_devices": by}), 2)
+    assert set(nccl.by_devices) == {2, 3, 4} and nccl.oversubscribed is None
+    assert not nccl.queueing_measured(16)
+
+
+def test_gloo_within_the_nodes_cores_has_no_oversubscribed_law():
+    """16 cores, calibrated at 2-4 ranks: nothing above the cores was measured, so no law of
+    its own (the contention term stretches gloo there instead)."""
+    from amdahl.analysis.comm import comm_model
+
+    by = {str(q): {"alpha_s": 1e-4, "bandwidth_Bps": 2e9} for q in (2, 3, 4)}
+    raw = {**CALIBRATION, "devices": 4, "by_devices": by}
+    gloo = comm_model(Calibration.from_dict(raw), host_cores=16)
+    assert gloo.oversubscribed is None and set(gloo.by_devices) == {2, 3, 4}
+    assert not gloo.queueing_measured(32)
