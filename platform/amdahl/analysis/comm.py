@@ -244,8 +244,9 @@ class Oversubscribed:
     Every ring step then waits for a process to get a core. The step's latency grows with the
     ranks per core, but more slowly than the ranks: a woken rank finds more of its messages
     already there. A power law fitted at 3-4 ranks on 2 cores put 16 ranks' alpha 2.2x too
-    high; this log law came within -5% to +26% of the 8- and 16-rank calibrations of four runs
-    on that box (docs/performance.md, "gloo beyond the node's cores")."""
+    high; this log law put alpha within -6% to +26% of the 8- and 16-rank calibrations of five
+    runs on that box, 8 of the 10 within 6% (docs/performance.md, "gloo beyond the node's
+    cores")."""
 
     cores: float
     anchor: Link
@@ -320,12 +321,12 @@ class CommModel:
             f"p^{self.bandwidth_exp:.2f} on top of the ring's 2(p-1) steps{over}"
         )
 
-    def queueing_measured(self, ranks_per_node: int) -> bool:
-        """Whether the link at this many ranks per node already holds their queueing for cores
-        (gloo above the node's cores, with counts there calibrated): then the contention
-        model must not stretch the collective again."""
+    def queueing_measured(self, devices: int, nodes: int = 1) -> bool:
+        """Whether the link of `devices` ranks on `nodes` nodes already holds their queueing
+        for cores (one node, gloo above its cores, with counts there calibrated): then the
+        contention model must not stretch the collective again."""
         over = self.oversubscribed
-        return over is not None and ranks_per_node > over.cores
+        return over is not None and nodes == 1 and devices > over.cores
 
     def link(self, nodes: int, devices: int | None = None) -> tuple[Link | None, str]:
         """The link a collective over `devices` ranks on `nodes` nodes runs at, and a caveat
@@ -365,7 +366,7 @@ def comm_model(calibration: Calibration | None, host_cores: float | None = None)
     gloo's collectives are host work: a count with more ranks than the node's `host_cores`
     measured its ranks queueing for cores as much as its links. Such counts leave the growth
     fit within the cores (on this 2-core box keeping them in its power law put held-out 16
-    ranks 40-50% too slow) and fit a law of their own (`Oversubscribed`), which the link at
+    ranks 40-50% too slow) and fit a law of their own (`Oversubscribed`), which the link at an
     uncalibrated count above the cores follows."""
     if calibration is None:
         return CommModel(None)

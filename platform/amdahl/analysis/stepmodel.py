@@ -250,7 +250,7 @@ class StepModel:
         """The contention factor of the communication term: gloo's collectives are host work
         (each ring step needs a core), so they stretch as the ranks' compute fills the cores;
         NCCL's run on the devices (1)."""
-        if self.comm.backend != "gloo" or self.comm.queueing_measured(-(-devices // nodes)):
+        if self.comm.backend != "gloo" or self.comm.queueing_measured(devices, nodes):
             return 1.0
         return family.comm_inflation(batch, devices, nodes)
 

@@ -587,7 +587,7 @@ def test_gloo_counts_above_the_nodes_cores_fit_a_law_of_their_own():
     assert gloo.link(1, 3)[0].alpha_s == by["3"]["alpha_s"]  # measured there: as measured
     assert gloo.link(1, 2)[0].alpha_s == pytest.approx(a2)
     assert gloo.queueing_measured(16) and gloo.queueing_measured(3)
-    assert not gloo.queueing_measured(2)
+    assert not gloo.queueing_measured(2) and not gloo.queueing_measured(16, nodes=2)
     assert "ln(p/2)" in gloo.growth() and "fitted at 3, 4" in gloo.growth()
     from amdahl.analysis.prediction import _oversubscribed_dict
 
