@@ -9,10 +9,10 @@
 #
 # Steps: 1 tests/gpu but its precision x compile x sync matrix, m the matrix, 2 the step-time
 # model on CPU ranks, 3 the GPU smoke sweep, 4 halving over compilation. On an H200: step 1
-# about 40 s, m about 230 s, 2 about 150-220 s (its sweep 131-153 s), 3 and 4 about 2 minutes
-# each; more than one device call may run (10): split them over calls, e.g. STEPS=12 then
-# STEPS=m34. Step 4 starts only while less than
-# STEP4_BEFORE_S (default 320) seconds have passed in this call.
+# about 40 s, m about 230 s, 2 about 190-260 s (its sweep 131-153 s, the host probe about 40),
+# 3 and 4 about 2 minutes each; more than one device call may run (10): split them over calls,
+# e.g. STEPS=12 then STEPS=m34. Step 4 starts only while less than STEP4_BEFORE_S (default 320)
+# seconds have passed in this call.
 #
 # The machine's image has torch (CUDA) but not Ray, pydantic or jsonschema (which `import ray`
 # needs): `bash benchmarks/device_wheels.sh` builds their wheels into .whl/ here (Ray's without
@@ -74,6 +74,9 @@ fi
 
 [[ $STEPS == *2* ]] && {
 step "2. step-time model, fit at ${FIT:=1,2,4} CPU ranks, predict ${TRUTH:=8,12,16}"
+# First, about 40 s: one rank's matmul rate as 1-16 single-thread processes share the host, and
+# its hardware threads per core (the in-core slowdown the model copies from measured counts).
+timeout 120 python3 benchmarks/host_contention.py 2>&1 | tail -12
 # One interleaved sweep over both sets of device counts (scale_check's default); a sweep cut by
 # the limit is evaluated on the rows it wrote (without its closing calibration, if cut before).
 # every process's CPU share every 5 s (is anything busy while a narrow trial runs after wide ones?)
