@@ -83,6 +83,19 @@ def ddp_buckets(grad_bytes: float, options: OptionsSpec) -> int:
     return max(1, math.ceil(grad_bytes / (options.bucket_cap_mb * 2**20)))
 
 
+def no_overlap(sync: str, grad_bytes: list[float | None], options: OptionsSpec) -> str:
+    """Why `sync` cannot overlap its communication with the backward, or "": a strategy on
+    DDP's reducer (it reads `bucket_cap_mb`) whose gradient fits one bucket, in every family
+    (`grad_bytes`, each known), launches that bucket's all-reduce only once the backward has
+    produced every gradient."""
+    strategy = strategies.STRATEGIES.get(sync)
+    if strategy is None or "bucket_cap_mb" not in strategy.options or not grad_bytes:
+        return ""
+    if not all(grad_bytes) or max(ddp_buckets(g, options) for g in grad_bytes) > 1:
+        return ""
+    return f"one DDP bucket (at most {max(grad_bytes) / 2**20:.3g} MiB): no overlap with backward"
+
+
 def powersgd_elements(shapes: list[list[int]], rank: int) -> tuple[float, float]:
     """(elements PowerSGD all-reduces, elements of the gradient). A parameter of 2 or more
     dimensions, viewed as rows = shape[0] by cols = the rest, travels as its rank-r factors

@@ -33,23 +33,34 @@ def combine(compute: float, comm: float, gamma: float) -> float:
 
 
 @functools.lru_cache(maxsize=1024)
-def fit_overlap(obs: tuple[tuple[float, float, float], ...]) -> tuple[float, float, str]:
+def fit_overlap(
+    obs: tuple[tuple[float, float, float], ...], no_overlap: str = ""
+) -> tuple[float, float, str]:
     """(gamma, theta, note) for observations (compute, calibrated comm, measured busy step).
 
-    Where the points cannot separate the two (`separable`): theta, when it is the loose one,
-    is fixed at the value nearest its prior 1 (the calibrated collective, a measurement) among
-    those that fit, and gamma fitted alone; gamma loose alone is left as fitted (the points
-    barely depend on it). The note says which. Cached: a leave-one-out refit changes one
-    strategy's points only."""
+    `no_overlap`: why the strategy cannot overlap its communication with compute (one DDP
+    bucket: its all-reduce starts when the backward ends), or "": then gamma is 1, known,
+    and theta is fitted alone. Else, where the points cannot separate the two (`separable`):
+    theta, when it is the loose one, is fixed at the value nearest its prior 1 (the calibrated
+    collective, a measurement) among those that fit, and gamma fitted alone; gamma loose alone
+    is left as fitted (the points barely depend on it). The note says which. Cached: a
+    leave-one-out refit changes one strategy's points only."""
 
     def sse(gamma: float, theta: float) -> float:
         return sum(math.log(combine(c, theta * n, gamma) / t) ** 2 for c, n, t in obs)
+
+    def cost_at(gamma: float, theta: float) -> float:
+        return sse(gamma, theta) + THETA_PRIOR * math.log(theta) ** 2
+
+    if no_overlap:  # gamma known: theta alone
+        theta = minimize_scalar(lambda t: cost_at(1.0, t), *THETA_RANGE, log=True)
+        return 1.0, theta, f"gamma 1: {no_overlap}"
 
     def best_gamma(theta: float) -> float:
         return minimize_scalar(lambda g: sse(g, theta), *GAMMA_RANGE)
 
     def cost(theta: float) -> float:
-        return sse(best_gamma(theta), theta) + THETA_PRIOR * math.log(theta) ** 2
+        return cost_at(best_gamma(theta), theta)
 
     theta = minimize_scalar(cost, *THETA_RANGE, log=True)
     gamma = best_gamma(theta)

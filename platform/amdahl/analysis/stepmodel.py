@@ -18,23 +18,18 @@ Per configuration family (every setting except the device count and the per-devi
     wall per step  step + data wait                       (the family's measured data wait)
     throughput     global batch / wall per step
 
-Compute is fitted from what compute is: the `sync: none` sibling's trials (no communication, no
-wrapper) give a line at 1 device (a_c, b_c) and one at each device count measured (contention:
-workers sharing cores and memory bandwidth, measured, not assumed; kappa is reported as the
-ratio at the largest one). A device count not measured takes the nearest measured line times
-the slowdown the host-contention model (analysis/contention.py: the node's ranks queueing for
-its cores, each rank's CPU demand measured) gives between the two, and says so; without the
-rows' CPU figures, the nearest measured line below it. omega is the wrapper's cost (DDP's
-reducer and bucket copies on one device): the strategy's 1-device trials minus the sync-none
-line at the same batch. A family without a sync-none sibling falls back to its own trials
-(1-device trials, wrapper inseparable, and multi-device ones through `comm_s`, scaled by a
-fitted kappa). gamma and theta are fitted together per sync strategy over its measured
-multi-device trials (squared log error of the step, plus a small penalty on log theta so that a
-strategy with few points stays near the calibrated collective), else pooled over every
-strategy's, else 1 and 1 (where the points cannot separate the two, theta is fixed at 1 and the
-family says so). theta is what the strategy's communication costs against the calibrated ring:
-the work the wire formula does not see (ZeRO's partition broadcast, PowerSGD's factorisation,
-hook casts, comm threads taking cores from compute where workers share them).
+Compute is fitted from what compute is: the `sync: none` sibling's trials give a line at 1
+device (a_c, b_c) and one at each device count measured (contention measured, not assumed; kappa
+reported as the ratio at the largest); an unmeasured count takes the nearest line times the
+slowdown of the host-contention model (analysis/contention.py) between the two, and says so.
+omega is the wrapper's cost (DDP's reducer on one device): the strategy's 1-device trials minus
+the sync-none line. Without a sync-none sibling, the family's own trials (wrapper inseparable;
+multi-device ones through `comm_s`, scaled by a fitted kappa). gamma and theta are fitted per
+sync strategy over its multi-device trials (squared log error of the step, plus a small penalty
+on log theta), else pooled, else 1 and 1: gamma is 1, known, where the strategy's gradient is one
+DDP bucket (no overlap: comm.no_overlap), and theta is fixed near 1 where the points cannot
+separate the two. theta is what the strategy's communication costs against the calibrated ring
+(ZeRO's partition broadcast, PowerSGD's factorisation, hook casts, comm threads taking cores).
 
 A fitted parameter on a bound of its range (theta at 1/4 or 16, a fitted kappa at 1/4 or 4, a
 compute line's intercept or slope forced to 0) is a failed fit (`computefit.BoundHit`): the
@@ -48,14 +43,10 @@ analysis/comm.py fits how they grow with p; gloo's counts above the node's cores
 their own, whose link holds the queueing, not stretched again). With `inter_node_alpha_s` and
 `inter_node_bandwidth_Bps` (put there by hand: `platform calibrate` does not measure across
 nodes), a prediction that spans nodes uses those for every collective (a ring across nodes runs
-at its slowest link); without them it uses the intra-node terms and says so. The bytes per
-optimizer step of each strategy are in analysis/comm.py's `comm_volume`; gradient bytes come
-from a row's `grad_bytes` when present, else calibration.json's `grad_bytes_for(params)`;
-PowerSGD needs parameter shapes (`param_shapes_by_params`, written by `platform calibrate`) and
-labels an estimate without them.
-
-Data wait is not modelled: a prediction reuses the family's measured per-step data wait at the
-same per-device batch (else its median over the family).
+at its slowest link); without them, the intra-node terms, said. Bytes per optimizer step:
+comm.comm_volume, from a row's `grad_bytes`, else calibration.json's `grad_bytes_for(params)`
+(PowerSGD needs `param_shapes_by_params`, else labels an estimate). Data wait is not modelled:
+the family's measured per-step wait at the same per-device batch (else its median).
 
 Pure: imports neither ray nor torch.
 """
@@ -70,7 +61,15 @@ from typing import Any
 
 from amdahl import strategies
 from amdahl.analysis.calibration import Calibration
-from amdahl.analysis.comm import CommModel, CommVolume, Link, comm_model, comm_volume, communicates
+from amdahl.analysis.comm import (
+    CommModel,
+    CommVolume,
+    Link,
+    comm_model,
+    comm_volume,
+    communicates,
+    no_overlap,
+)
 from amdahl.analysis.computefit import (
     BoundHit,
     Line,
@@ -550,7 +549,8 @@ def _fit_overlaps(model: StepModel, points: list[Point]) -> None:
     pairs = _overlap_observations(model, points)
     notes: dict[str, str] = {}
     for sync, obs in pairs.items():
-        gamma, theta, notes[sync] = fit_overlap(tuple(obs))
+        grads = [f.grad_bytes for f in model.families.values() if f.sync == sync]
+        gamma, theta, notes[sync] = fit_overlap(tuple(obs), no_overlap(sync, grads, model.options))
         model.overlaps[sync] = (gamma, theta, len(obs))
     everything = tuple(o for obs in pairs.values() for o in obs)
     needed = any(

@@ -23,6 +23,9 @@ from amdahl.spec.schema import OptionsSpec
 MiB = 2**20
 G = 8 * MiB  # gradient bytes: one DDP bucket at the default 25 MB cap
 OPTIONS = OptionsSpec(powersgd_rank=2, local_sgd_every=4, ps_shards=2, accumulate_steps=4)
+#: The synthetic sweeps' 4e6 gradient bytes in four 1-MiB DDP buckets: DDP can overlap them
+#: with the backward, so gamma is free (one bucket would fix it at 1: comm.no_overlap).
+BUCKETS = OptionsSpec(bucket_cap_mb=1)
 ALPHA, BANDWIDTH = 20e-6, 1e9
 CALIBRATION = {
     "alpha_s": ALPHA,
@@ -171,7 +174,7 @@ def synthetic(
         for p in devices:
             for bs in batches:
                 tc = (a + b * bs) * (kappa if p > 1 else 1.0)
-                tn = comm_volume(sync, p, 4e6, OptionsSpec()).seconds(link) * theta
+                tn = comm_volume(sync, p, 4e6, BUCKETS).seconds(link) * theta
                 busy = combine(tc, tn, gamma) * (1 + rng.uniform(-noise, noise))
                 wall = busy + wait
                 rows.append(row(p, bs, sync, bs * p / wall, wall=wall, data_wait_s=wait))
@@ -180,7 +183,7 @@ def synthetic(
 
 def _inputs(rows, calibration=CALIBRATION):
     cal = Calibration.from_dict(calibration) if calibration else None
-    return ModelInputs(group_configs(rows), cal)
+    return ModelInputs(group_configs(rows), cal, BUCKETS)
 
 
 def test_fit_recovers_compute_line_contention_and_overlap_exponent():
@@ -198,7 +201,7 @@ def test_fit_recovers_compute_line_contention_and_overlap_exponent():
     assert ddp.data_wait_s(64) == (pytest.approx(1e-3), "measured at this batch")
     pred = model.predict(ddp, 32, 128.0)
     tc = (2e-3 + 5e-5 * 128) * 1.25
-    tn = comm_volume("ddp", 32, 4e6).seconds(Link(ALPHA, BANDWIDTH, "intra-node"))
+    tn = comm_volume("ddp", 32, 4e6, BUCKETS).seconds(Link(ALPHA, BANDWIDTH, "intra-node"))
     assert pred.throughput == pytest.approx(128 * 32 / (combine(tc, tn, 2.5) + 1e-3), rel=1e-2)
 
 
@@ -433,6 +436,25 @@ def test_two_points_at_one_ratio_cannot_separate_gamma_from_theta_and_say_so():
     assert ddp.theta == pytest.approx(1.6, rel=0.05) and "separable" not in ddp.gamma_source
 
 
+def test_a_gradient_in_one_ddp_bucket_has_no_overlap_and_pins_theta_alone():
+    """The same single ratio with 4e6 gradient bytes in one 25-MiB bucket: DDP launches the
+    all-reduce only when the backward ends, so gamma is 1, known, and theta is fitted alone
+    from the same two points that could not separate the two."""
+    rows = synthetic(theta=1.6, gamma=1.0, devices=(1, 2), batches=(64, 64), syncs=("ddp", "none"))
+    one_bucket = ModelInputs(group_configs(rows), Calibration.from_dict(CALIBRATION))
+    ddp = next(f for f in fit(one_bucket).families.values() if f.sync == "ddp")
+    assert ddp.gamma == 1.0 and ddp.theta == pytest.approx(1.6, rel=0.02)
+    assert "one DDP bucket" in ddp.gamma_source and "not separable" not in ddp.gamma_source
+    from amdahl.analysis.comm import no_overlap
+
+    assert no_overlap("ddp", [4e6], OptionsSpec()).startswith("one DDP bucket")
+    assert no_overlap("zero1", [4e6, 2e6], OptionsSpec())  # DDP's reducer under ZeRO too
+    assert no_overlap("ddp", [4e6], BUCKETS) == ""  # four buckets: the first overlaps
+    assert no_overlap("ddp", [4e6, None], OptionsSpec()) == ""  # a size unknown: not claimed
+    assert no_overlap("fsdp", [4e6], OptionsSpec()) == ""  # no DDP reducer
+    assert no_overlap("local_sgd", [4e6], OptionsSpec()) == ""
+
+
 def _calibrated_at_2_and_4(at2: tuple[float, float], at4: tuple[float, float]) -> Calibration:
     """A calibration with (alpha_s, bandwidth_Bps) fits at 2 and 4 devices, the 4's its own."""
     by = {str(p): {"alpha_s": a, "bandwidth_Bps": b} for p, (a, b) in ((2, at2), (4, at4))}
@@ -461,7 +483,7 @@ def test_a_calibration_at_several_device_counts_says_how_the_collective_grows():
     assert link.alpha_s == pytest.approx(4e-5) and link.bandwidth_Bps == pytest.approx(2.5e8)
     assert comm.link(1, 2)[0].alpha_s == pytest.approx(1e-5)
     assert "calibrated at 2-4 devices" in comm.growth()
-    model = fit(ModelInputs(group_configs(synthetic(devices=(1, 2, 4))), cal))
+    model = fit(ModelInputs(group_configs(synthetic(devices=(1, 2, 4))), cal, BUCKETS))
     ddp = next(f for f in model.families.values() if f.sync == "ddp")
     caveats = model.predict(ddp, 8, 64.0, withhold=False).caveats
     assert any(c.startswith("communication at 8 devices: calibrated at 2-4") for c in caveats)
@@ -500,15 +522,17 @@ def test_the_extrapolation_check_narrows_a_calibration_measured_at_several_count
 
     by = {str(q): {"alpha_s": 1e-5 * q, "bandwidth_Bps": 2e9 / q} for q in (2, 4, 8)}
     cal = Calibration.from_dict({**CALIBRATION, "devices": 8, "by_devices": by})
-    inputs = ModelInputs(group_configs(synthetic(devices=(1, 2, 4, 8))), cal)
+    inputs = ModelInputs(group_configs(synthetic(devices=(1, 2, 4, 8))), cal, BUCKETS)
     ext = extrapolation_check(inputs)
     assert (ext.fitted_max, ext.held_out, ext.calibrated_max) == (4, 8, 4)
     assert "extrapolated from a calibration up to 4" in beyond_measured(16, 8, [ext])
     # one calibrated count, at 8: nothing to narrow, and said; at 2: extrapolated, and said
     at8 = Calibration.from_dict({**CALIBRATION, "devices": 8})
-    plain = extrapolation_check(ModelInputs(inputs.configs, at8))
+    plain = extrapolation_check(ModelInputs(inputs.configs, at8, BUCKETS))
     assert "calibrated at 8 all the same" in beyond_measured(16, 8, [plain])
-    at2 = extrapolation_check(ModelInputs(inputs.configs, Calibration.from_dict(CALIBRATION)))
+    at2 = extrapolation_check(
+        ModelInputs(inputs.configs, Calibration.from_dict(CALIBRATION), BUCKETS)
+    )
     assert "extrapolated from a calibration up to 2" in beyond_measured(16, 8, [at2])
 
 
@@ -520,7 +544,7 @@ def test_a_prediction_quotes_the_check_measured_nearest_its_distance():
     from amdahl.analysis.prediction import beyond_measured, extrapolation_checks, nearest_check
 
     at8 = Calibration.from_dict({**CALIBRATION, "devices": 8})
-    inputs = ModelInputs(group_configs(synthetic(devices=(1, 2, 4, 8))), at8)
+    inputs = ModelInputs(group_configs(synthetic(devices=(1, 2, 4, 8))), at8, BUCKETS)
     checks = extrapolation_checks(inputs)
     assert {(c.fitted_max, c.held_out) for c in checks} == {(2, 4), (2, 8), (4, 8)}
     points = inputs.points()
