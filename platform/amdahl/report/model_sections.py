@@ -170,7 +170,9 @@ MODEL_TEXT = (
     "terms x alpha + bytes per step / B, the bytes set by the sync strategy and its options, x "
     "theta (what the strategy's communication costs against the calibrated collective); step = "
     "(T_c^gamma + T_n^gamma)^(1/gamma) with the overlap exponent gamma; gamma and theta fitted "
-    "per strategy on multi-device trials; plus the family's measured data wait (not modelled). "
+    "per strategy on multi-device trials (gamma 1 where the gradient fits one DDP bucket: its "
+    "all-reduce starts when the backward ends); plus the family's measured data wait (not "
+    "modelled). "
     "Throughput = global batch / step."
 )
 
