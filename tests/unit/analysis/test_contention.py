@@ -159,12 +159,9 @@ def test_rows_without_the_hosts_cores_keep_the_nearest_measured_line():
     assert "taken as measured at 4" in fam.compute_caveat(8)
 
 
-def test_gloos_collectives_stretch_with_the_contention_and_nccls_do_not():
-    """A CPU-work second among 16 ranks on 1.6 cores takes R/D seconds: the gloo all-reduce
-    term is stretched by it, an NCCL one (on the devices) is not."""
-    from amdahl.analysis.calibration import Calibration
-
-    cores, share = 1.6, 0.25
+def _queued_ddp_rows(cores: float, share: float) -> list[dict]:
+    """sync none and ddp rows at 1, 2 and 4 ranks whose compute queues for `cores` (a `share`
+    of each step CPU work), ddp 2 ms slower on more than one device, 1e6 gradient bytes."""
     rows = []
     for p in (1, 2, 4):
         for b in (16, 64):
@@ -174,7 +171,15 @@ def test_gloos_collectives_stretch_with_the_contention_and_nccls_do_not():
             rows.append(_none_rows(p, b, step, busy))
             ddp = {**_none_rows(p, b, step + 0.002 * (p > 1), busy), "sync": "ddp"}
             rows.append({**ddp, "trial_id": f"ddp{p}{b}", "grad_bytes": 1e6})
-    configs = group_configs(rows)
+    return rows
+
+
+def test_gloos_collectives_stretch_with_the_contention_and_nccls_do_not():
+    """A CPU-work second among 16 ranks on 1.6 cores takes R/D seconds: the gloo all-reduce
+    term is stretched by it, an NCCL one (on the devices) is not."""
+    from amdahl.analysis.calibration import Calibration
+
+    configs = group_configs(_queued_ddp_rows(cores=1.6, share=0.25))
     base = {"alpha_s": 1e-4, "bandwidth_Bps": 1e9, "devices": 4}
     gloo = fit(ModelInputs(configs, Calibration.from_dict({**base, "backend": "gloo"})))
     nccl = fit(ModelInputs(configs, Calibration.from_dict({**base, "backend": "nccl"})))
@@ -195,15 +200,7 @@ def test_a_calibration_above_the_cores_holds_gloos_queueing_and_is_not_stretched
     from amdahl.analysis.calibration import Calibration
     from amdahl.analysis.comm import comm_volume
 
-    cores, share = 2.0, 0.25
-    rows = []
-    for p in (1, 2, 4):
-        for b in (16, 64):
-            one = 0.040 if b == 16 else 0.070
-            step = closed_step_s(p, one * (1 - share), one * share, cores)
-            rows.append(_none_rows(p, b, step, share * one / step))
-            ddp = {**_none_rows(p, b, step + 0.002 * (p > 1), share * one / step), "sync": "ddp"}
-            rows.append({**ddp, "trial_id": f"ddp{p}{b}", "grad_bytes": 1e6})
+    rows = _queued_ddp_rows(cores=2.0, share=0.25)
     by = {str(q): {"alpha_s": 1e-4 * q, "bandwidth_Bps": 1e9 / q} for q in (2, 3, 4)}
     cal = {"alpha_s": 4e-4, "bandwidth_Bps": 2.5e8, "devices": 4, "backend": "gloo"}
     model = fit(ModelInputs(group_configs(rows), Calibration.from_dict({**cal, "by_devices": by})))
