@@ -68,7 +68,8 @@ class SimulatedRankDies(SimulatedAccelerator):
     defaults = {**SimulatedAccelerator.defaults, "kill_rank": None}
 
     def build_model(self) -> nn.Module:
-        if self.params["kill_rank"] is not None and dist.get_rank() == self.params["kill_rank"]:
+        kill = self.params["kill_rank"]  # the driver builds it too (for gradient bytes): no rank
+        if kill is not None and dist.is_initialized() and dist.get_rank() == kill:
             os._exit(1)
         return super().build_model()
 

@@ -8,6 +8,7 @@ error line). Rows do not come through Tune: the workers hand them to the driver'
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections import deque
 from typing import Any
@@ -66,4 +67,11 @@ def launch_error(trial: Any) -> str:
             "launch failed: the launch's worker group failed without an error; see ray.log in "
             "the sweep directory"
         )
-    return "launch failed: " + lines[-1][:2000]
+    # Ray Train lists each failed rank's error under "[Rank N Error Snippet]:"; the last line
+    # is the last rank's, named, so a dead rank's "The actor is dead" says which rank it was
+    ranks = _SNIPPET.findall(text)
+    who = f"rank {ranks[-1]}: " if ranks else ""
+    return "launch failed: " + who + lines[-1][:2000]
+
+
+_SNIPPET = re.compile(r"^\[Rank (\d+) Error Snippet\]:", re.MULTILINE)

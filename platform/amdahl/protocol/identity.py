@@ -48,11 +48,12 @@ def target_label(target: TargetSpec | None) -> str | None:
     return f"{target.metric}{op}{target.value:g}"
 
 
-_OOM_REASON = re.compile(r"(launch failed: \S*RankStranded: )?oom: ")
+_OOM_REASON = re.compile(r"(launch failed: (rank \d+: )?\S*RankStranded: )?oom: ")
 
 
 def failure_status(reason: str) -> str:
     """The status of a row whose trial failed with `reason`: `oom` when a rank ran out of
     memory (also when it reached the driver as a stopped worker group's last error line,
-    e.g. `launch failed: RankStranded: oom: rank 1: ...`), else `failed`."""
+    e.g. `launch failed: RankStranded: oom: rank 1: ...`, or with the rank whose error it is
+    first: `launch failed: rank 1: ...RankStranded: oom: ...`), else `failed`."""
     return "oom" if _OOM_REASON.match(reason) else "failed"

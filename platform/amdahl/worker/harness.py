@@ -84,7 +84,7 @@ def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
     }
     answered = time.perf_counter()  # the end of the previous answer: hand-over starts
     try:
-        while (item := _next_item(launch, rank, start)) != CLOSED:
+        while (item := _next_item(launch, rank, start, worlds.launch_size)) != CLOSED:
             if item == WAIT:
                 continue
             if item.kind == "calibrate":
@@ -152,14 +152,16 @@ def _calibrate(
         ray.get(launch.queue.ack.remote(item.key, result))
 
 
-def _next_item(launch: LaunchConfig, rank: int, start: int) -> WorkItem | str:
+def _next_item(launch: LaunchConfig, rank: int, start: int, world: int) -> WorkItem | str:
     """The group's next item, the same on every rank: rank 0 leases it from the driver's
-    queue (waiting at most _LEASE_WAIT_S) and broadcasts it; WAIT when there was none yet."""
+    queue (waiting at most _LEASE_WAIT_S) and broadcasts it; WAIT when there was none yet.
+    A group that Ray Train is stopping leases nothing: the item would fail with its end."""
     import ray
     from ray.train.collective import broadcast_from_rank_zero
 
     item: WorkItem | str | None = None
     if rank == 0:  # the queue answers the moment an item is put (a long poll)
+        _check_world_intact(world, None, None)
         item = ray.get(launch.queue.lease.remote(launch.launch_id, _LEASE_WAIT_S, start))
     return broadcast_from_rank_zero(item)
 
@@ -202,6 +204,7 @@ def _run_item(
     )
     reloaded = compiled_before and fxgraph_cache_hits() > hits
     _ship_trace(launch, item, where.rank, stats)
+    _check_world_intact(devices, kind, error)
     try:
         if kind == "poisoned":
             # No collective can run in this process any more: end the worker group; the
@@ -278,6 +281,31 @@ class RankStranded(RuntimeError):
     """A trial failed on some ranks while others were left inside a collective operation."""
 
 
+class WorldLost(RuntimeError):
+    """The trial's world came apart under it: a rank's process died, or Ray Train, stopping the
+    worker group, destroyed the process group while this rank's trial was still running."""
+
+
+def _check_world_intact(world: int, kind: str | None, error: str | None) -> None:
+    """Raise WorldLost where this rank's view of a multi-rank trial is not the trial's result.
+
+    It raises without giving the item up: the item stays leased, so Ray Train's restart
+    (train.max_failures) runs it again, or the driver records it with the launch's own reason,
+    which names the rank that died. Answering instead raced Ray Train's stop (which destroys
+    the process group on every rank before ending them): a rank 0 that saw the group gone
+    recorded its own transport error as the trial's, and leased the next trial into a group
+    about to end, which then failed with the group's death."""
+    if world == 1:
+        return
+    if kind == "peer_lost":
+        raise WorldLost(f"another rank's process is gone: {(error or '').splitlines()[0]}")
+    if not dist.is_initialized():
+        raise WorldLost(
+            "the process group was destroyed during the trial: Ray Train is stopping the "
+            "worker group"
+        )
+
+
 def _wait_for_every_rank(key: str, error: str | None, world: int) -> None:
     """Before the row's collective: make sure no rank is stranded in a training collective.
 
@@ -290,8 +318,9 @@ def _wait_for_every_rank(key: str, error: str | None, world: int) -> None:
     original reason: Ray Train then stops the worker group, and the launch is restarted
     (train.max_failures) or its unfinished trials are recorded as failed with that reason.
     """
-    if world == 1 or not dist.is_initialized():
+    if world == 1:
         return
+    _check_world_intact(world, None, None)
     store = dist.distributed_c10d._get_default_store()
     name = f"amdahl/trial-end/{key}"
     arrived = store.add(name, 1)
@@ -316,8 +345,9 @@ def _gather(stats: dict[str, Any], error: str | None, world: int) -> list[dict[s
     import ray
 
     mine = {"stats": stats, "error": error, "node": ray.get_runtime_context().get_node_id()}
-    if not dist.is_initialized() or world == 1:
+    if world == 1:
         return [mine]
+    _check_world_intact(world, None, None)  # never a row of this rank's part alone
     out: list[Any] = [None] * world
     dist.all_gather_object(out, mine)
     return out

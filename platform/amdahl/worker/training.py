@@ -268,11 +268,21 @@ _POISON_TEXT = (
 )
 
 
+#: A gloo connection's I/O failing (not a timeout): the peer's end is gone, because its process
+#: died (a crash, the OOM killer) or Ray Train destroyed the process group to stop the worker
+#: group. Every later collective of this process fails at once (measured: an all-gather after
+#: "Connection closed by peer" raised in under 1 ms).
+_PEER_LOST_TEXT = ("closed by peer", "reset by peer", "read error", "write error", "broken pipe")
+
+
 def failure_kind(e: BaseException) -> str:
-    """'oom', 'poisoned' (the process cannot run another trial) or 'failed'."""
+    """'oom', 'peer_lost' (a rank of the trial's world is gone: the world is broken, whichever
+    trial runs on it), 'poisoned' (the process cannot run another trial) or 'failed'."""
     text = str(e).lower()
     if isinstance(e, torch.OutOfMemoryError) or any(t in text for t in _OOM_TEXT):
         return "oom"
+    if "gloo/transport" in text and any(t in text for t in _PEER_LOST_TEXT):
+        return "peer_lost"
     accelerator_error = getattr(torch, "AcceleratorError", ())
     dist_backend_error = getattr(torch.distributed, "DistBackendError", ())
     if isinstance(e, accelerator_error) or isinstance(e, dist_backend_error):

@@ -134,8 +134,9 @@ def run_trial_guarded(
     """Run one trial (or continue a kept one: `run_trial`); any exception becomes a recorded
     failure, never a crashed launch.
 
-    Returns (stats, error, kind): kind is None on success, else 'oom', 'failed' or 'poisoned'
-    (the process cannot run another trial; the caller ends the worker group)."""
+    Returns (stats, error, kind): kind is None on success, else 'oom', 'failed', 'poisoned'
+    (the process cannot run another trial) or 'peer_lost' (another rank's process is gone); on
+    the last two the caller ends the worker group."""
     try:
         stats = run_trial(workload, trial, launch, source, val, where, resume, keep, compile_dir)
         return stats, None, None

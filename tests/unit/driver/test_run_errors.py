@@ -22,6 +22,22 @@ def test_launch_error_reads_tunes_local_error_file(tmp_path):
     )
 
 
+def test_launch_error_names_the_rank_whose_error_it_quotes(tmp_path):
+    path = tmp_path / "error.txt"
+    path.write_text(
+        "ray.train.WorkerGroupError: Training failed due to worker errors:\n"
+        "[Rank 0 Error Snippet]:\n"
+        "amdahl.worker.harness.WorldLost: another rank's process is gone: failed: ...\n"
+        "[Rank 7 Error Snippet]:\n"
+        "A worker health check failed.\n"
+        "The actor is dead because its worker process has died.\n"
+    )
+    trial = SimpleNamespace(error_file=str(path), get_error=lambda: None)
+    assert launch_error(trial) == (
+        "launch failed: rank 7: The actor is dead because its worker process has died."
+    )
+
+
 def test_launch_error_without_any_error_points_to_the_log(tmp_path):
     trial = SimpleNamespace(error_file=str(tmp_path / "missing.txt"), get_error=lambda: None)
     assert "see ray.log in the sweep directory" in launch_error(trial)

@@ -13,6 +13,10 @@ from amdahl.protocol.identity import failure_status
             "launch failed: amdahl.worker.harness.RankStranded: oom: rank 1: CUDA out of memory",
             "oom",
         ),
+        (
+            "launch failed: rank 1: amdahl.worker.harness.RankStranded: oom: rank 1: CUDA out of",
+            "oom",
+        ),
         ("launch failed: ProcessPoisoned: failed: AcceleratorError: illegal memory", "failed"),
         ("failed: ValueError: oom: is not a word here\nsecond line", "failed"),
     ],
