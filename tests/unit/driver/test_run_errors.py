@@ -8,31 +8,36 @@ from amdahl.driver.work_queue import WorkQueue
 from amdahl.protocol.items import CLOSED, WAIT, WorkItem, item_key
 
 
-def test_launch_error_reads_tunes_local_error_file(tmp_path):
+def _failed_launch(tmp_path, error_text: str) -> SimpleNamespace:
+    """A Tune trial whose local error file holds `error_text`."""
     path = tmp_path / "error.txt"
-    path.write_text(
+    path.write_text(error_text)
+    return SimpleNamespace(error_file=str(path), get_error=lambda: None)
+
+
+def test_launch_error_reads_tunes_local_error_file(tmp_path):
+    trial = _failed_launch(
+        tmp_path,
         "Failure # 1 (occurred at 2026-11-22_15-39-35)\n"
         "ray.train.WorkerGroupError: Training failed due to worker errors:\n"
         '  File "harness.py", line 1, in train_launch\n'
-        "RuntimeError: CUDA error: an illegal memory access was encountered\n\n"
+        "RuntimeError: CUDA error: an illegal memory access was encountered\n\n",
     )
-    trial = SimpleNamespace(error_file=str(path), get_error=lambda: None)
     assert launch_error(trial) == (
         "launch failed: RuntimeError: CUDA error: an illegal memory access was encountered"
     )
 
 
 def test_launch_error_names_the_rank_whose_error_it_quotes(tmp_path):
-    path = tmp_path / "error.txt"
-    path.write_text(
+    trial = _failed_launch(
+        tmp_path,
         "ray.train.WorkerGroupError: Training failed due to worker errors:\n"
         "[Rank 0 Error Snippet]:\n"
         "amdahl.worker.harness.WorldLost: another rank's process is gone: failed: ...\n"
         "[Rank 7 Error Snippet]:\n"
         "A worker health check failed.\n"
-        "The actor is dead because its worker process has died.\n"
+        "The actor is dead because its worker process has died.\n",
     )
-    trial = SimpleNamespace(error_file=str(path), get_error=lambda: None)
     assert launch_error(trial) == (
         "launch failed: rank 7: The actor is dead because its worker process has died."
     )

@@ -6,21 +6,20 @@ torch's own, not a copy of it."""
 
 import datetime
 import os
-import socket
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from gloo_ranks import spawn_ranks
 
 from amdahl.worker.harness import WorldLost, _check_world_intact, _wait_for_every_rank
 from amdahl.worker.training import failure_kind
 
 
-def _ranks(rank: int, port: int, out) -> None:
-    store = dist.TCPStore("127.0.0.1", port, 2, rank == 0)
+def _ranks(rank: int, world: int, port: int, out) -> None:
+    store = dist.TCPStore("127.0.0.1", port, world, rank == 0)
     dist.init_process_group(
-        "gloo", store=store, rank=rank, world_size=2, timeout=datetime.timedelta(seconds=30)
+        "gloo", store=store, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=30)
     )
     dist.barrier()
     if rank == 1:
@@ -48,14 +47,7 @@ def _ranks(rank: int, port: int, out) -> None:
 
 
 def test_a_dead_peer_and_a_destroyed_group_end_the_rank_without_an_answer():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_ranks, args=(r, port, out)) for r in range(2)]
-    for p in procs:
-        p.start()
+    procs, out = spawn_ranks(_ranks, 2)
     kind, lost, destroyed = out.get(timeout=90)
     for p in procs:
         p.join(timeout=30)

@@ -4,11 +4,9 @@ still reduces after trials of other sizes ran, ranks idle for one size included,
 trial made on its own ranks does not break the sizes made after it. Four plain
 processes on gloo over loopback, no Ray."""
 
-import socket
-
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from gloo_ranks import spawn_ranks
 
 from amdahl.worker.worlds import TrialWorlds
 
@@ -38,14 +36,7 @@ def _ranks(rank: int, world: int, port: int, out) -> None:
 
 
 def test_each_size_keeps_its_group_and_a_model_built_in_it_reduces_later():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_ranks, args=(r, 4, port, out)) for r in range(4)]
-    for p in procs:
-        p.start()
+    procs, out = spawn_ranks(_ranks, 4)
     got = dict(out.get(timeout=60) for _ in procs)
     for p in procs:
         p.join(timeout=60)
