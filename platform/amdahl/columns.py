@@ -172,8 +172,12 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "val_accuracy": (pa.float64(), "validation accuracy at the end, when the workload has one"),
     "peak_mem_bytes": (
         pa.float64(),
-        "peak memory during the trial above the pre-trial baseline: CUDA max allocated, or "
-        "on CPU peak resident memory; max over ranks",
+        "peak tensor bytes a rank held during a training step, the figure a device must hold: "
+        "on a GPU torch.cuda.max_memory_allocated over the trial above its baseline; on CPU the "
+        "tensor ledger's peak over one untimed step after the window (every storage alive: "
+        "parameters, gradients, optimizer state, activations, temporaries, module buffers, DDP's "
+        "gradient buckets); null for an inductor trial on CPU, whose generated code allocates "
+        "where the ledger cannot see; max over ranks",
     ),
     "model_state_bytes": (
         pa.float64(),
@@ -181,6 +185,28 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
         "counted from its tensors (what zero1/fsdp shard); max over ranks",
     ),
     "peak_mem_reserved_bytes": (pa.float64(), "CUDA max reserved (GPU only), max over ranks"),
+    "peak_rss_bytes": (
+        pa.float64(),
+        "CPU only: peak resident memory of the rank's process during the trial above its "
+        "pre-trial baseline (allocator caches, arenas and the input pipeline's buffers besides "
+        "the tensors: about twice peak_mem_bytes on a small transformer); max over ranks",
+    ),
+    **{
+        f"mem_{part}_bytes": (
+            pa.float64(),
+            f"{meaning} alive at the tensor ledger's peak, on the rank with the largest "
+            "peak_mem_bytes (the six mem_*_bytes add up to its ledger's peak); null for an "
+            "inductor trial",
+        )
+        for part, meaning in (
+            ("parameters", "parameter bytes (this rank's shard under fsdp)"),
+            ("gradients", "gradient bytes"),
+            ("optimizer", "optimizer-state bytes (this rank's partition under zero1/fsdp)"),
+            ("activations", "bytes the forward allocated (saved activations, cast inputs)"),
+            ("temporaries", "bytes the backward and optimizer step allocated, gradients apart"),
+            ("other", "module buffers and a sync strategy's own buffers (DDP's buckets)"),
+        )
+    },
     "comm_s": (
         pa.float64(),
         "exposed gradient communication per step: forward+backward with "

@@ -1,8 +1,8 @@
 """How many training rows a launch's ranks read, and the passes beyond the measured steps that
-decide it: the exposed-communication pairs and the profiler pass. The driver sizes a launch's
-input with it before any worker starts (driver/trainable.py); the workers run those passes
-(worker/trial.py, worker/profile.py) by the same numbers, so no epoch boundary falls inside a
-trial.
+decide it: the exposed-communication pairs, the memory step and the profiler pass. The driver
+sizes a launch's input with it before any worker starts (driver/trainable.py); the workers run
+those passes (worker/trial.py, worker/profile.py) by the same numbers, so no epoch boundary
+falls inside a trial.
 """
 
 from __future__ import annotations
@@ -14,6 +14,9 @@ from amdahl.strategies import STRATEGIES
 #: measured window to estimate its exposed communication (worker/trial.py); each pair reads one
 #: micro-batch.
 EXPOSED_COMM_PAIRS = 5
+#: Untimed optimizer steps after the measured window under the tensor ledger, a trial's
+#: tensor-byte peak (worker/memory.py); each reads a step's micro-batches.
+MEMORY_STEPS = 1
 #: Unrecorded steps before the profiler pass's recorded ones (the profiler's warm-up: its first
 #: step pays for starting the tracer).
 PROFILE_WARMUP = 1
@@ -30,9 +33,9 @@ def profiles(profile_steps: int, world: int, sync: str, ranking_only: bool) -> b
 
 def rows_per_rank(launch: LaunchConfig) -> int:
     """Training rows the largest trial of a launch reads on one rank (warmup, measured steps
-    with their micro-batches, exposed-communication pairs, and the step the feed holds
-    ahead): how much data the launch's input streams in one pass, so that no epoch boundary
-    falls inside a trial."""
+    with their micro-batches, exposed-communication pairs, the memory step, and the step the
+    feed holds ahead): how much data the launch's input streams in one pass, so that no epoch
+    boundary falls inside a trial."""
     return max(_rows_per_trial(launch, trial) for trial in launch.trials)
 
 
@@ -44,7 +47,8 @@ def rows_per_launch(launch: LaunchConfig) -> int:
 
 def _rows_per_trial(launch: LaunchConfig, trial: TrialConfig) -> int:
     # + one step's micro-batches: what the feed holds ahead after the last step
-    passes = (launch.steps_per_trial + 1) * trial.micro_steps + EXPOSED_COMM_PAIRS
+    steps = launch.steps_per_trial + 1 + MEMORY_STEPS
+    passes = steps * trial.micro_steps + EXPOSED_COMM_PAIRS
     if profiles(launch.train.profile_steps, trial.settings.devices, trial.settings.sync, False):
         passes += (PROFILE_WARMUP + launch.train.profile_steps) * trial.micro_steps
     return passes * trial.per_device_batch

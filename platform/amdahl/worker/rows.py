@@ -19,6 +19,7 @@ import torch.distributed as dist
 from amdahl.protocol.contract import LaunchConfig, TrialConfig
 from amdahl.protocol.identity import failure_status, row_identity
 from amdahl.worker.flops import flops_figures
+from amdahl.worker.memory import BREAKDOWN_COLUMNS
 from amdahl.worker.training import process_versions
 from amdahl.worker.utilisation import allowed_cores, utilisation_columns
 
@@ -72,7 +73,6 @@ def aggregate_ranks(
     flops = figures["flops_per_sample"]
     losses = [r["final_loss"] for r in stats]
     diverged = not all(math.isfinite(v) for v in losses)
-    reserved = [r["peak_mem_reserved_bytes"] for r in stats if r["peak_mem_reserved_bytes"]]
     return {
         "status": "diverged" if diverged else "ok",
         "error": "non-finite training loss" if diverged else None,
@@ -104,9 +104,8 @@ def aggregate_ranks(
         "final_loss": statistics.fmean(losses),
         "val_loss": stats[0]["val_loss"],
         "val_accuracy": stats[0]["val_accuracy"],
-        "peak_mem_bytes": top("peak_mem_bytes"),
+        **_memory(stats),
         "model_state_bytes": top("model_state_bytes"),
-        "peak_mem_reserved_bytes": max(reserved) if reserved else None,
         **figures,
         "flops_count_s": stats[0].get("flops_count_s"),
         "achieved_flops": throughput * flops if flops else None,
@@ -123,6 +122,21 @@ def aggregate_ranks(
         "history": json.dumps(stats[0]["history"], separators=(",", ":")),  # rank 0's curves
         **utilisation_columns([r.get("utilisation") for r in stats]),
         "host_cores": allowed_cores(),
+    }
+
+
+def _memory(stats: list[dict[str, Any]]) -> dict[str, float | None]:
+    """The memory columns over ranks: each peak the largest any rank reached, and the
+    tensor-byte breakdown that rank's (so its parts add up to its peak); null where no rank
+    measured one (an inductor trial's tensor bytes on CPU)."""
+    peak = lambda k: max((r[k] for r in stats if r.get(k) is not None), default=None)  # noqa: E731
+    measured = [r for r in stats if r.get("peak_mem_bytes") is not None]
+    widest = max(measured, key=lambda r: r["peak_mem_bytes"]) if measured else {}
+    return {
+        "peak_mem_bytes": peak("peak_mem_bytes"),
+        "peak_mem_reserved_bytes": peak("peak_mem_reserved_bytes"),
+        "peak_rss_bytes": peak("peak_rss_bytes"),
+        **{k: widest.get(k) for k in BREAKDOWN_COLUMNS},
     }
 
 

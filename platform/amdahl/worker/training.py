@@ -8,7 +8,6 @@ here; each is small and tested on its own (docs/architecture.md, "The worker sid
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -194,49 +193,6 @@ def _inductor_cache_dir(path: Path) -> Iterator[None]:
             else:
                 os.environ[name] = value
         clear_caches()
-
-
-# --------------------------------------------------------------------------- memory
-
-
-def memory_reset(device: torch.device) -> int:
-    """Reset the peak counters; return the baseline to subtract (bytes still allocated: CUDA
-    memory, or the CPU process's resident bytes). The previous trial's model and optimizer can
-    live on in reference cycles: collect them first so they count in neither."""
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
-        return torch.cuda.memory_allocated(device)
-    with contextlib.suppress(OSError):
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # resets VmHWM (peak RSS) for this process, Linux >= 4.0
-    return _proc_status_bytes("VmRSS")
-
-
-def memory_peak(device: torch.device, baseline: int) -> dict[str, float | None]:
-    """Peak memory of the trial above its baseline (CUDA allocated, or peak RSS on CPU)."""
-    if device.type == "cuda":
-        return {
-            "peak_mem_bytes": float(max(0, torch.cuda.max_memory_allocated(device) - baseline)),
-            "peak_mem_reserved_bytes": float(torch.cuda.max_memory_reserved(device)),
-        }
-    return {
-        "peak_mem_bytes": float(max(0, _proc_status_bytes("VmHWM") - baseline)),
-        "peak_mem_reserved_bytes": None,
-    }
-
-
-def _proc_status_bytes(field: str) -> int:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
 
 
 # --------------------------------------------------------------------------- failures

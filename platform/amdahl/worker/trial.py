@@ -26,6 +26,7 @@ peak reset, compile caches). Timing rules (asynchronous execution needs synchron
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import math
 import statistics
@@ -45,6 +46,7 @@ from amdahl.protocol.sizing import EXPOSED_COMM_PAIRS, profiles
 from amdahl.worker.feed import DeviceFeed
 from amdahl.worker.flops import counted_flops
 from amdahl.worker.input import host_batches
+from amdahl.worker.memory import MEMORY_COLUMNS, StepMemory, memory_peak, memory_reset
 from amdahl.worker.peak import measure_peak_flops
 from amdahl.worker.profile import profile_steps_pass
 from amdahl.worker.stepclock import StepClock, StepMarks, attribute, clock_for, hold
@@ -56,8 +58,6 @@ from amdahl.worker.training import (
     failure_kind,
     first_line,
     make_optimizer_factory,
-    memory_peak,
-    memory_reset,
     reset_process_state,
     target_reached,
     tf32_flags,
@@ -95,6 +95,8 @@ class _Trial:
     wrap_s: float
     #: Samples CPU/GPU busy share over the measured window (worker/utilisation.py).
     utilisation: UtilisationSampler
+    #: Counts the tensor bytes of one step outside the window (worker/memory.py).
+    memory: StepMemory
     #: Whether this trial freezes the heap for its window (and thaws it after): only where
     #: nothing froze it before (a launch's harness does, once for all its trials).
     freezes_heap: bool = False
@@ -188,7 +190,11 @@ def run_trial(
             stats = _train(t, val, setup_s, record)
             # The peak is the trial's, before the profiler's buffers (which are not); a
             # continuation's is its first item's (the same model and batches, warmup included).
-            stats.update(memory_peak(device, mem_baseline) if resume is None else resume.memory)
+            if resume is None:
+                after = functools.partial(_untimed_step, t, t.launch.steps_per_trial)
+                stats.update(memory_peak(device, mem_baseline, t.memory.ledger_after(after)))
+            else:
+                stats.update(resume.memory)
             stats.update(_profile(t))
             clean = True
             if keep is not None:
@@ -216,10 +222,6 @@ def run_trial(
             device, precision
         )
         return stats
-
-
-#: The memory figures a continuation takes from its trial's first item.
-MEMORY_COLUMNS = ("peak_mem_bytes", "peak_mem_reserved_bytes")
 
 
 @dataclass
@@ -262,6 +264,7 @@ def _start_trial(
         clock=clock_for(where.device.type),
         wrap_s=wrap_s,
         utilisation=UtilisationSampler(where.device),
+        memory=StepMemory(model, optimizer, launch.train.warmup_steps, not trial.inductor),
         freezes_heap=gc.get_freeze_count() == 0,
     )
 
@@ -329,18 +332,19 @@ def _train(
                 record.window_unix = time.time()  # when the sweep's user saw a figure start
                 t.utilisation.start()
         taken = feed.take(micro_steps)
-        marks = [clock.mark()]
-        for i, batch in enumerate(taken.batches):
-            with strategy.micro_context(model, i):
-                loss = t.forward(model, batch)[2]
-                marks.append(clock.mark())
-                t.backward(loss, micro_steps)
-                marks.append(clock.mark())
-        lr.update(optimizer, step)
-        strategy.step(optimizer, t.scaler)
-        optimizer.zero_grad(set_to_none=True)
-        strategy.after_step(model, step)
-        marks.append(clock.mark())
+        with t.memory.during(step):  # the last warmup step's tensor bytes (worker/memory.py)
+            marks = [clock.mark()]
+            for i, batch in enumerate(taken.batches):
+                with strategy.micro_context(model, i):
+                    loss = t.forward(model, batch)[2]
+                    marks.append(clock.mark())
+                    t.backward(loss, micro_steps)
+                    marks.append(clock.mark())
+            lr.update(optimizer, step)
+            strategy.step(optimizer, t.scaler)
+            optimizer.zero_grad(set_to_none=True)
+            strategy.after_step(model, step)
+            marks.append(clock.mark())
         feed.prefetch(micro_steps)  # the next step's batches, copied while this one computes
         record.steps.append(StepMarks(taken.host_wait, marks, taken.copies, record.held))
         record.losses.append(loss.detach())  # the step's last micro-batch's
