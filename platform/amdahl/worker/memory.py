@@ -165,14 +165,12 @@ class TensorLedger(TorchDispatchMode):
         return out
 
 
-def _storages(t: torch.Tensor) -> list[torch.UntypedStorage]:
-    """The storages behind `t`: its own, or those of a wrapper subclass's inner tensors."""
-    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+def _storages(t: torch.Tensor) -> set[torch.UntypedStorage]:
+    """The storages behind `t`: its own, or those of a wrapper subclass's inner tensors
+    (a DTensor's local shard), as MemTracker finds them."""
+    from torch.distributed._tools.common_utils import get_untyped_storages
 
-    if is_traceable_wrapper_subclass(t):
-        names, _ = t.__tensor_flatten__()
-        return [s for n in names for s in _storages(getattr(t, n))]
-    return [t.untyped_storage()]
+    return get_untyped_storages(t)
 
 
 # --------------------------------------------------------------------------- the tracked step
