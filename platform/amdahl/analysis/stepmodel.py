@@ -44,9 +44,9 @@ their own, whose link holds the queueing, not stretched again). With `inter_node
 `inter_node_bandwidth_Bps` (put there by hand: `platform calibrate` does not measure across
 nodes), a prediction that spans nodes uses those for every collective (a ring across nodes runs
 at its slowest link); without them, the intra-node terms, said. Bytes per optimizer step:
-comm.comm_volume, from a row's `grad_bytes`, else calibration.json's `grad_bytes_for(params)`
-(PowerSGD needs `param_shapes_by_params`, else labels an estimate). Data wait is not modelled:
-the family's measured per-step wait at the same per-device batch (else its median).
+comm.comm_volume, from calibration.json's `grad_bytes_for(params)` (no row holds gradient
+bytes; PowerSGD needs `param_shapes_by_params`, else labels an estimate). Data wait is not
+modelled: the family's measured per-step wait at the same per-device batch (else its median).
 
 Pure: imports neither ray nor torch.
 """
@@ -84,7 +84,7 @@ from amdahl.analysis.configs import NO_SYNC, Config
 from amdahl.analysis.contention import Contention, HostShare, fit_contention
 from amdahl.analysis.overlapfit import THETA_RANGE, combine, fit_overlap, theta_hit
 from amdahl.analysis.points import FAMILY_SETTINGS, Point, family_key, measured_point
-from amdahl.analysis.stats import is_number, minimize_scalar
+from amdahl.analysis.stats import minimize_scalar
 from amdahl.spec.schema import OptionsSpec
 
 KAPPA_RANGE = (0.25, 4.0)
@@ -377,11 +377,8 @@ def _new_family(key: tuple, c: Config, inputs: ModelInputs) -> Family:
     settings = dict(zip(FAMILY_SETTINGS, key, strict=True))
     label = " ".join(c.label.split(" ")[2:])
     fam = Family(key=key, label=label, settings=settings)
-    grads = [r.get("grad_bytes") for r in c.rows if is_number(r.get("grad_bytes"))]
-    fam.grad_bytes = grads[0] if grads else None
     if inputs.calibration is not None:
-        if fam.grad_bytes is None:
-            fam.grad_bytes = inputs.calibration.grad_bytes_for(settings.get("params"))
+        fam.grad_bytes = inputs.calibration.grad_bytes_for(settings.get("params"))
         fam.shapes = inputs.calibration.shapes_for(settings.get("params"))
     known = fam.sync in strategies.STRATEGIES
     options = inputs.options.model_dump()
