@@ -274,61 +274,55 @@ class StepModel:
         caveats = [f"FAILED FIT: {f}" for f in failed]
         if note := family.compute_caveat(p, batch, nodes):
             caveats.append(note)
-        volume = None
-        link = None
-        comm = 0.0
         if family.sync not in strategies.NAMES:
             return Prediction(p, batch, nodes, compute, unknown=f"unknown sync {family.sync!r}")
-        if communicates(family.sync, p):
-            link, caveat = self.comm.link(nodes, p)
-            if link is None:
-                return Prediction(
-                    p,
-                    batch,
-                    nodes,
-                    compute,
-                    unknown="no communication model: no calibration.json with alpha and "
-                    "bandwidth (run `platform calibrate DIR --devices N`)",
-                )
-            if not family.grad_bytes:
-                return Prediction(
-                    p,
-                    batch,
-                    nodes,
-                    compute,
-                    unknown="gradient bytes unknown (not in calibration.json: run "
-                    "`platform calibrate` with the sweep's spec.yaml in DIR)",
-                )
-            if caveat:
-                caveats.append(caveat)
-            span = self.comm.calibrated_range
-            if span and p > max(span[1], self.widest_fitted):
-                caveats.append(
-                    f"communication at {p} devices: {self.comm.growth()}; where the cluster "
-                    f"holds {p}, `platform calibrate DIR --devices {p}` measures it in seconds"
-                )
-            volume = comm_volume(family.sync, p, family.grad_bytes, self.options, family.shapes)
-            if volume.estimate:
-                caveats.append(volume.estimate)
-            comm = volume.seconds(link) * family.theta * self.host_comm(family, batch, p, nodes)
-        step = combine(compute, comm, family.gamma)
+        comm = self._comm_part(family, p, batch, nodes)
+        if isinstance(comm, str):
+            return Prediction(p, batch, nodes, compute, unknown=comm)
+        caveats.extend(comm.caveats)
+        step = combine(compute, comm.comm_s, family.gamma)
         wait, how = family.data_wait_s(batch)
         if how != "measured at this batch":
             caveats.append(f"data wait {how}")
-        gb = batch * p * family.micro
-        return Prediction(
-            p,
-            batch,
-            nodes,
-            compute,
+        return replace(
             comm,
-            wait,
-            step,
-            gb / (step + wait),
-            volume,
-            link,
+            compute_s=compute,
+            data_wait_s=wait,
+            step_s=step,
+            throughput=batch * p * family.micro / (step + wait),
             caveats=tuple(caveats),
             failed_fit=failed,
+        )
+
+    def _comm_part(self, family: Family, p: int, batch: float, nodes: int) -> Prediction | str:
+        """`family`'s prediction at `p` devices as far as its communication goes (`comm_s`,
+        `volume`, `link` and their caveats), or why the model has none (no link calibrated, no
+        gradient bytes)."""
+        if not communicates(family.sync, p):
+            return Prediction(p, batch, nodes, comm_s=0.0)
+        link, caveat = self.comm.link(nodes, p)
+        if link is None:
+            return (
+                "no communication model: no calibration.json with alpha and "
+                "bandwidth (run `platform calibrate DIR --devices N`)"
+            )
+        if not family.grad_bytes:
+            return (
+                "gradient bytes unknown (not in calibration.json: run "
+                "`platform calibrate` with the sweep's spec.yaml in DIR)"
+            )
+        caveats = [caveat] if caveat else []
+        if (span := self.comm.calibrated_range) and p > max(span[1], self.widest_fitted):
+            caveats.append(
+                f"communication at {p} devices: {self.comm.growth()}; where the cluster "
+                f"holds {p}, `platform calibrate DIR --devices {p}` measures it in seconds"
+            )
+        volume = comm_volume(family.sync, p, family.grad_bytes, self.options, family.shapes)
+        if volume.estimate:
+            caveats.append(volume.estimate)
+        seconds = volume.seconds(link) * family.theta * self.host_comm(family, batch, p, nodes)
+        return Prediction(
+            p, batch, nodes, comm_s=seconds, volume=volume, link=link, caveats=tuple(caveats)
         )
 
 
