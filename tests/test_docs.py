@@ -5,18 +5,26 @@
   paths under platform/amdahl/, paths starting with a top-level folder under the repository;
 - every module in docs/architecture.md's layout tree exists where the tree puts it, and the
   tree lists every module of the package (`__init__.py` of a subpackage aside);
-- every dotted citation of a module in backticks (`worker.rows.row_identity`,
-  `columns.AXES`) names a module that exists and a name it holds. Two-part citations of a
-  subpackage (`search.objective`, `report.cost_per_device_hour`) are left out: they read the
-  same as the sweep file's keys.
+- every dotted citation in backticks that starts with a module or subpackage of the package
+  (`protocol.identity.row_identity`, `columns.AXES`, `driver.pool.LaunchPool.run`, with or
+  without a leading `amdahl.`) is checked whole: the module exists, it defines the name (a
+  module that merely imports it is the wrong place to send a reader; a package's `__init__`
+  re-exports count), and each further part is defined in the class before it. A two-part
+  citation of a subpackage (`search.halving`, `report.write_reports`) names one of its modules
+  or a name its `__init__` holds, or else a key of the sweep file's section of that name
+  (`search.objective`, `report.cost_per_device_hour`, checked against `spec.schema`).
 
 When a module moves or is renamed, this test names each citation it left behind.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import re
 from pathlib import Path
+
+from amdahl.spec.schema import SweepSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "platform" / "amdahl"
@@ -31,7 +39,7 @@ PY_PATH = re.compile(r"(?<![\w./:-])((?:[\w.-]+/)+[\w-]+\.py)(?!\w)")
 SUBPACKAGES = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
 TOP_MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
 _FIRST = "|".join(SUBPACKAGES + TOP_MODULES)
-DOTTED = re.compile(rf"(?<![\w./])((?:{_FIRST})(?:\.\w+)+)")
+DOTTED = re.compile(rf"(?<![\w./])(?:amdahl\.)?((?:{_FIRST})(?:\.\w+)+\*?)")
 #: File suffixes that make `plan.json` or `driver.lock` a file name, not a module.
 NOT_MODULES = {"py", "yaml", "json", "md", "lock", "parquet", "log", "html"}
 
@@ -97,20 +105,73 @@ def test_the_layout_tree_lists_every_module_where_it_is():
     assert not unlisted, "architecture.md's tree leaves out: " + ", ".join(unlisted)
 
 
+def _defined(body: list[ast.stmt], imports: bool) -> dict[str, ast.AST]:
+    """The names a module's or class's `body` binds (functions, classes, assignments, annotated
+    fields; with `imports`, imported names too), each with the node that binds it. Statements
+    under `if` and `try` count: a name bound there exists in the module."""
+    names: dict[str, ast.AST] = {}
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names[node.name] = node
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name):
+                        names[name.id] = node
+        elif imports and isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                names[(alias.asname or alias.name).split(".")[0]] = node
+        elif isinstance(node, (ast.If, ast.Try)):
+            for block in (node.body, node.orelse, *(h.body for h in getattr(node, "handlers", []))):
+                names.update(_defined(block, imports))
+    return names
+
+
+@functools.cache
+def _module_names(module: Path) -> dict[str, ast.AST]:
+    return _defined(ast.parse(module.read_text()).body, imports=module.name == "__init__.py")
+
+
+def _sweep_key(section: str, key: str) -> bool:
+    """Whether `section.key` is a key of the sweep file (`search.objective`)."""
+    field = SweepSpec.model_fields.get(section)
+    model = field.annotation if field else None
+    return key in getattr(model, "model_fields", {})
+
+
 def _dotted_problem(ref: str) -> str | None:
-    """Why `ref` (`worker.rows.row_identity`) names no module and name of the package, or None."""
+    """Why `ref` (`protocol.identity.row_identity`) names no module and name of the package,
+    or None."""
     parts = ref.split(".")
-    if parts[-1] in NOT_MODULES or (parts[0] in SUBPACKAGES and len(parts) < 3):
+    if parts[-1] in NOT_MODULES:
         return None
     folder, i = PACKAGE, 0
     while i < len(parts) and (folder / parts[i]).is_dir():
         folder, i = folder / parts[i], i + 1
-    if i == len(parts) or not (folder / f"{parts[i]}.py").is_file():
+    if i < len(parts) and (folder / f"{parts[i]}.py").is_file():
+        module, i = folder / f"{parts[i]}.py", i + 1
+    elif i == len(parts):
+        return None  # a subpackage
+    elif i > 0 and (folder / "__init__.py").is_file():
+        module = folder / "__init__.py"
+        if len(parts) == 2 and parts[1] not in _module_names(module):
+            if _sweep_key(*parts):
+                return None
+            return f"no module {parts[1]} in {parts[0]}/, nor a name or sweep-file key"
+    else:
         return "no such module"
-    module = folder / f"{parts[i]}.py"
-    name = parts[i + 1] if i + 1 < len(parts) else None
-    if name and not re.search(rf"\b{re.escape(name)}", module.read_text()):
-        return f"{module.relative_to(PACKAGE)} has no {name}"
+    scope, where = _module_names(module), module.relative_to(PACKAGE)
+    for name in parts[i:]:
+        if name.endswith("*"):  # `plan.trials.ID_SCHEMA_1_*`: some names with that prefix
+            if not any(n.startswith(name[:-1]) for n in scope):
+                return f"{where} defines no {name}"
+            return None
+        if name not in scope:
+            return f"{where} defines no {name}"
+        node = scope[name]
+        scope = _defined(node.body, imports=False) if isinstance(node, ast.ClassDef) else {}
+        where = name
     return None
 
 
@@ -124,3 +185,28 @@ def test_every_dotted_module_citation_exists():
         if (problem := _dotted_problem(ref))
     ]
     assert not missing, "docs cite modules that do not exist:\n" + "\n".join(missing)
+
+
+def test_the_citation_check_reads_each_citation_whole():
+    """The stale citations a check by module alone let through are refused; sweep-file keys,
+    re-exports and class members pass."""
+    stale = [
+        "worker.rows.row_identity",  # rows.py imports it; protocol/identity.py defines it
+        "search.anchors",
+        "driver.halving",
+        "driver.pool.LaunchPool.no_such_method",
+        "plan.trials.NO_SUCH_*",
+    ]
+    assert [ref for ref in stale if _dotted_problem(ref) is None] == []
+    assert DOTTED.findall("amdahl.worker.rows.row_identity") == ["worker.rows.row_identity"]
+    sound = [
+        "protocol.identity.row_identity",
+        "search.objective",
+        "report.cost_per_device_hour",
+        "report.write_reports",
+        "search.halving",
+        "driver.measurement.Measurement.record",
+        "plan.trials.ID_SCHEMA_1_*",
+        "plan.json",
+    ]
+    assert {ref: _dotted_problem(ref) for ref in sound} == dict.fromkeys(sound)

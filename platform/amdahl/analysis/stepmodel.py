@@ -44,9 +44,9 @@ their own, whose link holds the queueing, not stretched again). With `inter_node
 `inter_node_bandwidth_Bps` (put there by hand: `platform calibrate` does not measure across
 nodes), a prediction that spans nodes uses those for every collective (a ring across nodes runs
 at its slowest link); without them, the intra-node terms, said. Bytes per optimizer step:
-comm.comm_volume, from a row's `grad_bytes`, else calibration.json's `grad_bytes_for(params)`
-(PowerSGD needs `param_shapes_by_params`, else labels an estimate). Data wait is not modelled:
-the family's measured per-step wait at the same per-device batch (else its median).
+comm.comm_volume, from calibration.json's `grad_bytes_for(params)` (no row holds gradient
+bytes; PowerSGD needs `param_shapes_by_params`, else labels an estimate). Data wait is not
+modelled: the family's measured per-step wait at the same per-device batch (else its median).
 
 Pure: imports neither ray nor torch.
 """
@@ -84,7 +84,7 @@ from amdahl.analysis.configs import NO_SYNC, Config
 from amdahl.analysis.contention import Contention, HostShare, fit_contention
 from amdahl.analysis.overlapfit import THETA_RANGE, combine, fit_overlap, theta_hit
 from amdahl.analysis.points import FAMILY_SETTINGS, Point, family_key, measured_point
-from amdahl.analysis.stats import is_number, minimize_scalar
+from amdahl.analysis.stats import minimize_scalar
 from amdahl.spec.schema import OptionsSpec
 
 KAPPA_RANGE = (0.25, 4.0)
@@ -274,61 +274,55 @@ class StepModel:
         caveats = [f"FAILED FIT: {f}" for f in failed]
         if note := family.compute_caveat(p, batch, nodes):
             caveats.append(note)
-        volume = None
-        link = None
-        comm = 0.0
         if family.sync not in strategies.NAMES:
             return Prediction(p, batch, nodes, compute, unknown=f"unknown sync {family.sync!r}")
-        if communicates(family.sync, p):
-            link, caveat = self.comm.link(nodes, p)
-            if link is None:
-                return Prediction(
-                    p,
-                    batch,
-                    nodes,
-                    compute,
-                    unknown="no communication model: no calibration.json with alpha and "
-                    "bandwidth (run `platform calibrate DIR --devices N`)",
-                )
-            if not family.grad_bytes:
-                return Prediction(
-                    p,
-                    batch,
-                    nodes,
-                    compute,
-                    unknown="gradient bytes unknown (not in calibration.json: run "
-                    "`platform calibrate` with the sweep's spec.yaml in DIR)",
-                )
-            if caveat:
-                caveats.append(caveat)
-            span = self.comm.calibrated_range
-            if span and p > max(span[1], self.widest_fitted):
-                caveats.append(
-                    f"communication at {p} devices: {self.comm.growth()}; where the cluster "
-                    f"holds {p}, `platform calibrate DIR --devices {p}` measures it in seconds"
-                )
-            volume = comm_volume(family.sync, p, family.grad_bytes, self.options, family.shapes)
-            if volume.estimate:
-                caveats.append(volume.estimate)
-            comm = volume.seconds(link) * family.theta * self.host_comm(family, batch, p, nodes)
-        step = combine(compute, comm, family.gamma)
+        comm = self._comm_part(family, p, batch, nodes)
+        if isinstance(comm, str):
+            return Prediction(p, batch, nodes, compute, unknown=comm)
+        caveats.extend(comm.caveats)
+        step = combine(compute, comm.comm_s, family.gamma)
         wait, how = family.data_wait_s(batch)
         if how != "measured at this batch":
             caveats.append(f"data wait {how}")
-        gb = batch * p * family.micro
-        return Prediction(
-            p,
-            batch,
-            nodes,
-            compute,
+        return replace(
             comm,
-            wait,
-            step,
-            gb / (step + wait),
-            volume,
-            link,
+            compute_s=compute,
+            data_wait_s=wait,
+            step_s=step,
+            throughput=batch * p * family.micro / (step + wait),
             caveats=tuple(caveats),
             failed_fit=failed,
+        )
+
+    def _comm_part(self, family: Family, p: int, batch: float, nodes: int) -> Prediction | str:
+        """`family`'s prediction at `p` devices as far as its communication goes (`comm_s`,
+        `volume`, `link` and their caveats), or why the model has none (no link calibrated, no
+        gradient bytes)."""
+        if not communicates(family.sync, p):
+            return Prediction(p, batch, nodes, comm_s=0.0)
+        link, caveat = self.comm.link(nodes, p)
+        if link is None:
+            return (
+                "no communication model: no calibration.json with alpha and "
+                "bandwidth (run `platform calibrate DIR --devices N`)"
+            )
+        if not family.grad_bytes:
+            return (
+                "gradient bytes unknown (not in calibration.json: run "
+                "`platform calibrate` with the sweep's spec.yaml in DIR)"
+            )
+        caveats = [caveat] if caveat else []
+        if (span := self.comm.calibrated_range) and p > max(span[1], self.widest_fitted):
+            caveats.append(
+                f"communication at {p} devices: {self.comm.growth()}; where the cluster "
+                f"holds {p}, `platform calibrate DIR --devices {p}` measures it in seconds"
+            )
+        volume = comm_volume(family.sync, p, family.grad_bytes, self.options, family.shapes)
+        if volume.estimate:
+            caveats.append(volume.estimate)
+        seconds = volume.seconds(link) * family.theta * self.host_comm(family, batch, p, nodes)
+        return Prediction(
+            p, batch, nodes, comm_s=seconds, volume=volume, link=link, caveats=tuple(caveats)
         )
 
 
@@ -377,11 +371,8 @@ def _new_family(key: tuple, c: Config, inputs: ModelInputs) -> Family:
     settings = dict(zip(FAMILY_SETTINGS, key, strict=True))
     label = " ".join(c.label.split(" ")[2:])
     fam = Family(key=key, label=label, settings=settings)
-    grads = [r.get("grad_bytes") for r in c.rows if is_number(r.get("grad_bytes"))]
-    fam.grad_bytes = grads[0] if grads else None
     if inputs.calibration is not None:
-        if fam.grad_bytes is None:
-            fam.grad_bytes = inputs.calibration.grad_bytes_for(settings.get("params"))
+        fam.grad_bytes = inputs.calibration.grad_bytes_for(settings.get("params"))
         fam.shapes = inputs.calibration.shapes_for(settings.get("params"))
     known = fam.sync in strategies.STRATEGIES
     options = inputs.options.model_dump()

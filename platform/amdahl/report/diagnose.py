@@ -144,9 +144,7 @@ def diagnose(configs: list[Config], calibration: Calibration | None = None) -> l
 def _attach_model(d: Diagnosis, calib: Calibration | None) -> None:
     """Ring all-reduce prediction and MFU, when the calibration makes them possible."""
     c = d.config
-    grad = _row_value(c, "grad_bytes")
-    if calib is not None:
-        grad = grad or calib.grad_bytes_for(c.settings["params"])
+    grad = calib.grad_bytes_for(c.settings["params"]) if calib is not None else None
     d.grad_bytes = grad
     wire = _wire_factor(c.sync)
     if calib is not None and calib.has_comm_model and grad and c.devices > 1 and wire is not None:
@@ -164,11 +162,6 @@ def _attach_model(d: Diagnosis, calib: Calibration | None) -> None:
     if flops and peak:
         d.mfu = flops.median / (c.devices * peak[0])
         d.mfu_peak = peak[1]
-
-
-def _row_value(c: Config, column: str) -> float | None:
-    values = [r.get(column) for r in c.ok_rows if isinstance(r.get(column), (int, float))]
-    return float(values[0]) if values else None
 
 
 def _compute_s(d: Diagnosis) -> float:

@@ -161,7 +161,7 @@ def test_rows_without_the_hosts_cores_keep_the_nearest_measured_line():
 
 def _queued_ddp_rows(cores: float, share: float) -> list[dict]:
     """sync none and ddp rows at 1, 2 and 4 ranks whose compute queues for `cores` (a `share`
-    of each step CPU work), ddp 2 ms slower on more than one device, 1e6 gradient bytes."""
+    of each step CPU work), ddp 2 ms slower on more than one device."""
     rows = []
     for p in (1, 2, 4):
         for b in (16, 64):
@@ -170,7 +170,7 @@ def _queued_ddp_rows(cores: float, share: float) -> list[dict]:
             busy = share * one / step
             rows.append(_none_rows(p, b, step, busy))
             ddp = {**_none_rows(p, b, step + 0.002 * (p > 1), busy), "sync": "ddp"}
-            rows.append({**ddp, "trial_id": f"ddp{p}{b}", "grad_bytes": 1e6})
+            rows.append({**ddp, "trial_id": f"ddp{p}{b}"})
     return rows
 
 
@@ -180,7 +180,7 @@ def test_gloos_collectives_stretch_with_the_contention_and_nccls_do_not():
     from amdahl.analysis.calibration import Calibration
 
     configs = group_configs(_queued_ddp_rows(cores=1.6, share=0.25))
-    base = {"alpha_s": 1e-4, "bandwidth_Bps": 1e9, "devices": 4}
+    base = {"alpha_s": 1e-4, "bandwidth_Bps": 1e9, "devices": 4, "grad_bytes": 1e6}
     gloo = fit(ModelInputs(configs, Calibration.from_dict({**base, "backend": "gloo"})))
     nccl = fit(ModelInputs(configs, Calibration.from_dict({**base, "backend": "nccl"})))
     ddp = next(f for f in gloo.families.values() if f.sync == "ddp")
@@ -202,7 +202,13 @@ def test_a_calibration_above_the_cores_holds_gloos_queueing_and_is_not_stretched
 
     rows = _queued_ddp_rows(cores=2.0, share=0.25)
     by = {str(q): {"alpha_s": 1e-4 * q, "bandwidth_Bps": 1e9 / q} for q in (2, 3, 4)}
-    cal = {"alpha_s": 4e-4, "bandwidth_Bps": 2.5e8, "devices": 4, "backend": "gloo"}
+    cal = {
+        "alpha_s": 4e-4,
+        "bandwidth_Bps": 2.5e8,
+        "devices": 4,
+        "backend": "gloo",
+        "grad_bytes": 1e6,
+    }
     model = fit(ModelInputs(group_configs(rows), Calibration.from_dict({**cal, "by_devices": by})))
     ddp = next(f for f in model.families.values() if f.sync == "ddp")
     assert ddp.comm_inflation(16, 16) > 1.5  # the compute would stretch it
