@@ -10,7 +10,7 @@ same model, batch, optimizer (SGD, momentum 0.9) and precision, one process:
               after a first step (the optimizer state exists, as after a trial's warmup); under
               ddp plus DDP's gradient buckets, which MemTracker cannot see (C++ allocations
               made when DDP is built: `worker.memory.sync_buffer_bytes`, checked against
-              what the ledger sees DDP allocate in tests/unit/worker/test_memory.py)
+              what the ledger sees DDP allocate in tests/unit/worker/test_tensor_ledger.py)
 Prints one line per case: both peaks in MiB and platform / memtracker; then the median and worst
 |ratio - 1|. The goal: within 10% on every case. (Resident memory is no comparison here: every
 case runs in one process, whose heap the first cases already grew.)
@@ -35,7 +35,7 @@ from encoder_workload import TinyEncoder  # noqa: E402
 from trial_runner import launch_config, one_rank_group, run, trial_config  # noqa: E402
 
 from amdahl import Workload  # noqa: E402
-from amdahl.worker.memory import sync_buffer_bytes  # noqa: E402
+from amdahl.worker.tensor_ledger import sync_buffer_bytes  # noqa: E402
 from workloads.gpt import GPT  # noqa: E402
 from workloads.mlp import MLP  # noqa: E402
 

@@ -50,8 +50,13 @@ PURE = ["errors", "files", "columns", "strategies", "spec", "plan", "sweepdir", 
 PURE += ["search", "report", "protocol", "worker.stepclock", "track.records"]
 PURE += ["driver.events"]
 #: The only worker modules the driver imports: the launch's training function and the
-#: calibration measurement, each run inside Ray Train workers (all else goes through protocol).
-WORKER_ENTRY_POINTS = {"amdahl.worker.harness", "amdahl.worker.calibration_measurement"}
+#: calibration measurement, each run inside Ray Train workers, and the memory probe, run in the
+#: driver's process where the data checks run (all else goes through protocol).
+WORKER_ENTRY_POINTS = {
+    "amdahl.worker.harness",
+    "amdahl.worker.calibration_measurement",
+    "amdahl.worker.memory_probe",
+}
 
 
 def _module_name(path: Path) -> str:

@@ -108,7 +108,7 @@ def continued_and_whole(
     """(whole, first, second, kept): `trial` for 30 steps in one run, and for 10 steps kept
     then continued to 30 with `other` run between (as a halving rung runs them). Three warmup
     steps, as a sweep has (10 by default): the memory ledger then counts the last of them, a
-    step the trial runs anyway (worker/memory.py), not one more after the window."""
+    step the trial runs anyway (worker/tensor_ledger.py), not one more after the window."""
     val = validation_rows(workload, None, seed=0)
     launch = lambda t, steps=8: launch_config((t,), steps=steps, warmup_steps=3)  # noqa: E731
     whole = run_trial(workload, trial, launch(trial, 30), loader_source(workload), val, where)

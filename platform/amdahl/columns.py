@@ -179,6 +179,11 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
         "gradient buckets); null for an inductor trial on CPU, whose generated code allocates "
         "where the ledger cannot see; max over ranks",
     ),
+    "predicted_peak_mem_bytes": (
+        pa.float64(),
+        "peak_mem_bytes as the plan predicted it before the trial ran (analysis.memory_model "
+        "over the memory probe's facts); null where the probe could not run",
+    ),
     "model_state_bytes": (
         pa.float64(),
         "parameter + optimizer-state bytes one rank holds, "

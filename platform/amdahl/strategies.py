@@ -31,6 +31,22 @@ ALL_PHASES = ("forward_s", "backward_s", "optimizer_s")
 
 
 @dataclass(frozen=True)
+class MemoryShape:
+    """What one rank of a strategy holds of the model's state (analysis/memory_model.py)."""
+
+    #: "replicated" on every rank, or "sharded" 1/p (FSDP2).
+    parameters: str = "replicated"
+    #: "replicated", "sharded" 1/p (ZeRO-1, FSDP2), or "remote" (on parameter-server actors).
+    optimizer: str = "replicated"
+    #: Whether DDP's gradient buckets (a flat copy of the gradients) sit beside the model.
+    buckets: bool = False
+
+
+_REPLICATED = MemoryShape()
+_DDP_MEMORY = MemoryShape(buckets=True)
+
+
+@dataclass(frozen=True)
 class Strategy:
     """One gradient-sync strategy, as everything outside its implementation sees it."""
 
@@ -60,6 +76,8 @@ class Strategy:
     comm_s_covers: bool = False
     #: Axis values it cannot run with, as (axis, value, reason); the planner refuses them.
     incompatible: tuple[tuple[str, str, str], ...] = ()
+    #: What a rank holds of the model's state (the memory model's terms).
+    memory: MemoryShape = _REPLICATED
 
 
 _DDP = ("bucket_cap_mb",)
@@ -76,6 +94,7 @@ STRATEGIES: dict[str, Strategy] = {
             comm_phases=_BACKWARD,
             wire_factor=1.0,
             comm_s_covers=True,
+            memory=_DDP_MEMORY,
         ),
         Strategy(
             "ddp_fp16",
@@ -84,6 +103,7 @@ STRATEGIES: dict[str, Strategy] = {
             comm_phases=_BACKWARD,
             wire_factor=0.5,
             comm_s_covers=True,
+            memory=_DDP_MEMORY,
         ),
         Strategy(
             "ddp_bf16",
@@ -94,6 +114,7 @@ STRATEGIES: dict[str, Strategy] = {
             comm_phases=_BACKWARD,
             wire_factor=0.5,
             comm_s_covers=True,
+            memory=_DDP_MEMORY,
         ),
         Strategy(
             "powersgd",
@@ -101,6 +122,7 @@ STRATEGIES: dict[str, Strategy] = {
             options=(*_DDP, "powersgd_rank"),
             comm_phases=_BACKWARD,
             comm_s_covers=True,
+            memory=_DDP_MEMORY,
         ),
         Strategy(
             "accumulate",
@@ -110,6 +132,7 @@ STRATEGIES: dict[str, Strategy] = {
             wire_factor=1.0,
             micro_steps_option="accumulate_steps",
             comm_s_covers=True,
+            memory=_DDP_MEMORY,
         ),
         Strategy(
             "local_sgd",
@@ -123,6 +146,7 @@ STRATEGIES: dict[str, Strategy] = {
             options=_DDP,
             comm_phases=("backward_s", "optimizer_s"),
             sharded=True,
+            memory=MemoryShape(optimizer="sharded", buckets=True),
         ),
         Strategy(
             "fsdp",
@@ -137,6 +161,7 @@ STRATEGIES: dict[str, Strategy] = {
                     "not support; use compile eager or inductor with fsdp",
                 ),
             ),
+            memory=MemoryShape(parameters="sharded", optimizer="sharded"),
         ),
         Strategy(
             "param_server",
@@ -144,6 +169,7 @@ STRATEGIES: dict[str, Strategy] = {
             options=("ps_shards",),
             comm_phases=("optimizer_s",),
             communicates_alone=True,
+            memory=MemoryShape(optimizer="remote"),
         ),
         Strategy(
             "none",

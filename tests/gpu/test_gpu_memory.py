@@ -1,12 +1,12 @@
 """On a GPU, `peak_mem_bytes` is CUDA's allocated peak and the breakdown the tensor ledger's
-(worker/memory.py): the ledger must see what the allocator holds, less the allocator's
+(worker/tensor_ledger.py): the ledger must see what the allocator holds, less the allocator's
 rounding and what lives outside tensors the step makes (cuBLAS's workspace)."""
 
 import pytest
 from encoder_workload import TinyEncoder
 from trial_runner import launch_config, run, trial_config
 
-from amdahl.worker.memory import BREAKDOWN_COLUMNS
+from amdahl.worker.tensor_ledger import BREAKDOWN_COLUMNS
 
 
 @pytest.mark.parametrize(

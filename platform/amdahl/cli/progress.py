@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from amdahl.analysis.memory_model import UNBOUNDED_BATCH
 from amdahl.cli.terminal import Terminal
 from amdahl.driver.events import (
     Calibrating,
@@ -35,14 +36,20 @@ def print_plan(plan: SweepPlan) -> None:
         title=f"{escape(plan.spec.name)}: {len(plan.runnable)} of {len(plan.trials)} trials "
         f"will run in {len(plan.launches())} launches"
     )
-    for col in ("trial", "settings", "resources", "status"):
-        table.add_column(col)
+    for col in ("trial", "settings", "resources", "peak memory / device", "status"):
+        table.add_column(col, justify="right" if col.startswith("peak") else "left")
     for t in plan.trials:
         status = "[green]will run[/]" if t.refused is None else "[red]refused[/]"
+        memory = t.predicted_peak_mem_bytes
         table.add_row(
-            Text(t.trial_id), Text(plan.labels[t.trial_id]), Text(t.resources.describe()), status
+            Text(t.trial_id),
+            Text(plan.labels[t.trial_id]),
+            Text(t.resources.describe()),
+            Text(f"{memory / 2**20:,.0f} MiB" if memory is not None else "n/a"),
+            status,
         )
     console.print(table)
+    _print_largest_batches(plan)
     nodes = ", ".join(f"{n.name} {n.cpus:g} CPU {n.gpus:g} GPU" for n in plan.nodes)
     console.print(f"cluster: {nodes}", soft_wrap=True, markup=False)
     if plan.resource_note:
@@ -56,6 +63,24 @@ def print_plan(plan: SweepPlan) -> None:
                 markup=False,
                 highlight=False,
             )
+
+
+def _print_largest_batches(plan: SweepPlan) -> None:
+    """The largest per-device batch predicted to fit, per configuration family and device
+    count (only where `resources.device_memory_gb` is given)."""
+    fits: dict[str, int] = {}
+    for t in plan.trials:
+        if t.largest_batch_fits is not None:
+            words = plan.labels[t.trial_id].split()  # the label less its batch: the family
+            family = " ".join(w for w in words if not (w[0] == "b" and w[1:].isdigit()))
+            fits[family] = t.largest_batch_fits
+    if not fits:
+        return
+    gb = plan.spec.resources.device_memory_gb
+    console.print(f"largest per-device batch predicted to fit {gb:g} GB:")
+    for family, batch in fits.items():
+        text = f"{batch:,}" if batch < UNBOUNDED_BATCH else "any"
+        console.print(f"  {family}: {text if batch else 'none'}", markup=False, highlight=False)
 
 
 class LiveProgress:

@@ -17,8 +17,15 @@ stays quick (tests/unit/cli/test_cli.py checks it).
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import logging
+from typing import Any
+
+from amdahl.analysis.memory_model import MemoryFacts
 from amdahl.driver.cluster import cluster_nodes
-from amdahl.plan.launches import SweepPlan, plan_sweep
+from amdahl.plan.fits import FactsSource
+from amdahl.plan.launches import SweepPlan, WorkloadFacts, plan_sweep
 from amdahl.search.spec_checks import check_search
 from amdahl.spec.schema import SweepSpec
 from amdahl.workload.code import WorkloadCode, locate_spec_workload, make_workload
@@ -59,4 +66,35 @@ def plan_for(spec: SweepSpec, address: str | None = None) -> SweepPlan:
     started at all; `address="local"` is this machine even where a cluster runs
     (driver.cluster.cluster_address decides for both)."""
     check_sweep(spec)
-    return plan_sweep(spec, cluster_nodes(address))
+    return plan_sweep(spec, cluster_nodes(address), workload_facts(spec))
+
+
+def workload_facts(spec: SweepSpec) -> WorkloadFacts:
+    """What the plan asks of the spec's workload (plan.launches.WorkloadFacts.of), with the
+    memory probe's facts for its memory predictions (worker.memory_probe: measured on this
+    process's CPU once per parameters, precision and optimizer, then read from its cache)."""
+    return dataclasses.replace(WorkloadFacts.of(spec), memory=_memory_facts(spec))
+
+
+_log = logging.getLogger(__name__)
+
+
+def _memory_facts(spec: SweepSpec) -> FactsSource:
+    from amdahl.worker.memory_probe import probe_memory
+
+    known: dict[tuple[str, str], MemoryFacts | None] = {}
+
+    def facts(params: dict[str, Any], precision: str) -> MemoryFacts | None:
+        measured_as = "fp32" if precision == "tf32" else precision  # TF32 holds fp32 tensors
+        key = (json.dumps(params, sort_keys=True, default=str), measured_as)
+        if key not in known:
+            workload = make_workload(spec.workload, params)
+            try:
+                found = probe_memory(workload, measured_as, spec.train.optimizer, spec.train.seed)
+                known[key] = MemoryFacts.from_dict(found)
+            except Exception as e:  # noqa: BLE001 - no prediction is a result, not a failure
+                _log.warning("no memory prediction for %s %s: %s", spec.workload, precision, e)
+                known[key] = None
+        return known[key]
+
+    return facts

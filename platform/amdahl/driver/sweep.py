@@ -31,7 +31,7 @@ from amdahl.driver.events import (
     TrackingOpened,
 )
 from amdahl.driver.measurement import Measurement
-from amdahl.driver.planning import check_workloads
+from amdahl.driver.planning import check_workloads, workload_facts
 from amdahl.driver.rungs import run_halving
 from amdahl.driver.signals import InterruptFlag, SweepInterrupted
 from amdahl.errors import UserError
@@ -179,7 +179,7 @@ def _run_locked(
         how = "joined" if address and fresh else "started" if fresh else "in this process:"
         emit(RayConnected(f"Ray: {how} {cluster_summary()}"))
         check_workloads(spec)  # the search section and the workload's import: checked above
-        plan = plan_sweep(spec, ray_nodes())
+        plan = plan_sweep(spec, ray_nodes(), workload_facts(spec))
         if not plan.runnable:
             raise UserError(_nothing_runs(plan))
     except BaseException:

@@ -5,6 +5,7 @@ that fits its TorchTrainer (`launch_trainable`), whose workers run worker/harnes
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -174,10 +175,11 @@ def _trial_config(spec: SweepSpec, trial: Trial) -> TrialConfig:
     """One planned trial's contract, with its workload's stated FLOPs per sample and whether
     they override the count the worker makes (worker/flops.py)."""
     workload = make_workload(spec.workload, trial.settings.params)
-    return TrialConfig.from_settings(
+    config = TrialConfig.from_settings(
         trial.trial_id,
         trial.settings,
         spec.train.scaling,
         workload.flops_per_sample(),
         flops_override=workload.flops_override,
     )
+    return dataclasses.replace(config, predicted_peak_mem_bytes=trial.predicted_peak_mem_bytes)

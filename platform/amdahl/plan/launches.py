@@ -22,6 +22,7 @@ from typing import Any
 from amdahl.analysis.configs import group_configs
 from amdahl.columns import TrialSettings
 from amdahl.plan.checks import capability_problem
+from amdahl.plan.fits import FactsSource, largest_fitting_batch, memory_problem, predict_trial
 from amdahl.plan.resources import (
     Node,
     ResourcePlan,
@@ -130,6 +131,9 @@ class WorkloadFacts:
     eager_only: str | None = None
     #: What a rank needs of its host (Workload.host_cpus_per_device); None: the default.
     host_cpus_per_device: float | None = None
+    #: The memory probe's facts per (parameters, precision) (plan.fits; the driver gives it:
+    #: measuring needs torch); None: no memory predictions.
+    memory: FactsSource | None = None
 
     @classmethod
     def of(cls, spec: SweepSpec) -> WorkloadFacts:
@@ -177,9 +181,16 @@ def _make_trial(
     spec: SweepSpec, settings: TrialSettings, nodes: list[Node], facts: WorkloadFacts
 ) -> Trial:
     resources = trial_resources(spec, settings)
+    memory = predict_trial(spec, settings, facts.memory)
     reason = capability_problem(spec, settings) or resource_problem(resources, nodes)
     if facts.eager_only and settings.compile != "eager":
         reason = f"compile={settings.compile}: {facts.eager_only}"
+    reason = reason or memory_problem(spec, settings, memory, facts.memory)
     return Trial(
-        trial_id=trial_id(spec, settings), settings=settings, resources=resources, refused=reason
+        trial_id=trial_id(spec, settings),
+        settings=settings,
+        resources=resources,
+        refused=reason,
+        predicted_peak_mem_bytes=memory.total if memory else None,
+        largest_batch_fits=largest_fitting_batch(spec, settings, facts.memory),
     )

@@ -36,6 +36,11 @@ class Trial:
     #: Hash of what decides its input batches (Workload.input_key): trials with equal keys can
     #: share a launch's input pipeline. Default: all its parameters.
     input_key: str = ""
+    #: Its peak tensor bytes per rank, predicted before it runs (plan.fits); None: unknown.
+    predicted_peak_mem_bytes: float | None = None
+    #: The largest per-device batch of its configuration predicted to fit the device (0: none);
+    #: None where `resources.device_memory_gb` or the model's memory is unknown.
+    largest_batch_fits: int | None = None
 
     def launch_key(self, across_devices: bool = False, streamed: bool = False) -> str:
         """Trials with equal keys share one worker group (same worker shape, same input);
@@ -142,6 +147,9 @@ ID_SCHEMA_1_OPTIONS = frozenset(
 ID_SCHEMA_1_RESOURCES = frozenset(
     {"use_gpu", "cpus_per_device", "gpus_per_device", "placement", "cpus_per_data_worker"}
 )
+#: `resources` fields that decide whether a trial runs, not what it measures: never hashed,
+#: so a sweep planned against another device's memory keeps its trial ids.
+UNMEASURED_RESOURCES = frozenset({"device_memory_gb", "memory_check"})
 #: Schema 1: the `train` fields always hashed, as a list in this order.
 ID_SCHEMA_1_TRAIN = ("steps", "warmup_steps", "seed", "lr", "scaling", "optimizer")
 #: Schema 1: the `train` fields hashed as one block ("schedule") when any differs from its
@@ -178,10 +186,14 @@ def _identity_fields(
     return {k: v for k, v in values.items() if k in schema_1 or v != default(k)}
 
 
-def _section_identity(section: BaseModel, schema_1: frozenset[str]) -> dict[str, Any]:
+def _section_identity(
+    section: BaseModel, schema_1: frozenset[str], unmeasured: frozenset[str] = frozenset()
+) -> dict[str, Any]:
     """A spec section's fields as hashed: schema 1's, and the others where not at their
-    default (the section's own class holds the defaults)."""
-    return _identity_fields(section.model_dump(), schema_1, partial(_default, type(section)))
+    default (the section's own class holds the defaults), less those that change nothing a
+    trial measures."""
+    fields = section.model_dump(exclude=set(unmeasured))
+    return _identity_fields(fields, schema_1, partial(_default, type(section)))
 
 
 def _relevant_options(spec: SweepSpec, values: tuple[str, ...]) -> dict[str, Any]:
@@ -215,7 +227,7 @@ def trial_id(spec: SweepSpec, settings: TrialSettings) -> str:
         "workload": spec.workload,
         "settings": _identity_fields(hashed, ID_SCHEMA_1_SETTINGS, partial(_axis_default, grid)),
         "train": [getattr(t, name) for name in ID_SCHEMA_1_TRAIN],
-        "resources": _section_identity(spec.resources, ID_SCHEMA_1_RESOURCES),
+        "resources": _section_identity(spec.resources, ID_SCHEMA_1_RESOURCES, UNMEASURED_RESOURCES),
     }
     schedule = {
         "lr_scaling": t.lr_scaling,

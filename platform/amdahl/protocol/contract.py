@@ -45,6 +45,8 @@ class TrialConfig:
     #: of the count the worker makes (worker/flops.py), the figure MFU uses if `flops_override`.
     flops_per_sample: float | None = None
     flops_override: bool = False
+    #: Its peak tensor bytes per rank as the plan predicted them (plan.fits), for its row.
+    predicted_peak_mem_bytes: float | None = None
 
     @classmethod
     def from_settings(

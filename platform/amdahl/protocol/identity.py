@@ -32,6 +32,7 @@ def row_identity(
         **{k: getattr(trial.settings, k) for k in SETTING_COLUMNS},
         "batch_size": trial.per_device_batch,
         "compile_cache": trial.compile_cache,
+        "predicted_peak_mem_bytes": trial.predicted_peak_mem_bytes,
         "scaling": train.scaling,
         "steps": train.steps,
         "target": target_label(train.target),

@@ -15,7 +15,7 @@ from amdahl.strategies import STRATEGIES
 #: micro-batch.
 EXPOSED_COMM_PAIRS = 5
 #: Untimed optimizer steps after the measured window under the tensor ledger, a trial's
-#: tensor-byte peak (worker/memory.py); each reads a step's micro-batches.
+#: tensor-byte peak (worker/tensor_ledger.py); each reads a step's micro-batches.
 MEMORY_STEPS = 1
 #: Unrecorded steps before the profiler pass's recorded ones (the profiler's warm-up: its first
 #: step pays for starting the tracer).

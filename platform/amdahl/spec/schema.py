@@ -205,6 +205,18 @@ class ResourcesSpec(_Section):
         description="Ray CPUs kept free for each input-pipeline worker. auto (null, the "
         "default): the planner picks it with cpus_per_device.",
     )
+    device_memory_gb: float | None = Field(
+        None,
+        gt=0,
+        description="Memory of one device in GB (1e9 bytes): a trial predicted to need more "
+        "than 90% of it is refused at plan time, with what would fit. null (the default): no "
+        "check; every trial still shows its predicted peak.",
+    )
+    memory_check: bool = Field(
+        True,
+        description="Refuse trials predicted above device_memory_gb; false runs them anyway "
+        "(to see the out-of-memory error, or where the prediction is too cautious).",
+    )
 
     @field_validator("cpus_per_device", "cpus_per_data_worker", mode="before")
     @classmethod

@@ -41,6 +41,8 @@ def plan_summary(plan: SweepPlan) -> dict[str, Any]:
             "label": plan.labels[t.trial_id],
             "settings": t.settings.as_dict(),
             "resources": t.resources.describe(),
+            "predicted_peak_mem_bytes": t.predicted_peak_mem_bytes,
+            "largest_batch_fits": t.largest_batch_fits,
             "refused": t.refused,
         }
 

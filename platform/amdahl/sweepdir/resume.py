@@ -95,7 +95,8 @@ def open_sweep_dir(
 #: Sweep-file fields that do not change what a trial measures, left out of the fingerprint so
 #: a resume may change them: names and bookkeeping (`name`, `tracking`, `report`, `storage`),
 #: retries of a crashed launch (`train.max_failures`), the profiler pass after the measured
-#: window (`train.profile_steps`), the number of repeats (`train.repeats`,
+#: window (`train.profile_steps`), the memory check before a trial runs
+#: (`resources.device_memory_gb`, `resources.memory_check`), the number of repeats (`train.repeats`,
 #: `search.final_repeats`: a resume with more runs the missing ones) and which trials exist
 #: (`grid`, `exclude`: a resume with a larger grid runs the new trials; each row records its
 #: own axis values). Everything else (`workload`, `params`, the rest of `train`, `options`,
@@ -111,6 +112,8 @@ UNMEASURED_FIELDS = (
     "train.max_failures",
     "train.profile_steps",
     "search.final_repeats",
+    "resources.device_memory_gb",
+    "resources.memory_check",
 )
 
 

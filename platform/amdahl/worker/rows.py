@@ -19,7 +19,7 @@ import torch.distributed as dist
 from amdahl.protocol.contract import LaunchConfig, TrialConfig
 from amdahl.protocol.identity import failure_status, row_identity
 from amdahl.worker.flops import flops_figures
-from amdahl.worker.memory import BREAKDOWN_COLUMNS
+from amdahl.worker.tensor_ledger import BREAKDOWN_COLUMNS
 from amdahl.worker.training import process_versions
 from amdahl.worker.utilisation import allowed_cores, utilisation_columns
 

@@ -46,11 +46,11 @@ from amdahl.protocol.sizing import EXPOSED_COMM_PAIRS, profiles
 from amdahl.worker.feed import DeviceFeed
 from amdahl.worker.flops import counted_flops
 from amdahl.worker.input import host_batches
-from amdahl.worker.memory import MEMORY_COLUMNS, StepMemory, memory_peak, memory_reset
 from amdahl.worker.peak import measure_peak_flops
 from amdahl.worker.profile import profile_steps_pass
 from amdahl.worker.stepclock import StepClock, StepMarks, attribute, clock_for, hold
 from amdahl.worker.sync import SyncStrategy, make_strategy, model_state_bytes, unwrap
+from amdahl.worker.tensor_ledger import MEMORY_COLUMNS, StepMemory, memory_peak, memory_reset
 from amdahl.worker.training import (
     LRSchedule,
     Precision,
@@ -95,7 +95,7 @@ class _Trial:
     wrap_s: float
     #: Samples CPU/GPU busy share over the measured window (worker/utilisation.py).
     utilisation: UtilisationSampler
-    #: Counts the tensor bytes of one step outside the window (worker/memory.py).
+    #: Counts the tensor bytes of one step outside the window (worker/tensor_ledger.py).
     memory: StepMemory
     #: Whether this trial freezes the heap for its window (and thaws it after): only where
     #: nothing froze it before (a launch's harness does, once for all its trials).
@@ -332,7 +332,7 @@ def _train(
                 record.window_unix = time.time()  # when the sweep's user saw a figure start
                 t.utilisation.start()
         taken = feed.take(micro_steps)
-        with t.memory.during(step):  # the last warmup step's tensor bytes (worker/memory.py)
+        with t.memory.during(step):  # the last warmup step's tensor bytes (worker/tensor_ledger.py)
             marks = [clock.mark()]
             for i, batch in enumerate(taken.batches):
                 with strategy.micro_context(model, i):

@@ -10,7 +10,7 @@ from torch.distributed._tools.mem_tracker import MemTracker
 from trial_runner import launch_config, one_rank_group, run, trial_config
 
 from amdahl import Workload
-from amdahl.worker.memory import BREAKDOWN_COLUMNS, TensorLedger, sync_buffer_bytes
+from amdahl.worker.tensor_ledger import BREAKDOWN_COLUMNS, TensorLedger, sync_buffer_bytes
 
 
 def _memtracker_peak(workload: Workload, batch: int, precision: str) -> int:

@@ -10,7 +10,7 @@ it, by what it holds: parameters, gradients, optimizer state, activations (made 
 forward), temporaries (made in the backward and the optimizer step) and other (module buffers,
 a sync strategy's own buffers such as DDP's gradient buckets). The ledger is MemTracker's
 method (storages keyed weakly, `resize_` watched for FSDP2's unsharded parameters) without its
-per-module bookkeeping; tests/unit/worker/test_memory.py checks it against MemTracker.
+per-module bookkeeping; tests/unit/worker/test_tensor_ledger.py checks it against MemTracker.
 
 What it cannot see: storages made outside torch's dispatcher. Inductor's generated CPU code
 allocates its buffers directly, so a compiled trial on CPU has no tensor-byte peak (null, never

@@ -1,0 +1,139 @@
+"""The memory model's predicted peak per rank against the measured one, before any trial runs.
+
+Cases: workloads (the D2L MLP, the small GPT, the memory tests' two-layer encoder) x sync
+(none, ddp, zero1, fsdp, accumulate) x precision (fp32, bf16) x per-device batch (16, 64, 256)
+x ranks (1, 2), SGD with momentum. For each:
+  predicted  analysis.memory_model.predict_peak over the memory probe's facts
+             (worker/memory_probe.py: the plain model at batches 2 and 8), what `platform plan`
+             shows
+  measured   `peak_mem_bytes` of the trial run through `worker.trial.run_trial` in plain gloo
+             processes over loopback (one per rank, no Ray), the largest over ranks: the tensor
+             ledger over the last of 3 warmup steps (benchmarks/memory_check.py checks that
+             figure against torch's MemTracker)
+Prints each case's predicted and measured MiB and the error (predicted / measured - 1), then the
+median and p90 of |error| and the worst under-prediction (an under-prediction is an OOM). Goal:
+median <= 10%, p90 <= 20%, none under by more than 10%.
+
+    python benchmarks/memory_model.py [--quick]     # --quick: the GPT, fp32, batch 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import itertools
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "unit" / "worker"))
+from encoder_workload import TinyEncoder  # noqa: E402
+from gloo_ranks import spawn_ranks  # noqa: E402
+from trial_runner import launch_config, trial_config  # noqa: E402
+
+from amdahl.analysis.memory_model import MemoryFacts, predict_peak  # noqa: E402
+from amdahl.data.storage import arrow_column  # noqa: E402
+from amdahl.worker.input import LoaderSource, validation_rows  # noqa: E402
+from amdahl.worker.memory_probe import probe_memory  # noqa: E402
+from amdahl.worker.trial import Placement, run_trial_guarded  # noqa: E402
+from workloads.gpt import GPT  # noqa: E402
+from workloads.mlp import MLP  # noqa: E402
+
+WORKLOADS = {
+    "mlp": lambda: MLP(train_rows=4096, val_rows=128),
+    "gpt": lambda: GPT(train_rows=4096, val_rows=128),
+    "encoder": lambda: TinyEncoder(train_rows=4096, val_rows=128),
+}
+SYNCS = ("none", "ddp", "zero1", "fsdp", "accumulate")
+PRECISIONS = ("fp32", "bf16")
+BATCHES = (16, 64, 256)
+
+
+def cases(quick: bool) -> list[tuple[str, str, str, int]]:
+    if quick:
+        return [("gpt", sync, "fp32", 64) for sync in SYNCS]
+    return list(itertools.product(WORKLOADS, SYNCS, PRECISIONS, BATCHES))
+
+
+def measure(rank: int, world: int, port: int, out, quick: bool) -> None:
+    """One rank: every case in order, in one gloo world of `world` ranks."""
+    torch.set_num_threads(1)
+    store = dist.TCPStore("127.0.0.1", port, world, rank == 0)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
+    where = Placement(torch.device("cpu"), rank, world)
+    for name, sync, precision, batch in cases(quick):
+        workload = WORKLOADS[name]()
+        rows = workload.generate("train", workload.params["train_rows"], seed=0)
+        import pyarrow as pa
+
+        table = pa.table({k: arrow_column(v) for k, v in rows.items()})
+        source = LoaderSource(table, workload, rank=rank, world=world, workers=0)
+        settings = dict(
+            devices=world,
+            batch_size=batch,
+            per_device_batch=batch,
+            precision=precision,
+            sync=sync,
+            params=workload.params,
+        )
+        trial = trial_config(**settings)
+        launch = launch_config((trial,), steps=3, warmup_steps=3, profile_steps=0)
+        val = validation_rows(workload, None, seed=0)
+        stats, error, _ = run_trial_guarded(workload, trial, launch, source, val, where)
+        out.put((rank, (name, sync, precision, batch), stats.get("peak_mem_bytes"), error))
+    dist.destroy_process_group()
+
+
+def predicted(name: str, sync: str, precision: str, batch: int, ranks: int, cache: Path) -> float:
+    workload = WORKLOADS[name]()
+    facts = MemoryFacts.from_dict(probe_memory(workload, precision, "sgd", 0, cache))
+    options = {"accumulate_steps": 2, "bucket_cap_mb": 25.0}
+    return predict_peak(facts, sync, ranks, batch, options).total
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    print(f"commit {commit}, torch {torch.__version__}, gloo ranks on loopback, one thread each")
+    cache = Path(tempfile.mkdtemp(prefix="amdahl-probe-"))
+    errors: list[float] = []
+    print(f"{'case':36s} {'predicted MiB':>13s} {'measured MiB':>12s} {'error':>7s}")
+    for ranks in (1, 2):
+        procs, out = spawn_ranks(functools.partial(measure, quick=args.quick), ranks)
+        n = len(cases(args.quick))
+        got: dict[tuple, list] = {}
+        for _ in range(n * ranks):
+            rank, case, peak, error = out.get(timeout=1800)
+            got.setdefault(case, []).append((peak, error))
+        for p in procs:
+            p.join(timeout=60)
+        for case in cases(args.quick):
+            failures = [e for _, e in got[case] if e]
+            label = f"{' '.join(map(str, case))} p{ranks}"
+            if failures:
+                print(f"{label:36s} failed: {failures[0].splitlines()[0][:80]}")
+                continue
+            measured = max(peak for peak, _ in got[case])
+            guess = predicted(*case, ranks, cache)
+            errors.append(guess / measured - 1)
+            print(f"{label:36s} {guess / 2**20:13.2f} {measured / 2**20:12.2f} {errors[-1]:+7.1%}")
+    absolute = sorted(abs(e) for e in errors)
+    p90 = absolute[min(len(absolute) - 1, int(0.9 * len(absolute)))]
+    print(
+        f"{len(errors)} cases: median |error| {statistics.median(absolute):.1%}, p90 {p90:.1%}, "
+        f"worst under-prediction {min(errors):+.1%} (goal: 10% / 20%, none under -10%)"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""Will a trial fit? Its predicted peak memory per rank, and the refusal of one that would not.
+
+The prediction is analysis.memory_model's over the workload's measured facts (the memory probe,
+which the driver runs: plan/ never imports torch); a trial is refused when it is predicted
+above `resources.device_memory_gb` less analysis.memory_model.DEVICE_MEMORY_MARGIN, with the
+figures and what would fit. `resources.memory_check: false` runs it anyway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from amdahl.analysis.memory_model import (
+    DEVICE_MEMORY_MARGIN,
+    MemoryFacts,
+    MemoryPrediction,
+    largest_batch,
+    predict_peak,
+    usable_bytes,
+)
+from amdahl.columns import TrialSettings, per_device_batch
+from amdahl.spec.schema import SweepSpec
+from amdahl.strategies import STRATEGIES
+
+#: (workload parameters, precision) -> the probe's facts, or None where it could not run.
+FactsSource = Callable[[dict, str], MemoryFacts | None]
+
+
+def predict_trial(
+    spec: SweepSpec, settings: TrialSettings, facts: FactsSource | None
+) -> MemoryPrediction | None:
+    """The trial's predicted peak per rank, or None without facts for its parameters."""
+    found = facts(settings.params, settings.precision) if facts else None
+    if found is None:
+        return None
+    batch = per_device_batch(settings.batch_size, settings.devices, spec.train.scaling)
+    return predict_peak(found, settings.sync, settings.devices, batch, settings.options)
+
+
+def largest_fitting_batch(
+    spec: SweepSpec, settings: TrialSettings, facts: FactsSource | None
+) -> int | None:
+    """The largest per-device batch of the trial's configuration predicted to fit its device
+    (0: none does), or None where the device's memory or the model's facts are unknown."""
+    gb = spec.resources.device_memory_gb
+    found = facts(settings.params, settings.precision) if facts and gb else None
+    if found is None:
+        return None
+    return largest_batch(found, settings.sync, settings.devices, gb, settings.options)
+
+
+def memory_problem(
+    spec: SweepSpec,
+    settings: TrialSettings,
+    prediction: MemoryPrediction | None,
+    facts: FactsSource | None,
+) -> str | None:
+    """Why the trial will not fit its device, with what would, or None (it fits, nothing is
+    known of the device or the model, or the check is off)."""
+    res = spec.resources
+    if prediction is None or res.device_memory_gb is None or not res.memory_check:
+        return None
+    usable = usable_bytes(res.device_memory_gb)
+    if prediction.total <= usable:
+        return None
+    found = facts(settings.params, settings.precision) if facts else None
+    fits = _what_fits(spec, settings, found) if found else []
+    dominant = prediction.dominant()
+    return (
+        f"memory: predicted {_size(prediction.total)} per device, over the {_size(usable)} "
+        f"usable of resources.device_memory_gb {res.device_memory_gb:g} "
+        f"({DEVICE_MEMORY_MARGIN:.0%} kept free); most of it {dominant} "
+        f"({_size(prediction.parts[dominant])})"
+        + (f"; {' or '.join(fits)} would fit" if fits else "; nothing smaller fits either")
+        + " (resources.memory_check: false runs it anyway)"
+    )
+
+
+def _size(nbytes: float) -> str:
+    """Bytes in the device's own unit (GB, 1e9 bytes) or MB where under one."""
+    return f"{nbytes / 1e9:.2f} GB" if nbytes >= 1e9 else f"{nbytes / 1e6:.1f} MB"
+
+
+def _what_fits(spec: SweepSpec, settings: TrialSettings, facts: MemoryFacts) -> list[str]:
+    """The nearest changes predicted to fit: a smaller per-device batch, a sharded strategy."""
+    gb, p = spec.resources.device_memory_gb, settings.devices
+    out = []
+    limit = largest_batch(facts, settings.sync, p, gb, settings.options)
+    if limit >= 1:
+        out.append(f"per-device batch <= {limit}")
+    batch = per_device_batch(settings.batch_size, p, spec.train.scaling)
+    usable = usable_bytes(gb)
+    for sync in ("zero1", "fsdp"):
+        if sync != settings.sync and p > 1 and STRATEGIES[sync].needs_cuda is None:
+            if predict_peak(facts, sync, p, batch, settings.options).total <= usable:
+                out.append(f"sync {sync}")
+    return out

@@ -1,0 +1,176 @@
+"""The memory probe: what a workload's plain model holds, measured once, before any trial runs.
+
+The planner's memory model (analysis/memory_model.py) needs the model's parameter, gradient,
+optimizer-state and buffer bytes and what a training step adds per sample. This measures them
+on this process's CPU, where the data checks already run (driver/planning.py): the plain model
+(no sync wrapper) in the trial's precision with the sweep's optimizer, three steps at each of
+two small batches, the third under the tensor ledger (worker/tensor_ledger.py), the same count a
+trial's last warmup step takes. Seconds for a small model; the answer is cached beside the
+generated data (data.storage's cache, `memory-probes/`), keyed by the workload's source file,
+its class, parameters, precision, optimizer and torch's version, so a changed model is probed
+again and a second plan reads a file.
+
+A driver-side entry point: the driver calls `probe_memory` and nothing else here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from amdahl.data.storage import DEFAULT_CACHE
+from amdahl.spec.schema import TrainSpec
+from amdahl.worker.tensor_ledger import tracked_step
+from amdahl.worker.training import Precision, make_optimizer_factory
+from amdahl.workload.api import Workload
+
+#: The two batches the per-sample line is drawn through: small, for a quick probe, but not
+#: the smallest, where kernels take other paths (the small GPT's bytes per sample were 2.5%
+#: lower from 2 to 8 than from 16 on, and steady from there to 256).
+PROBE_BATCHES = (8, 32)
+#: Bumped when what the probe measures changes, so older cached answers are not read.
+PROBE_VERSION = 2
+#: Parameter bytes above which the probe does not build the model on the driver's CPU (it would
+#: hold them several times over: parameters, gradients, optimizer state).
+PROBE_MAX_PARAM_BYTES = 2 * 2**30
+
+
+class ProbeSkipped(Exception):
+    """The probe did not measure this model, and why (the plan shows no prediction)."""
+
+
+def probe_memory(
+    workload: Workload, precision: str, optimizer: str, seed: int, cache: Path = DEFAULT_CACHE
+) -> dict[str, Any]:
+    """analysis.memory_model.MemoryFacts' fields for `workload` in `precision` with `optimizer`
+    (sgd or adamw), from the cache or measured now. An inductor trial is predicted from the
+    eager model (`source`: eager): the ledger cannot see what inductor's code allocates."""
+    key = _cache_key(workload, precision, optimizer)
+    path = cache / "memory-probes" / f"{key}.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    size = _meta_param_bytes(workload)
+    if size > PROBE_MAX_PARAM_BYTES:
+        raise ProbeSkipped(
+            f"{size / 2**30:.1f} GiB of parameters: too large to probe on the driver's CPU"
+        )
+    facts = _measure(workload, precision, optimizer, seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(facts))
+    tmp.replace(path)
+    return facts
+
+
+def _measure(workload: Workload, precision: str, optimizer: str, seed: int) -> dict[str, Any]:
+    peaks, state = [], {}
+    for batch in PROBE_BATCHES:
+        peak, state = _ledger_peak(workload, Precision.of(precision), optimizer, batch, seed)
+        peaks.append(peak)
+    (b0, b1), (p0, p1) = PROBE_BATCHES, peaks
+    slope = (p1 - p0) / (b1 - b0)
+    held = state["param_bytes"] + state["optimizer_bytes"] + state["buffer_bytes"]
+    return {
+        **state,
+        "step_intercept": p0 - held - slope * b0,
+        "step_per_sample": slope,
+        "probe_batches": list(PROBE_BATCHES),
+        "source": "eager",
+    }
+
+
+def _ledger_peak(
+    workload: Workload, precision: Precision, optimizer: str, batch: int, seed: int
+) -> tuple[float, dict[str, Any]]:
+    """The ledger's peak over the third step of the plain model, and its state's bytes."""
+    device = torch.device("cpu")
+    torch.manual_seed(seed)
+    model = workload.build_model()
+    if precision.weights_dtype is not None:
+        model = model.to(precision.weights_dtype)
+    opt = make_optimizer_factory(TrainSpec(optimizer=optimizer))(model.parameters())
+    scaler = precision.scaler(device)
+    x, y = workload.split_batch(_batch(workload, batch, seed))
+    x = precision.cast_input(x) if isinstance(x, torch.Tensor) else x
+
+    def step() -> None:
+        with precision.autocast(device):
+            loss = workload.loss(model(x), y)
+        (scaler.scale(loss) if scaler else loss).backward()
+        if scaler:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    step()
+    step()
+    with tracked_step(model, opt, 0) as ledger:
+        step()
+    params = [p for p in model.parameters()]
+    state = {
+        "param_bytes": _nbytes(params),
+        "grad_bytes": _nbytes([p for p in params if p.requires_grad]),
+        "optimizer_bytes": _nbytes(
+            [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
+        ),
+        "buffer_bytes": _nbytes(list(model.buffers())),
+        "largest_units": _largest_units(model),
+    }
+    return float(ledger.peak), state
+
+
+def _meta_param_bytes(workload: Workload) -> int:
+    """The model's parameter bytes, built on the meta device (no memory): 0 where it cannot
+    be built there (the probe then builds it for real)."""
+    try:
+        with torch.device("meta"):
+            return _nbytes(list(workload.build_model().parameters()))
+    except Exception:  # noqa: BLE001 - a model that needs real tensors to build
+        return 0
+
+
+def _batch(workload: Workload, batch: int, seed: int) -> dict[str, torch.Tensor]:
+    """`batch` generated training rows as tensors, preprocessed as the input pipeline would."""
+    rows = workload.generate("train", batch, seed)
+    if workload.preprocesses:
+        rows = workload.preprocess(rows, training=True)
+    return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in rows.items()}
+
+
+def _largest_units(model: torch.nn.Module) -> list[int]:
+    """FSDP2's shard units as the fsdp strategy makes them (each child with parameters, then
+    the root's own): the two largest units' parameter bytes, largest first."""
+    units = [_nbytes(list(c.parameters())) for c in model.children()]
+    own = _nbytes(list(model.parameters(recurse=False)))
+    return sorted([u for u in (*units, own) if u > 0], reverse=True)[:2]
+
+
+def _nbytes(tensors: list[torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _cache_key(workload: Workload, precision: str, optimizer: str) -> str:
+    cls = type(workload)
+    try:
+        source = Path(inspect.getfile(cls)).read_bytes()
+    except (OSError, TypeError):  # a class defined where no file holds it: never cached stale
+        source = repr(id(cls)).encode()
+    identity = {
+        "class": f"{cls.__module__}.{cls.__qualname__}",
+        "source": hashlib.sha256(source).hexdigest(),
+        "params": workload.params,
+        "precision": precision,
+        "optimizer": optimizer,
+        "torch": torch.__version__,
+        "version": PROBE_VERSION,
+    }
+    text = json.dumps(identity, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:20]

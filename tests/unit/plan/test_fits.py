@@ -1,0 +1,69 @@
+"""The plan's memory check: every trial's predicted peak, and refusals of exactly the trials
+predicted above the device's memory, each saying memory and what would fit."""
+
+from amdahl.analysis.memory_model import MemoryFacts, predict_peak, usable_bytes
+from amdahl.plan.launches import WorkloadFacts, plan_sweep
+from amdahl.plan.resources import Node
+from amdahl.spec.load import validate_spec
+from amdahl.sweepdir.driver_files import plan_summary
+from workloads.mlp import MLP
+
+FACTS = MemoryFacts(
+    param_bytes=10**8,
+    grad_bytes=10**8,
+    optimizer_bytes=10**8,
+    buffer_bytes=0,
+    largest_units=(6 * 10**7, 4 * 10**7),
+    step_intercept=10**6,
+    step_per_sample=2 * 10**6,
+)
+NODES = [Node(cpus=8.0)]
+
+
+def _plan(**resources):
+    spec = validate_spec(
+        {
+            "name": "t",
+            "workload": "mlp",
+            "grid": {"devices": [1, 2], "batch_size": [16, 64], "sync": ["ddp", "fsdp"]},
+            "resources": {"cpus_per_device": 1, "cpus_per_data_worker": 1, **resources},
+        }
+    )
+    facts = WorkloadFacts(MLP.defaults, memory=lambda params, precision: FACTS)
+    return plan_sweep(spec, NODES, facts)
+
+
+def test_every_trial_shows_its_predicted_peak_and_nothing_is_refused_without_a_device_size():
+    plan = _plan()
+    assert not plan.refused
+    for t in plan.trials:
+        s = t.settings
+        expected = predict_peak(FACTS, s.sync, s.devices, s.batch_size, s.options).total
+        assert t.predicted_peak_mem_bytes == expected
+    assert all("predicted_peak_mem_bytes" in t for t in plan_summary(plan)["trials"])
+
+
+def test_a_device_between_two_predictions_refuses_exactly_the_trials_above_it():
+    # between ddp's prediction at batch 16 (fits) and at batch 64 (does not)
+    small = predict_peak(FACTS, "ddp", 1, 16).total
+    large = predict_peak(FACTS, "ddp", 1, 64).total
+    gb = (small + large) / 2 / 0.9 / 1e9
+    plan = _plan(device_memory_gb=gb)
+    above = {t.trial_id for t in plan.trials if t.predicted_peak_mem_bytes > usable_bytes(gb)}
+    assert above and {t.trial_id for t in plan.refused} == above
+    for t in plan.refused:
+        assert t.refused.startswith("memory: predicted"), t.refused
+        assert "per-device batch <=" in t.refused  # what would fit
+    two_device_ddp = [
+        t for t in plan.refused if t.settings.devices == 2 and t.settings.sync == "ddp"
+    ]
+    assert two_device_ddp and all("sync fsdp" in t.refused for t in two_device_ddp)
+    assert all(t.largest_batch_fits is not None for t in plan.trials)
+
+
+def test_the_check_off_runs_everything_and_the_device_size_changes_no_trial_id():
+    checked = _plan(device_memory_gb=0.3)
+    unchecked = _plan(device_memory_gb=0.3, memory_check=False)
+    plain = _plan()
+    assert checked.refused and not unchecked.refused
+    assert [t.trial_id for t in checked.trials] == [t.trial_id for t in plain.trials]
