@@ -18,6 +18,7 @@ from amdahl.report.bottleneck import THRESHOLD_TEXT
 from amdahl.report.build import Report
 from amdahl.report.diagnose import SEGMENTS, flops_notes
 from amdahl.report.document import Section, Table, mib, ms, pct, rate, spread, times
+from amdahl.report.memory_section import memory_section
 from amdahl.report.model_sections import communication_section, predicted_section
 from amdahl.report.overview import overview_section
 from amdahl.report.recommend import cost_stat
@@ -50,7 +51,7 @@ def sections(report: Report) -> list[Section]:
     out = [_summary(report), overview_section(report), _recommendation(report)]
     out += [_scaling(report), _breakdown(report)]
     out += [communication_section(report), predicted_section(report)]
-    out += [_efficiency(report), _quality(report)]
+    out += [_efficiency(report), memory_section(report), _quality(report)]
     if any(row.get("target") for c in report.configs for row in c.rows):
         out.append(_time_to_target(report))
     if report.search is not None:

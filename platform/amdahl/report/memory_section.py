@@ -1,0 +1,83 @@
+"""The report's memory section: each configuration's measured peak tensor bytes per device, what
+the plan predicted before it ran, and what holds the most.
+
+Pure: imports neither ray nor torch.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from amdahl.analysis.configs import Config
+from amdahl.report.build import Report
+from amdahl.report.document import Section, Table, mib
+
+#: The breakdown columns (worker/tensor_ledger.py) and how the table names them.
+PARTS = {
+    "mem_parameters_bytes": "parameters",
+    "mem_gradients_bytes": "gradients",
+    "mem_optimizer_bytes": "optimizer state",
+    "mem_activations_bytes": "activations",
+    "mem_temporaries_bytes": "temporaries",
+    "mem_other_bytes": "buffers (DDP's buckets, ...)",
+}
+#: An under-prediction by more than this share is an out-of-memory error waiting to happen.
+UNDER_PREDICTION = 0.10
+
+
+def memory_section(r: Report) -> Section:
+    sec = Section("memory", "Memory per device")
+    sec.paras.append(
+        "Peak tensor bytes one device held in a training step (`peak_mem_bytes`: CUDA's "
+        "allocated peak on a GPU; on CPU a tensor ledger over one step, the same quantity), "
+        "beside the plan's prediction before the trial ran (`predicted_peak_mem_bytes`: "
+        "analysis/memory_model.py over the workload's memory probe), and the largest part of "
+        "the measured peak."
+    )
+    rows, errors = [], []
+    for c in r.configs:
+        measured, predicted = c.stat("peak_mem_bytes"), c.stat("predicted_peak_mem_bytes")
+        if measured is None and predicted is None:
+            continue
+        error = None
+        if measured and predicted and measured.median > 0:
+            error = predicted.median / measured.median - 1
+            errors.append((c.label, error))
+        rows.append(
+            [
+                c.label,
+                mib(measured.median) if measured else "n/a",
+                mib(predicted.median) if predicted else "n/a",
+                f"{error:+.1%}" if error is not None else "n/a",
+                _largest_part(c),
+            ]
+        )
+    if not rows:
+        sec.paras.append("No trial measured or predicted its memory.")
+        return sec
+    header = ["configuration", "measured MiB", "predicted MiB", "error", "largest part"]
+    sec.tables.append(Table(header, rows))
+    if errors:
+        absolute = [abs(e) for _, e in errors]
+        sec.bullets.append(
+            f"prediction error over {len(errors)} configurations: median "
+            f"{statistics.median(absolute):.1%}, largest {max(absolute):.1%}"
+        )
+    for label, error in errors:
+        if error < -UNDER_PREDICTION:
+            sec.bullets.append(
+                f"{label}: predicted {-error:.0%} below what it held: a device sized by the "
+                "prediction would run out of memory here"
+            )
+    return sec
+
+
+def _largest_part(c: Config) -> str:
+    """The breakdown column with the largest median, and its share of the peak."""
+    medians = {name: c.stat(column) for column, name in PARTS.items()}
+    present = {name: s.median for name, s in medians.items() if s is not None}
+    total = sum(present.values())
+    if not present or total <= 0:
+        return "n/a"
+    name = max(present, key=lambda k: present[k])
+    return f"{name} {present[name] / total:.0%}"

@@ -1,0 +1,40 @@
+"""The report's memory section: measured beside predicted, the largest part, and an
+under-prediction (an OOM a device sized by the prediction would hit) called out."""
+
+from report_rows import row, write_sweep
+
+from amdahl.report import build_report
+from amdahl.report.memory_section import memory_section
+
+MIB = 2**20
+
+
+def _section(tmp_path, rows):
+    return memory_section(build_report(write_sweep(tmp_path / "s", rows)))
+
+
+def test_each_configuration_shows_measured_predicted_error_and_largest_part(tmp_path):
+    parts = dict(
+        mem_parameters_bytes=10 * MIB,
+        mem_optimizer_bytes=10 * MIB,
+        mem_activations_bytes=60 * MIB,
+        mem_temporaries_bytes=20 * MIB,
+    )
+    rows = [
+        row(1, 64, peak_mem_bytes=100 * MIB, predicted_peak_mem_bytes=104 * MIB, **parts),
+        row(1, 256, peak_mem_bytes=400 * MIB, predicted_peak_mem_bytes=300 * MIB),
+    ]
+    sec = _section(tmp_path, rows)
+    table = sec.tables[0]
+    assert table.headers[1:] == ["measured MiB", "predicted MiB", "error", "largest part"]
+    first, second = sorted(table.rows, key=lambda r: float(r[1].replace(",", "")))
+    assert first[1:] == ["100.0", "104.0", "+4.0%", "activations 60%"]
+    assert second[3:] == ["-25.0%", "n/a"]
+    assert any("median 14.5%" in b for b in sec.bullets)
+    under = [b for b in sec.bullets if "run out of memory" in b]
+    assert len(under) == 1 and "25% below" in under[0]
+
+
+def test_rows_without_memory_columns_say_so(tmp_path):
+    sec = _section(tmp_path, [row(1, 64)])
+    assert not sec.tables and "No trial measured or predicted" in sec.paras[-1]
