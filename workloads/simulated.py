@@ -15,7 +15,9 @@ Each of `layers` layers sleeps, per step and micro-batch,
 times a precision factor (`bf16_factor`, `fp16_factor` for autocast or bf16 weights; 1 in
 fp32), times `straggler_factor` on rank `straggler_rank`, times a uniform jitter of +-`jitter`
 (seeded per rank). The numbers say what the simulated device would take; they are not measured.
-`stated_tflops` states the simulated device's fp32 peak (`peak_flops`: divided by a
+`stated_memory_gb` states its memory, which the plan's memory check holds trials to (the
+tensors are real and small: set it low to see refusals at 8-16 ranks). `stated_tflops` states
+the simulated device's fp32 peak (`peak_flops`: divided by a
 precision's factor for that precision): the workload's FLOPs per sample are what that peak
 would execute in the per-sample sleeps, so MFU reads as the per-sample share of the step spent
 in the simulated kernels.
@@ -122,6 +124,7 @@ class SimulatedAccelerator(Workload):
         "straggler_factor": 1.0,
         "jitter": 0.0,
         "stated_tflops": 100.0,
+        "stated_memory_gb": 80.0,
         "train_rows": 8192,
         "val_rows": 512,
     }
@@ -139,7 +142,8 @@ class SimulatedAccelerator(Workload):
 
     def __init__(self, **params: Any):
         super().__init__(**params)
-        for name in ("bf16_factor", "fp16_factor", "backward_factor", "stated_tflops"):
+        positive = ("bf16_factor", "fp16_factor", "backward_factor", "stated_tflops")
+        for name in (*positive, "stated_memory_gb"):
             if not self.params[name] > 0:
                 raise UserError(f"params.{name}: must be > 0, got {self.params[name]!r}")
         for name in ("forward_fixed_ms", "forward_per_sample_us", "jitter"):
@@ -171,6 +175,11 @@ class SimulatedAccelerator(Workload):
         factor = {"bf16": "bf16_factor", "bf16_weights": "bf16_factor", "fp16": "fp16_factor"}
         name = factor.get(precision)
         return self.params["stated_tflops"] * 1e12 / (self.params[name] if name else 1.0)
+
+    def device_memory_gb(self) -> float:
+        """The simulated device's stated memory: the plan refuses trials predicted above it
+        (their tensors are real: parameters, gradients, DDP's buckets, the activations)."""
+        return self.params["stated_memory_gb"]
 
     def flops_per_sample(self) -> float:
         """What the stated peak would execute in one sample's share of the sleeps (forward and

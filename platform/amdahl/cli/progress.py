@@ -76,8 +76,7 @@ def _print_largest_batches(plan: SweepPlan) -> None:
             fits[family] = t.largest_batch_fits
     if not fits:
         return
-    gb = plan.spec.resources.device_memory_gb
-    console.print(f"largest per-device batch predicted to fit {gb:g} GB:")
+    console.print("largest per-device batch predicted to fit the device's memory:")
     for family, batch in fits.items():
         text = f"{batch:,}" if batch < UNBOUNDED_BATCH else "any"
         console.print(f"  {family}: {text if batch else 'none'}", markup=False, highlight=False)

@@ -37,12 +37,18 @@ def predict_trial(
     return predict_peak(found, settings.sync, settings.devices, batch, settings.options)
 
 
+def device_memory_gb(spec: SweepSpec, stated: float | None) -> float | None:
+    """The device's memory the plan holds trials to: `resources.device_memory_gb`, else what
+    the workload states (a simulated device's), else None (unknown: nothing is refused)."""
+    return spec.resources.device_memory_gb or stated
+
+
 def largest_fitting_batch(
-    spec: SweepSpec, settings: TrialSettings, facts: FactsSource | None
+    spec: SweepSpec, settings: TrialSettings, facts: FactsSource | None, stated: float | None
 ) -> int | None:
     """The largest per-device batch of the trial's configuration predicted to fit its device
     (0: none does), or None where the device's memory or the model's facts are unknown."""
-    gb = spec.resources.device_memory_gb
+    gb = device_memory_gb(spec, stated)
     found = facts(settings.params, settings.precision) if facts and gb else None
     if found is None:
         return None
@@ -54,21 +60,27 @@ def memory_problem(
     settings: TrialSettings,
     prediction: MemoryPrediction | None,
     facts: FactsSource | None,
+    stated: float | None = None,
 ) -> str | None:
     """Why the trial will not fit its device, with what would, or None (it fits, nothing is
     known of the device or the model, or the check is off)."""
-    res = spec.resources
-    if prediction is None or res.device_memory_gb is None or not res.memory_check:
+    gb = device_memory_gb(spec, stated)
+    if prediction is None or gb is None or not spec.resources.memory_check:
         return None
-    usable = usable_bytes(res.device_memory_gb)
+    usable = usable_bytes(gb)
     if prediction.total <= usable:
         return None
     found = facts(settings.params, settings.precision) if facts else None
-    fits = _what_fits(spec, settings, found) if found else []
+    fits = _what_fits(spec, settings, found, gb) if found else []
     dominant = prediction.dominant()
+    where = (
+        f"resources.device_memory_gb {gb:g}"
+        if spec.resources.device_memory_gb
+        else f"the {gb:g} GB the workload states"
+    )
     return (
         f"memory: predicted {_size(prediction.total)} per device, over the {_size(usable)} "
-        f"usable of resources.device_memory_gb {res.device_memory_gb:g} "
+        f"usable of {where} "
         f"({DEVICE_MEMORY_MARGIN:.0%} kept free); most of it {dominant} "
         f"({_size(prediction.parts[dominant])})"
         + (f"; {' or '.join(fits)} would fit" if fits else "; nothing smaller fits either")
@@ -81,9 +93,11 @@ def _size(nbytes: float) -> str:
     return f"{nbytes / 1e9:.2f} GB" if nbytes >= 1e9 else f"{nbytes / 1e6:.1f} MB"
 
 
-def _what_fits(spec: SweepSpec, settings: TrialSettings, facts: MemoryFacts) -> list[str]:
+def _what_fits(
+    spec: SweepSpec, settings: TrialSettings, facts: MemoryFacts, gb: float
+) -> list[str]:
     """The nearest changes predicted to fit: a smaller per-device batch, a sharded strategy."""
-    gb, p = spec.resources.device_memory_gb, settings.devices
+    p = settings.devices
     out = []
     limit = largest_batch(facts, settings.sync, p, gb, settings.options)
     if limit >= 1:

@@ -134,6 +134,8 @@ class WorkloadFacts:
     #: The memory probe's facts per (parameters, precision) (plan.fits; the driver gives it:
     #: measuring needs torch); None: no memory predictions.
     memory: FactsSource | None = None
+    #: The device memory the workload states (Workload.device_memory_gb), GB; None: unstated.
+    device_memory_gb: float | None = None
 
     @classmethod
     def of(cls, spec: SweepSpec) -> WorkloadFacts:
@@ -145,6 +147,7 @@ class WorkloadFacts:
             lambda params: preprocess_reads.input_key(make_workload(spec.workload, params)),
             workload.eager_only,
             workload.host_cpus_per_device,
+            device_memory_gb=workload.device_memory_gb(),
         )
 
 
@@ -185,12 +188,14 @@ def _make_trial(
     reason = capability_problem(spec, settings) or resource_problem(resources, nodes)
     if facts.eager_only and settings.compile != "eager":
         reason = f"compile={settings.compile}: {facts.eager_only}"
-    reason = reason or memory_problem(spec, settings, memory, facts.memory)
+    reason = reason or memory_problem(spec, settings, memory, facts.memory, facts.device_memory_gb)
     return Trial(
         trial_id=trial_id(spec, settings),
         settings=settings,
         resources=resources,
         refused=reason,
         predicted_peak_mem_bytes=memory.total if memory else None,
-        largest_batch_fits=largest_fitting_batch(spec, settings, facts.memory),
+        largest_batch_fits=largest_fitting_batch(
+            spec, settings, facts.memory, facts.device_memory_gb
+        ),
     )

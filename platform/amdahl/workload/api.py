@@ -116,6 +116,12 @@ class Workload(abc.ABC):
         simulated one); None (the default): the device's measured peak (worker/peak.py)."""
         return None
 
+    def device_memory_gb(self) -> float | None:
+        """The memory in GB of the device the workload states it runs on (a simulated one),
+        which the plan's memory check uses where `resources.device_memory_gb` is not given;
+        None (the default): only that field says."""
+        return None
+
     def rows(self, split: str) -> int:
         """How many rows of `split` to store; the harness cycles through them."""
         return int(self.params.get(f"{split}_rows", 8192 if split == "train" else 2048))

@@ -67,3 +67,33 @@ def test_the_check_off_runs_everything_and_the_device_size_changes_no_trial_id()
     plain = _plan()
     assert checked.refused and not unchecked.refused
     assert [t.trial_id for t in checked.trials] == [t.trial_id for t in plain.trials]
+
+
+def test_a_simulated_device_refuses_at_8_and_16_ranks_what_its_stated_memory_cannot_hold():
+    """The real path: the driver's memory probe on the simulated accelerator (its tensors are
+    real; the probe's cache is the test session's data directory), planned at 8 and 16 ranks
+    against the memory its workload states."""
+    from amdahl.driver import planning
+
+    params = {"params_per_layer": 2**20, "forward_fixed_ms": 0.0, "forward_per_sample_us": 0.0}
+    raw = {
+        "name": "sim",
+        "workload": "simulated",
+        "params": params,
+        "grid": {"devices": [8, 16], "batch_size": [16], "sync": ["ddp", "fsdp"]},
+        "resources": {"cpus_per_device": 0.1, "cpus_per_data_worker": 0.1},
+    }
+    roomy = plan_sweep(
+        validate_spec(raw), [Node(cpus=4.0)], planning.workload_facts(validate_spec(raw))
+    )
+    assert not roomy.refused  # 80 GB stated by default
+    ddp = next(t for t in roomy.trials if t.settings.sync == "ddp")
+    fsdp16 = next(t for t in roomy.trials if t.settings.sync == "fsdp" and t.settings.devices == 16)
+    # a device between fsdp's and ddp's predictions: ddp is refused at both counts, fsdp not
+    gb = (ddp.predicted_peak_mem_bytes + fsdp16.predicted_peak_mem_bytes) / 2 / 0.9 / 1e9
+    raw["params"] = {**params, "stated_memory_gb": gb}
+    spec = validate_spec(raw)
+    plan = plan_sweep(spec, [Node(cpus=4.0)], planning.workload_facts(spec))
+    refused = {(t.settings.sync, t.settings.devices) for t in plan.refused}
+    assert ("ddp", 8) in refused and ("ddp", 16) in refused and ("fsdp", 16) not in refused
+    assert all("GB the workload states" in t.refused for t in plan.refused)
