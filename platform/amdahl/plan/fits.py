@@ -8,17 +8,21 @@ figures and what would fit. `resources.memory_check: false` runs it anyway.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from amdahl.analysis.memory_model import (
     DEVICE_MEMORY_MARGIN,
+    UNBOUNDED_BATCH,
     MemoryFacts,
     MemoryPrediction,
     largest_batch,
+    largest_power_of_two,
     predict_peak,
     usable_bytes,
 )
 from amdahl.columns import TrialSettings, per_device_batch
+from amdahl.errors import UserError
 from amdahl.spec.schema import SweepSpec
 from amdahl.strategies import STRATEGIES
 
@@ -35,6 +39,53 @@ def predict_trial(
         return None
     batch = per_device_batch(settings.batch_size, settings.devices, spec.train.scaling)
     return predict_peak(found, settings.sync, settings.devices, batch, settings.options)
+
+
+def resolve_max_batches(
+    spec: SweepSpec,
+    grid: list[TrialSettings],
+    facts: FactsSource | None,
+    stated: float | None,
+) -> tuple[list[TrialSettings], str | None]:
+    """The grid with each `batch_size: max` point given the largest power of two predicted
+    to fit its configuration (1 where none does: the plan then refuses it, saying why), a
+    point that then equals another dropped, and a line saying what `max` became (None: no
+    `max` in the grid)."""
+    if "max" not in spec.grid.batch_size:
+        return grid, None
+    gb = device_memory_gb(spec, stated)
+    if gb is None:
+        raise UserError(
+            "grid.batch_size: max needs the device's memory: set resources.device_memory_gb "
+            "(GB), e.g. --set resources.device_memory_gb=80"
+        )
+    out, seen, chosen = [], set(), {}
+    for s in grid:
+        if s.batch_size == "max":
+            s = dataclasses.replace(s, batch_size=_max_batch(s, facts, gb))
+            chosen[f"d{s.devices} {s.precision} {s.sync}"] = s.batch_size
+        key = repr(s.as_dict())
+        if key not in seen:
+            seen.add(key)
+            out.append(s)
+    resolved = ", ".join(f"{k} -> {v}" for k, v in chosen.items())
+    return out, f"grid.batch_size max (fits {gb:g} GB): {resolved}"
+
+
+def _max_batch(settings: TrialSettings, facts: FactsSource | None, gb: float) -> int:
+    found = facts(settings.params, settings.precision) if facts else None
+    if found is None:
+        raise UserError(
+            "grid.batch_size: max needs the model's memory, and the memory probe could not "
+            "measure it (see the warning above); list the batch sizes instead"
+        )
+    limit = largest_batch(found, settings.sync, settings.devices, gb, settings.options)
+    if limit >= UNBOUNDED_BATCH:
+        raise UserError(
+            "grid.batch_size: max: the model's memory does not grow with its batch, so no "
+            "batch is the largest that fits; list the batch sizes instead"
+        )
+    return max(1, largest_power_of_two(limit))
 
 
 def device_memory_gb(spec: SweepSpec, stated: float | None) -> float | None:

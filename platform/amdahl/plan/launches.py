@@ -22,7 +22,13 @@ from typing import Any
 from amdahl.analysis.configs import group_configs
 from amdahl.columns import TrialSettings
 from amdahl.plan.checks import capability_problem
-from amdahl.plan.fits import FactsSource, largest_fitting_batch, memory_problem, predict_trial
+from amdahl.plan.fits import (
+    FactsSource,
+    largest_fitting_batch,
+    memory_problem,
+    predict_trial,
+    resolve_max_batches,
+)
 from amdahl.plan.resources import (
     Node,
     ResourcePlan,
@@ -163,8 +169,11 @@ def plan_sweep(
     plan without one).
     """
     facts = workload if workload is not None else WorkloadFacts.of(spec)
-    grid = expand_grid(spec, facts.defaults)
+    grid, batch_note = resolve_max_batches(
+        spec, expand_grid(spec, facts.defaults), facts.memory, facts.device_memory_gb
+    )
     spec, note = auto_resources(spec, grid, nodes, facts.host_cpus_per_device)
+    note = "\n".join(n for n in (note, batch_note) if n) or None
     trials = [_make_trial(spec, settings, nodes, facts) for settings in grid]
     if facts.input_key is not None:
         key = facts.input_key

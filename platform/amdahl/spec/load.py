@@ -210,16 +210,29 @@ def _check_cross_fields(spec: SweepSpec) -> None:
             "the throughput; set train.warmup_steps to 1 or more (compile_s is recorded "
             "apart either way)",
         )
-    if spec.train.scaling == "strong":
-        for b in spec.grid.batch_size:
-            for d in spec.grid.devices:
-                if b % d:
-                    raise _SpecProblem(
-                        ("grid", "batch_size"),
-                        f"strong scaling splits the "
-                        f"global batch {b} over {d} devices, which does not "
-                        f"divide; use multiples of {d}",
-                    )
+    _check_strong_batches(spec)
+
+
+def _check_strong_batches(spec: SweepSpec) -> None:
+    """Under strong scaling the batch is global: every device count must divide it, and
+    `max` (a per-device batch) has no meaning."""
+    if spec.train.scaling != "strong":
+        return
+    if "max" in spec.grid.batch_size:
+        raise _SpecProblem(
+            ("grid", "batch_size"),
+            "has max, which picks a per-device batch, while train.scaling is strong (a global "
+            "batch); use weak scaling, or list the global batches",
+        )
+    for b in spec.grid.batch_size:
+        for d in spec.grid.devices:
+            if b % d:
+                raise _SpecProblem(
+                    ("grid", "batch_size"),
+                    f"strong scaling splits the "
+                    f"global batch {b} over {d} devices, which does not "
+                    f"divide; use multiples of {d}",
+                )
 
 
 # --------------------------------------------------------------------------- overrides

@@ -117,8 +117,13 @@ class GridSpec(_Section):
     devices: list[_Positive] = Field(
         [1], min_length=1, description="Train workers (GPUs or CPU slots)."
     )
-    batch_size: list[_Positive] = Field(
-        [256], min_length=1, description="Batch size (see train.scaling)."
+    batch_size: list[_Positive | Literal["max"]] = Field(
+        [256],
+        min_length=1,
+        description="Batch size (see train.scaling). `max`: the largest power of two per "
+        "device predicted to fit the device's memory (resources.device_memory_gb, or what a "
+        "simulated device's workload states), resolved per configuration and printed at plan "
+        "time (weak scaling only).",
     )
     precision: list[Precision] = Field(["fp32"], min_length=1, description="Numeric precision.")
     compile: list[Compile] = Field(["eager"], min_length=1, description="Graph compilation.")

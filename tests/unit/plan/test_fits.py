@@ -97,3 +97,46 @@ def test_a_simulated_device_refuses_at_8_and_16_ranks_what_its_stated_memory_can
     refused = {(t.settings.sync, t.settings.devices) for t in plan.refused}
     assert ("ddp", 8) in refused and ("ddp", 16) in refused and ("fsdp", 16) not in refused
     assert all("GB the workload states" in t.refused for t in plan.refused)
+
+
+def test_batch_size_max_is_the_largest_power_of_two_that_fits_each_configuration():
+    gb = 1.0
+    plan = _plan_grid({"devices": [1, 2], "batch_size": ["max", 16], "sync": ["ddp", "fsdp"]}, gb)
+    assert not plan.refused
+    picked = {}
+    for t in plan.trials:
+        s = t.settings
+        assert isinstance(s.batch_size, int)
+        fits = predict_peak(FACTS, s.sync, s.devices, s.batch_size).total <= usable_bytes(gb)
+        assert fits
+        if s.batch_size != 16:
+            doubled = predict_peak(FACTS, s.sync, s.devices, 2 * s.batch_size).total
+            assert doubled > usable_bytes(gb)  # the next power of two would not fit
+            picked[s.sync, s.devices] = s.batch_size
+    assert picked[("fsdp", 2)] > picked[("ddp", 2)]  # sharding frees room for a larger batch
+    assert "grid.batch_size max" in plan.resource_note
+
+
+def test_batch_size_max_without_a_device_size_is_one_clear_error():
+    import pytest
+
+    from amdahl.errors import UserError
+
+    with pytest.raises(UserError, match="set resources.device_memory_gb"):
+        _plan_grid({"batch_size": ["max"]}, None)
+    with pytest.raises(UserError, match="scaling is strong"):
+        validate_spec(
+            {
+                "name": "t",
+                "workload": "mlp",
+                "grid": {"batch_size": ["max"]},
+                "train": {"scaling": "strong"},
+            }
+        )
+
+
+def _plan_grid(grid, gb):
+    resources = {"cpus_per_device": 1, "cpus_per_data_worker": 1, "device_memory_gb": gb}
+    spec = validate_spec({"name": "t", "workload": "mlp", "grid": grid, "resources": resources})
+    facts = WorkloadFacts(MLP.defaults, memory=lambda params, precision: FACTS)
+    return plan_sweep(spec, NODES, facts)
