@@ -4,11 +4,12 @@ On a GPU the caching allocator counts every tensor byte (`torch.cuda.max_memory_
 so the peak over the trial is read from it. On CPU no allocator keeps such a count, and the
 process's resident memory is no stand-in: on a small transformer it read about 2.1x the tensor
 bytes torch's own MemTracker measured (allocator caches, arenas, the input pipeline's buffers).
-So each trial runs one more optimizer step after its measured window (untimed, like the
-profiler's) under `TensorLedger`, a dispatch mode that counts every tensor storage alive during
-it, by what it holds: parameters, gradients, optimizer state, activations (made in the
-forward), temporaries (made in the backward and the optimizer step) and other (module buffers,
-a sync strategy's own buffers such as DDP's gradient buckets). The ledger is MemTracker's
+So one step of each trial, outside its measured window (the last warmup step, or one more
+untimed step after the window: `StepMemory`), runs under `TensorLedger`, a dispatch mode that
+counts every tensor storage alive during it, by what it holds: parameters, gradients,
+optimizer state, activations (made in the forward), temporaries (made in the backward and the
+optimizer step) and other (module buffers, a sync strategy's own buffers such as DDP's
+gradient buckets). The ledger is MemTracker's
 method (storages keyed weakly, `resize_` watched for FSDP2's unsharded parameters) without its
 per-module bookkeeping; tests/unit/worker/test_tensor_ledger.py checks it against MemTracker.
 
@@ -59,8 +60,6 @@ class TensorLedger(TorchDispatchMode):
         self.live = dict.fromkeys(CATEGORIES, 0)
         self.peak = 0
         self.at_peak = dict(self.live)
-        #: Bytes held outside any storage the ledger can see (DDP's C++ buckets), by category.
-        self._fixed = dict.fromkeys(CATEGORIES, 0)
         self._entries: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self._refs: list[weakref.ref] = []
         self._resize: Callable | None = None
@@ -75,7 +74,6 @@ class TensorLedger(TorchDispatchMode):
 
     def add_fixed(self, category: str, nbytes: int) -> None:
         """Bytes a component holds where no Python tensor shows them (DDP's bucket copies)."""
-        self._fixed[category] += nbytes
         self.live[category] += nbytes
         self._note_peak()
 
