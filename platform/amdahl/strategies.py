@@ -8,9 +8,9 @@ Adding a strategy (docs/architecture.md, "How to add ...", "A sync strategy"): a
 the README; a strategy that is not a plain all-reduce of the gradient (no `wire_factor`) also
 needs its bytes in analysis/comm.py's `comm_volume`, an option it adds a field of
 spec.OptionsSpec, and a state it holds other than a replica's its `memory` shape (what
-analysis/memory_model.py predicts per rank). tests/unit/test_strategies.py checks that worker/sync.py implements exactly
-the strategies listed here, that the step-time model has a volume for each and that every
-option here is a field of spec.OptionsSpec with this default.
+analysis/memory_model.py predicts per rank). tests/unit/test_strategies.py checks that
+worker/sync.py implements exactly the strategies listed here, that the step-time model has a
+volume for each and that every option here is a field of spec.OptionsSpec with this default.
 """
 
 from __future__ import annotations

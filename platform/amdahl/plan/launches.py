@@ -20,6 +20,7 @@ from functools import cached_property
 from typing import Any
 
 from amdahl.analysis.configs import group_configs
+from amdahl.analysis.memory_model import MemoryFacts
 from amdahl.columns import TrialSettings
 from amdahl.plan.checks import capability_problem
 from amdahl.plan.fits import (
@@ -71,6 +72,9 @@ class SweepPlan:
     preprocesses: bool = False
     #: what `resources: auto` chose and why (resources.auto_resources), None when nothing was auto
     resource_note: str | None = None
+    #: The memory probe's facts the plan used, as (workload parameters, precision, facts):
+    #: plan.json keeps them, so the report can say what another strategy would hold.
+    memory_facts: list[tuple[dict[str, Any], str, MemoryFacts]] = field(default_factory=list)
 
     @cached_property
     def labels(self) -> dict[str, str]:
@@ -169,6 +173,8 @@ def plan_sweep(
     plan without one).
     """
     facts = workload if workload is not None else WorkloadFacts.of(spec)
+    used: list[tuple[dict[str, Any], str, MemoryFacts]] = []
+    facts = dataclasses.replace(facts, memory=_recording(facts.memory, used))
     grid, batch_note = resolve_max_batches(
         spec, expand_grid(spec, facts.defaults), facts.memory, facts.device_memory_gb
     )
@@ -186,7 +192,24 @@ def plan_sweep(
         nodes=nodes,
         preprocesses=facts.preprocesses,
         resource_note=note,
+        memory_facts=used,
     )
+
+
+def _recording(
+    source: FactsSource | None, used: list[tuple[dict[str, Any], str, MemoryFacts]]
+) -> FactsSource | None:
+    """`source`, noting each distinct answer it gives in `used`."""
+    if source is None:
+        return None
+
+    def facts(params: dict[str, Any], precision: str) -> MemoryFacts | None:
+        found = source(params, precision)
+        if found is not None and not any(p == params and q == precision for p, q, _ in used):
+            used.append((params, precision, found))
+        return found
+
+    return facts
 
 
 def _make_trial(

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from amdahl.analysis.calibration import Calibration
 from amdahl.analysis.configs import Config, group_configs
+from amdahl.analysis.memory_model import MemoryFacts
 from amdahl.analysis.scaling import Curve, scaling_curves
 from amdahl.report.diagnose import (
     BatchLimit,
@@ -55,6 +56,8 @@ class Report:
     #: spec.yaml and plan.json's resources as read (report/best.py's best.yaml), or None.
     spec: dict[str, Any] | None = None
     planned_resources: dict[str, Any] | None = None
+    #: plan.json's memory probe facts by (workload parameters as JSON, precision).
+    memory_facts: dict[tuple[str, str], MemoryFacts] = field(default_factory=dict)
     #: Families ranked by the sweep's objective (ranking.py); curves and diagnoses follow it.
     ranking: Ranking = field(default_factory=lambda: Ranking("throughput"))
 
@@ -96,6 +99,7 @@ def assemble(inputs: SweepInputs) -> Report:
         labels=dict(inputs.labels),
         spec=inputs.spec,
         planned_resources=inputs.planned_resources,
+        memory_facts=dict(inputs.memory_facts),
     )
     objective = sweep_objective(inputs.spec, inputs.rows)
     ranking = rank(configs, report.curves, report.recommendation.eligible, objective)

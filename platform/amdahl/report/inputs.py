@@ -19,6 +19,7 @@ import yaml
 
 from amdahl.analysis.calibration import Calibration
 from amdahl.analysis.comm import options_from_mapping
+from amdahl.analysis.memory_model import MemoryFacts
 from amdahl.spec.schema import OptionsSpec
 from amdahl.sweepdir.layout import CALIBRATION_FILE, PLAN_FILE, SPEC_FILE
 from amdahl.sweepdir.table import read_results
@@ -46,6 +47,8 @@ class SweepInputs:
     #: `resources: auto` chose): what report/best.py turns into best.yaml.
     spec: dict[str, Any] | None = None
     planned_resources: dict[str, Any] | None = None
+    #: plan.json's memory facts by (workload parameters as JSON, precision).
+    memory_facts: dict[tuple[str, str], MemoryFacts] = field(default_factory=dict)
 
 
 def load_inputs(sweep_dir: str | Path) -> SweepInputs:
@@ -81,6 +84,7 @@ def _read_plan(plan: Any, inputs: SweepInputs) -> None:
     """plan.json's trial labels and the trials it refused, onto `inputs`."""
     trials = plan.get("trials") if isinstance(plan, dict) else None
     resources = plan.get("resources") if isinstance(plan, dict) else None
+    _read_memory_facts(plan, inputs)
     inputs.planned_resources = resources if isinstance(resources, dict) else None
     if plan is not None and not isinstance(trials, list):
         inputs.notes.append(f"{PLAN_FILE} ignored: no list of trials in it")
@@ -93,6 +97,17 @@ def _read_plan(plan: Any, inputs: SweepInputs) -> None:
             if not isinstance(reason, str):
                 reason = json.dumps(reason, default=str)
             inputs.refused.append((str(t.get("label") or t.get("trial_id")), reason))
+
+
+def _read_memory_facts(plan: Any, inputs: SweepInputs) -> None:
+    """plan.json's memory probe facts (a plan written before them has none)."""
+    entries = plan.get("memory_facts") if isinstance(plan, dict) else None
+    for e in entries if isinstance(entries, list) else []:
+        try:
+            key = (json.dumps(e["params"], sort_keys=True), str(e["precision"]))
+            inputs.memory_facts[key] = MemoryFacts.from_dict(e["facts"])
+        except (KeyError, TypeError, ValueError):
+            inputs.notes.append(f"{PLAN_FILE}: a memory_facts entry unreadable, left out")
 
 
 def _searched(inputs: SweepInputs, spec: Any) -> None:

@@ -51,6 +51,10 @@ def plan_summary(plan: SweepPlan) -> dict[str, Any]:
         "resources": plan.spec.resources.model_dump(),
         "resource_note": plan.resource_note,
         "trials": [trial(t) for t in plan.trials],
+        "memory_facts": [
+            {"params": params, "precision": precision, "facts": facts.as_dict()}
+            for params, precision, facts in plan.memory_facts
+        ],
         "launches": [
             {"launch_id": launch.launch_id, "trials": [t.trial_id for t in launch.trials]}
             for launch in plan.launches()

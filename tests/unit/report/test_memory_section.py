@@ -38,3 +38,27 @@ def test_each_configuration_shows_measured_predicted_error_and_largest_part(tmp_
 def test_rows_without_memory_columns_say_so(tmp_path):
     sec = _section(tmp_path, [row(1, 64)])
     assert not sec.tables and "No trial measured or predicted" in sec.paras[-1]
+
+
+def test_the_largest_configurations_say_what_another_strategy_or_precision_would_hold(tmp_path):
+    import json
+
+    from report_rows import PARAMS
+
+    from amdahl.analysis.memory_model import MemoryFacts, predict_peak
+
+    fp32 = MemoryFacts(100 * MIB, 100 * MIB, 100 * MIB, 0, (50 * MIB, 50 * MIB), 0.0, MIB)
+    bf16 = MemoryFacts(100 * MIB, 100 * MIB, 100 * MIB, 0, (50 * MIB, 50 * MIB), 0.0, MIB / 2)
+    own = predict_peak(fp32, "ddp", 2, 64).total
+    d = write_sweep(tmp_path / "s", [row(2, 64, peak_mem_bytes=own, predicted_peak_mem_bytes=own)])
+    facts = [
+        {"params": json.loads(PARAMS), "precision": p, "facts": f.as_dict()}
+        for p, f in (("fp32", fp32), ("bf16", bf16))
+    ]
+    (d / "plan.json").write_text(json.dumps({"trials": [], "memory_facts": facts}))
+    sec = memory_section(build_report(d))
+    [line] = [b for b in sec.bullets if "MiB less" in b]
+    zero1 = own - predict_peak(fp32, "zero1", 2, 64).total
+    half = own - predict_peak(bf16, "ddp", 2, 64).total
+    assert f"sync zero1 {zero1 / MIB:,.1f} MiB less" in line
+    assert f"bf16 {half / MIB:,.1f} MiB less" in line
