@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,7 @@ from amdahl.analysis.calibration import Calibration
 from amdahl.analysis.comm import Oversubscribed
 from amdahl.analysis.configs import NO_SYNC, Config, scale_batch
 from amdahl.analysis.cost import cost_per_million, device_hours_per_million
+from amdahl.analysis.memory_model import predict_peak
 from amdahl.analysis.points import FAMILY_SETTINGS, Point, family_key, nodes_of
 from amdahl.analysis.stats import differs
 from amdahl.analysis.stepmodel import Family, ModelInputs, Prediction, StepModel, fit
@@ -241,6 +243,8 @@ class PredictedRow:
     #: The measured 1-device sync none samples/s at the same batch (no wrapper, as people
     #: train on one device), where it differs from `baseline` beyond the spread; else None.
     unwrapped: float | None = None
+    #: Peak tensor bytes per device, by the memory model (None without the probe's facts).
+    memory_bytes: float | None = None
 
     @property
     def speedup(self) -> float | None:
@@ -380,6 +384,7 @@ def _row_dict(r: PredictedRow) -> dict[str, Any]:
         "compute_s": pred.compute_s,
         "comm_s": pred.comm_s,
         "data_wait_s": pred.data_wait_s,
+        "peak_mem_bytes": r.memory_bytes,
         "cost": r.cost,
         "cost_unit": "$ per million samples" if r.price > 0 else "device-hours per million",
         "caveats": list(pred.caveats),
@@ -412,6 +417,7 @@ def predict_inputs(
         )
     for key, fam in model.families.items():
         configs = by_family.get(key, [])
+        memory = _memory_of(inputs, fam.settings)
         none = by_family.get(sibling_key(key), []) if fam.sync != NO_SYNC else []
         batches = batch_sizes or sorted(
             {scale_batch(c.settings) for c in configs if c.ok and c.batch_size}
@@ -431,12 +437,31 @@ def predict_inputs(
                     pred = dataclasses.replace(pred, caveats=(*pred.caveats, caveat))
                 rows.append(
                     PredictedRow(
-                        p, b, pred, baseline, one is not None, inputs.price, unwrapped=unwrapped
+                        p,
+                        b,
+                        pred,
+                        baseline,
+                        one is not None,
+                        inputs.price,
+                        unwrapped=unwrapped,
+                        memory_bytes=memory(p, per_device),
                     )
                 )
         measured_at = sorted({c.devices for c in configs if c.ok})
         out.families.append(FamilyPrediction(fam, rows, measured_at))
     return out
+
+
+def _memory_of(inputs: ModelInputs, settings: dict[str, Any]) -> Callable[[int, float], Any]:
+    """(devices, per-device batch) -> the family's predicted peak bytes per device, or None
+    where plan.json holds no probe facts for its parameters and precision."""
+    facts = inputs.memory_facts.get((settings.get("params") or "{}", settings.get("precision")))
+    options = {"accumulate_steps": inputs.options.accumulate_steps}
+    if facts is None:
+        return lambda devices, batch: None
+    return lambda devices, batch: (
+        predict_peak(facts, settings["sync"], devices, batch, options).total
+    )
 
 
 def sibling_key(key: tuple) -> tuple:

@@ -336,6 +336,9 @@ class ModelInputs:
     price: float = 0.0
     name: str = "sweep"
     notes: list[str] = field(default_factory=list)
+    #: The memory probe's facts by (workload parameters as JSON, precision), from plan.json:
+    #: `platform predict`'s memory per device (analysis/memory_model.py).
+    memory_facts: dict[tuple[str, str], Any] = field(default_factory=dict)
 
     def points(self) -> list[Point]:
         return [pt for c in self.configs if (pt := measured_point(c)) is not None]

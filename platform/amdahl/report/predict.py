@@ -38,6 +38,7 @@ def model_inputs(inputs: SweepInputs, configs: list[Config] | None = None) -> Mo
         price=inputs.price_per_device_hour,
         name=inputs.name,
         notes=list(inputs.notes),
+        memory_facts=dict(inputs.memory_facts),
     )
 
 

@@ -13,7 +13,7 @@ from amdahl.analysis.prediction import (
     FamilyPrediction,
     SweepPrediction,
 )
-from amdahl.report.document import Section, Table, ms, pct, rate, times
+from amdahl.report.document import Section, Table, mib, ms, pct, rate, times
 from amdahl.report.model_sections import (
     BOUND_RULE,
     MODEL_TEXT,
@@ -73,6 +73,7 @@ def _family_section(i: int, fp: FamilyPrediction, cost: str) -> Section:
                 times(pr.speedup) if pr.speedup else "n/a",
                 pct(pr.efficiency),
                 "n/a" if price is None else f"{price:,.3g}",
+                mib(pr.memory_bytes),
                 p.unknown or ("" if pr.baseline_measured else "1-device baseline predicted"),
             ]
         )
@@ -85,7 +86,7 @@ def _family_section(i: int, fp: FamilyPrediction, cost: str) -> Section:
             )
     batch = "global batch" if fam.scaling == "strong" else "batch/device"
     headers = ["devices", batch, "predicted samples/s", "predicted speedup"]
-    headers += ["predicted efficiency", cost]
+    headers += ["predicted efficiency", cost, "memory / device MiB"]
     headers += ["predicted speedup vs 1 device, no wrapper", "note"] if unwrapped else ["note"]
     if rows:
         sec.tables.append(Table(headers, rows, title="predicted, not measured"))

@@ -62,3 +62,24 @@ def test_the_largest_configurations_say_what_another_strategy_or_precision_would
     half = own - predict_peak(bf16, "ddp", 2, 64).total
     assert f"sync zero1 {zero1 / MIB:,.1f} MiB less" in line
     assert f"bf16 {half / MIB:,.1f} MiB less" in line
+
+
+def test_predict_gives_each_device_count_its_memory_per_device(tmp_path):
+    import json
+
+    from report_rows import PARAMS, scaling_rows
+
+    from amdahl.analysis.memory_model import MemoryFacts, predict_peak
+    from amdahl.report.predict import predict_sweep
+
+    facts = MemoryFacts(100 * MIB, 100 * MIB, 100 * MIB, 0, (50 * MIB, 50 * MIB), 0.0, MIB)
+    d = write_sweep(tmp_path / "s", scaling_rows())
+    entry = {"params": json.loads(PARAMS), "precision": "fp32", "facts": facts.as_dict()}
+    (d / "plan.json").write_text(json.dumps({"trials": [], "memory_facts": [entry]}))
+    result = predict_sweep(d, [2, 16])
+    rows = [(f.family.sync, r) for f in result.families for r in f.rows]
+    assert rows
+    for sync, r in rows:
+        assert r.memory_bytes == predict_peak(facts, sync, r.devices, r.batch).total
+    dumped = result.as_dict()["families"][0]["predictions"][0]
+    assert dumped["peak_mem_bytes"] is not None
