@@ -410,7 +410,33 @@ def calibrate(
 
 @main.group()
 def data() -> None:
-    """Convert public data sets to the parquet layout `params.data` reads."""
+    """The data cache (generated rows), and public data sets converted to the parquet layout
+    `params.data` reads."""
+
+
+@data.command("list")
+def data_list() -> None:
+    """The generated copies in the data cache: workload, split, data parameters, size."""
+    from amdahl.data.storage import DEFAULT_CACHE, cached_datasets
+
+    copies = cached_datasets()
+    click.echo(f"data cache: {DEFAULT_CACHE} (AMDAHL_DATA_DIR moves it)")
+    for c in copies:
+        made = c.made
+        what = f"{made.get('name', '?')} {made.get('split', '?')} {made.get('data_key', '')}"
+        click.echo(f"  {c.path.name}  {c.bytes / 2**20:,.1f} MiB  {what}")
+    if not copies:
+        click.echo("  (no generated rows)")
+
+
+@data.command("clear")
+@click.option("--workload", "name", default=None, help="Only this workload's copies (its name).")
+def data_clear(name: str | None) -> None:
+    """Remove generated copies from the data cache; the next sweep generates them again."""
+    from amdahl.data.storage import clear_datasets
+
+    removed = clear_datasets(name=name)
+    click.echo(f"removed {len(removed)} generated cop{'y' if len(removed) == 1 else 'ies'}")
 
 
 @data.command("fashion-mnist")

@@ -1,7 +1,9 @@
 """Stored datasets: what rows are stored, where, and how they are read back.
 
-Generated rows are written once per (workload, the parameters that decide them, split, seed)
-into a cache directory and reused by every trial and sweep that asks for the same data; a user's
+Generated rows are written once per (workload, the parameters that decide them, the code of its
+`generate`, split, seed) into a cache directory and reused by every trial and sweep that asks
+for the same data (an edited `generate` writes new rows: `platform data list` and `platform
+data clear` show and remove the copies); a user's
 own parquet (`params.data`, a local path or any URI pyarrow and Ray Data read) is used in place.
 Both the driver (`put_rows` into Ray's object store; Ray Datasets built in data/prepare.py)
 and the train workers (worker/input.py) read stored rows through this module, which imports
@@ -12,9 +14,12 @@ layout too.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
+import logging
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +41,10 @@ _ROWS_PER_FILE = 4096
 ROWS_PER_BLOCK = 2048
 #: What `write_parquet_dir` puts into a directory it has finished writing.
 COMPLETE_MARKER = "_COMPLETE"
+#: What a generated copy records of its making (`cached_datasets` lists it).
+SOURCE_FILE = "_SOURCE.json"
+
+_log = logging.getLogger(__name__)
 
 
 def stored_dataset(
@@ -44,14 +53,17 @@ def stored_dataset(
     """Directory of parquet shards for this workload's split; generated on first use only.
 
     Keyed by the parameters that decide the rows (`Workload.data_params`), so sweeping a model
-    width or an augmentation reuses the same files.
+    width or an augmentation reuses the same files, and by the source of the workload's
+    `generate` (`generate_code`), so an edited `generate` writes new rows instead of training
+    on the old ones; a copy left by an earlier `generate` is said so, once, and kept.
     """
-    key = hashlib.sha1(
-        json.dumps([name, workload.data_key(), split, seed], sort_keys=True, default=str).encode()
-    ).hexdigest()[:12]
-    out = cache / f"{name}-{split}-{key}"
+    code = generate_code(workload)
+    identity = [name, workload.data_key(), split, seed]
+    key = hashlib.sha1(json.dumps([*identity, code], sort_keys=True, default=str).encode())
+    out = cache / f"{name}-{split}-{key.hexdigest()[:12]}"
     if (out / COMPLETE_MARKER).exists():
         return out
+    _note_older_copies(cache, name, split, identity)
     # A copy appears whole, by rename, with its marker; a non-empty directory without one is
     # damaged or not amdahl's, and the rename would fail on it, so say so before generating.
     if out.exists() and not is_empty_dir(out):
@@ -59,13 +71,81 @@ def stored_dataset(
             f"{out}: a cached dataset directory without its {COMPLETE_MARKER} marker (damaged, "
             "or not written by amdahl); remove it and run again to regenerate it"
         )
-    write_parquet_dir(workload.generate(split, workload.rows(split), seed), out)
+    made = {"name": name, "split": split, "seed": seed, "data_key": workload.data_key()}
+    made["generate_code"] = code
+    write_parquet_dir(workload.generate(split, workload.rows(split), seed), out, made)
     if not (out / COMPLETE_MARKER).exists():
         raise UserError(
             f"{out}: could not store the generated dataset there (no {COMPLETE_MARKER} after the "
             "write); check that the directory is writable, or set AMDAHL_DATA_DIR elsewhere"
         )
     return out
+
+
+def generate_code(workload: Workload) -> str:
+    """A hash of the source of the workload's `generate` (the class that defines it), or of
+    its qualified name where no source is found (a class made at run time)."""
+    owner = next(c for c in type(workload).__mro__ if "generate" in vars(c))
+    try:
+        text = inspect.getsource(owner.generate)
+    except (OSError, TypeError):
+        text = f"{owner.__module__}.{owner.__qualname__}.generate"
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+def _note_older_copies(cache: Path, name: str, split: str, identity: list) -> None:
+    """Say so where the same rows were generated before by another `generate`."""
+    for copy in cached_datasets(cache):
+        made = copy.made
+        if [made.get(k) for k in ("name", "data_key", "split", "seed")] == identity:
+            _log.warning(
+                "%s %s: generate() changed since %s was written; generating the rows again "
+                "(`platform data clear` removes the old copy)",
+                name,
+                split,
+                copy.path,
+            )
+            return
+
+
+@dataclass(frozen=True)
+class CachedDataset:
+    """One generated copy in the cache: where, what made it, how large."""
+
+    path: Path
+    made: dict[str, Any]
+    bytes: int
+
+
+def cached_datasets(cache: Path = DEFAULT_CACHE) -> list[CachedDataset]:
+    """The generated copies in `cache`, oldest first (those amdahl wrote: with their
+    COMPLETE_MARKER; copies written before SOURCE_FILE existed record nothing of their making)."""
+    out = []
+    for d in sorted(cache.glob("*/" + COMPLETE_MARKER)) if cache.is_dir() else []:
+        path = d.parent
+        try:
+            made = json.loads((path / SOURCE_FILE).read_text())
+        except (OSError, ValueError):
+            made = {}
+        size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+        out.append(CachedDataset(path, made, size))
+    return sorted(out, key=lambda c: c.path.stat().st_mtime)
+
+
+def clear_datasets(cache: Path = DEFAULT_CACHE, name: str | None = None) -> list[Path]:
+    """Remove the generated copies in `cache` (of workload `name` only, where given: its
+    recorded name, or for a copy older than SOURCE_FILE its directory's `<name>-` prefix);
+    returns what was removed. Converted data sets (`platform data fashion-mnist`: train/ and
+    val/ one level deeper) are not generated copies and stay."""
+    removed = []
+    for copy in cached_datasets(cache):
+        mine = copy.made.get("name") == name or (
+            not copy.made and copy.path.name.startswith(f"{name}-")
+        )
+        if name is None or mine:
+            shutil.rmtree(copy.path)
+            removed.append(copy.path)
+    return removed
 
 
 def dataset_path(
@@ -99,15 +179,20 @@ def check_source(workload: Workload) -> None:
             resolve_source(source)
 
 
-def write_parquet_dir(columns: dict[str, np.ndarray], out: Path) -> None:
-    """Columns -> `out/part-*.parquet` and its COMPLETE_MARKER, written aside and renamed into
-    place (a directory appears whole or not at all)."""
+def write_parquet_dir(
+    columns: dict[str, np.ndarray], out: Path, made: dict[str, Any] | None = None
+) -> None:
+    """Columns -> `out/part-*.parquet` and its COMPLETE_MARKER (and `made`, what generated them,
+    as SOURCE_FILE), written aside and renamed into place (a directory appears whole or not at
+    all)."""
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     table = pa.table({k: arrow_column(v) for k, v in columns.items()})
     for i, start in enumerate(range(0, max(len(table), 1), _ROWS_PER_FILE)):
         pq.write_table(table.slice(start, _ROWS_PER_FILE), tmp / f"part-{i:05d}.parquet")
+    if made is not None:
+        (tmp / SOURCE_FILE).write_text(json.dumps(made, sort_keys=True, default=str))
     (tmp / COMPLETE_MARKER).touch()
     try:
         tmp.rename(out)

@@ -361,3 +361,36 @@ def test_stored_dataset_never_returns_a_directory_without_its_marker(tmp_path, m
     monkeypatch.setattr("pathlib.Path.rename", refuse)
     with pytest.raises(UserError, match="could not store the generated dataset"):
         stored_dataset(workload, "mlp", "val", 0, cache=tmp_path)
+
+
+def test_an_edited_generate_writes_new_rows_and_says_so(tmp_path, caplog):
+    """A user fixes generate() and sweeps again: the next sweep must train on the new rows,
+    not the cached ones (before, the cache was keyed by parameters alone)."""
+    import logging
+
+    from amdahl.data.storage import cached_datasets, clear_datasets
+
+    class Before(MLP):
+        def generate(self, split, num_rows, seed):
+            return {"x": np.zeros((num_rows, 4), np.float32), "y": np.zeros(num_rows, np.int64)}
+
+    class After(MLP):  # the same workload, its generate() edited
+        def generate(self, split, num_rows, seed):
+            return {"x": np.ones((num_rows, 4), np.float32), "y": np.ones(num_rows, np.int64)}
+
+    params = dict(train_rows=32, inputs=4, hidden=[4])
+    old = stored_dataset(Before(**params), "mine", "train", 0, cache=tmp_path)
+    with caplog.at_level(logging.WARNING, logger="amdahl.data.storage"):
+        new = stored_dataset(After(**params), "mine", "train", 0, cache=tmp_path)
+    assert new != old and read_rows(str(new))["y"].tolist() == [1] * 32
+    assert "generate() changed" in caplog.text and str(old) in caplog.text
+    # an unchanged generate() reuses its copy, silently
+    caplog.clear()
+    assert stored_dataset(After(**params), "mine", "train", 0, cache=tmp_path) == new
+    assert not caplog.text
+    listed = cached_datasets(tmp_path)
+    assert {c.path for c in listed} == {old, new}
+    assert all(c.made["name"] == "mine" and c.bytes > 0 for c in listed)
+    assert clear_datasets(tmp_path, name="other") == []
+    assert sorted(clear_datasets(tmp_path, name="mine")) == sorted([old, new])
+    assert cached_datasets(tmp_path) == []
