@@ -3,10 +3,9 @@
 from dataclasses import dataclass
 
 import pytest
-from pydantic import Field
 
 from amdahl.analysis.configs import group_configs
-from amdahl.columns import AXES, TrialSettings
+from amdahl.columns import AXES, AXIS_TABLE, Axis, TrialSettings
 from amdahl.driver.planning import check_sweep
 from amdahl.driver.trainable import launch_config
 from amdahl.errors import UserError
@@ -18,7 +17,6 @@ from amdahl.protocol.contract import TrialConfig
 from amdahl.protocol.identity import row_identity
 from amdahl.spec.load import validate_spec
 from amdahl.spec.schema import (
-    GridSpec,
     OptionsSpec,
     ResourcesSpec,
     TargetSpec,
@@ -241,23 +239,20 @@ def _one_trial(**sections):
     return plan.spec, plan.trials[0]
 
 
-def test_a_new_axis_keeps_ids_at_its_default():
-    # as if `numa` were added to spec.GridSpec, columns.AXES and columns.TrialSettings
-    class LaterGrid(GridSpec):
-        numa: list[str] = Field(["off"], min_length=1)
-
+def test_a_new_axis_keeps_ids_at_its_default(monkeypatch):
+    # as if `numa` were added to columns.AXIS_TABLE and columns.TrialSettings
     @dataclass(frozen=True, kw_only=True)
     class LaterSettings(TrialSettings):
         numa: str = "off"
 
     spec, trial = _one_trial(grid={"sync": ["ddp"]})
-    later = spec.model_copy(update={"grid": LaterGrid(**spec.grid.model_dump())})
     at = lambda numa: LaterSettings(**trial.settings.as_dict(), numa=numa)  # noqa: E731
-    assert trial_id(later, at("off")) == trial.trial_id
-    assert trial_id(later, at("on")) != trial.trial_id
-    # A setting with no one-value default would change every id: refused, not hashed.
+    # A setting with no default in the table would change every id: refused, not hashed.
     with pytest.raises(ValueError, match="'numa' is not in trial-id schema 1"):
         trial_id(spec, at("off"))
+    monkeypatch.setitem(AXIS_TABLE, "numa", Axis(default="off", label="{}", snippet="-"))
+    assert trial_id(spec, at("off")) == trial.trial_id
+    assert trial_id(spec, at("on")) != trial.trial_id
 
 
 def test_settings_hash_and_show_as_the_dict_they_were():
