@@ -201,6 +201,12 @@ def _sync_setup(s: RunSettings, out: _Lines) -> None:
             if s.devices > 1
             else "# one worker: no gradient communication"
         )
+    _optimizer_setup(s, out)
+
+
+def _optimizer_setup(s: RunSettings, out: _Lines) -> None:
+    """`optimizer` made as sync strategy `s.sync` needs it: sharded (ZeRO-1), through the
+    parameter server's strategy, or the plain optimizer."""
     if s.sync == "zero1":
         optimizer_class = "torch.optim.AdamW" if s.optimizer == "adamw" else "torch.optim.SGD"
         kwargs = f"lr={s.lr!r}" + (", momentum=0.9" if s.optimizer != "adamw" else "")
