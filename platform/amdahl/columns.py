@@ -1,26 +1,104 @@
-"""The shared vocabulary: the sweep's axes, one trial's settings (`TrialSettings`, one value per
-axis) and the results table's columns (the public contract of results.parquet). Imports nothing
-of amdahl, so spec, plan, the worker and the report all build on it without a cycle.
+"""The shared vocabulary: the sweep's axes and what is known of each (`AXIS_TABLE`), one
+trial's settings (`TrialSettings`, one value per axis) and the results table's columns (the
+public contract of results.parquet). Imports nothing of amdahl, so spec, plan, the worker and
+the report all build on it without a cycle.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
 import pyarrow as pa
 
-#: The axes every sweep can vary; `params.<name>` axes come on top.
-AXES = (
-    "devices",
-    "batch_size",
-    "precision",
-    "compile",
-    "data_workers",
-    "input",
-    "prefetch_batches",
-    "sync",
-)
+
+@dataclass(frozen=True, kw_only=True)
+class Axis:
+    """What the code around the worker knows of one axis, in one place: so that a new axis is
+    its schema field, its entry in AXIS_TABLE, its TrialSettings field and the worker code that
+    applies it (docs/architecture.md, "Adding an axis")."""
+
+    #: The value of the spec's one-value default list (spec.schema.GridSpec reads it). A trial
+    #: at it keeps the id it had before the axis existed (plan.trials.trial_id), and a null in a
+    #: table from before the axis existed was measured under it.
+    default: Any
+    #: Its fragment of a configuration's label (`d2 b256 fp32 eager w1 ddp`), a format of its
+    #: value (analysis.configs.config_label).
+    label: str
+    #: Every label names it (True); else only the labels of a sweep where some configuration
+    #: leaves the default.
+    always_labelled: bool = False
+    #: A number: a tracked run logs it as metric `<axis>` besides param `<axis>`, so that MLflow
+    #: filters and sorts it by value (track.child_run.NUMERIC_SETTINGS).
+    metric: bool = False
+    #: The function of report/train_snippet.py whose lines reproduce it in the Ray Train script,
+    #: and what they write (tests/unit/report/test_best_config.py holds the script to it).
+    snippet: str
+
+
+#: The axes every sweep can vary, in order (`params.<name>` axes come on top), and their facts.
+AXIS_TABLE: dict[str, Axis] = {
+    "devices": Axis(
+        default=1,
+        label="d{}",
+        always_labelled=True,
+        metric=True,
+        snippet="_launcher: ScalingConfig(num_workers=...)",
+    ),
+    "batch_size": Axis(
+        default=256,
+        label="b{}",
+        always_labelled=True,
+        metric=True,
+        snippet="_input: the per-device batch_size=... of the batches",
+    ),
+    "precision": Axis(
+        default="fp32",
+        label="{}",
+        always_labelled=True,
+        snippet="_setup, _loop: TF32 flags, bf16 weights, autocast, fp16's GradScaler",
+    ),
+    "compile": Axis(
+        default="eager",
+        label="{}",
+        always_labelled=True,
+        snippet="_setup: torch.jit.script or torch.compile",
+    ),
+    "data_workers": Axis(
+        default=1,
+        label="w{}",
+        always_labelled=True,
+        metric=True,
+        snippet="_input, _launcher: DataLoader(num_workers=...) or Ray Data's concurrency",
+    ),
+    "input": Axis(
+        default="ray_data",
+        label="{}",
+        snippet="_input: iter_torch_batches or prepare_data_loader",
+    ),
+    "prefetch_batches": Axis(
+        default=4,
+        label="p{}",
+        metric=True,
+        snippet="_input: iter_torch_batches(prefetch_batches=...)",
+    ),
+    "sync": Axis(
+        default="ddp",
+        label="{}",
+        always_labelled=True,
+        snippet="_sync_setup, _loop: the strategy's wrapper, hooks and optimizer",
+    ),
+}
+
+#: The axes every sweep can vary, in order; `params.<name>` axes come on top.
+AXES = tuple(AXIS_TABLE)
+
+
+def _absent(value: Any) -> bool:
+    """Null in a results row: None, or NaN where pandas holds an integer column with nulls."""
+    return value is None or (isinstance(value, float) and value != value)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,8 +109,8 @@ class TrialSettings:
     protocol.contract.TrialConfig carries it to the worker.
 
     The dicts are read-only by convention (plain dicts, so that they pickle and hash as JSON).
-    A new axis is an entry in AXES and a field here with its default (keyword-only fields, so
-    it may sit among the axes)."""
+    A new axis is an entry in AXIS_TABLE and a field here (keyword-only fields, so it may sit
+    among the axes)."""
 
     devices: int
     batch_size: int
@@ -53,6 +131,30 @@ class TrialSettings:
         """The fields as a plain dict, in declaration order: what plan.trials.trial_id hashes
         and plan.json shows (so both stay as they were when the settings were a dict)."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_row(
+        cls, row: Mapping[str, Any], options: Mapping[str, Any] | None = None
+    ) -> TrialSettings:
+        """The settings a results row (a dict, or a pandas row) was measured under: the inverse
+        of protocol.identity.row_identity. The axis columns, a null (a table from before the
+        axis existed) as the axis's default; the `batch_size` axis from the per-device column
+        (times the devices under strong scaling); the parameters from their JSON. A row holds
+        neither the options nor which parameters were axes: `options` are the caller's (the
+        spec's), `axis_params` is empty."""
+        axes = {
+            name: axis.default if _absent(row.get(name)) else type(axis.default)(row.get(name))
+            for name, axis in AXIS_TABLE.items()
+        }
+        if row.get("scaling") == "strong":
+            axes["batch_size"] *= axes["devices"]
+        params = row.get("params")
+        return cls(
+            **axes,
+            axis_params={},
+            params=json.loads(params) if isinstance(params, str) else {},
+            options=dict(options or {}),
+        )
 
 
 #: Written into the parquet metadata; a file without it is not ours.

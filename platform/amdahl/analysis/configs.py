@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from amdahl.analysis.stats import Stat, is_number
-from amdahl.columns import SETTING_COLUMNS
-from amdahl.spec.schema import GridSpec
+from amdahl.columns import AXIS_TABLE, SETTING_COLUMNS
 
 #: What rows were measured under besides their axis values, set apart only where a sweep
 #: directory holds rows of the same axis values measured under different settings (one resumed
@@ -31,11 +30,9 @@ SETTINGS = (
 )
 #: The no-communication ceiling's sync value.
 NO_SYNC = "none"
-#: Axes every label names (devices and batch lead it); `_optional_axes` adds the others.
-LABELLED_AXES = ("devices", "batch_size", "precision", "compile", "data_workers", "sync")
-#: How a label writes an optional axis's value (as plan.trials.Trial.label does); others
-#: are `axis=value`.
-_AXIS_TERMS = {"prefetch_batches": "p{}", "input": "{}"}
+#: Axes every label names, in axis order (devices and batch lead it); `_optional_axes` adds
+#: the others.
+LABELLED_AXES = tuple(name for name, axis in AXIS_TABLE.items() if axis.always_labelled)
 
 
 class SyncAndScaling:
@@ -150,12 +147,6 @@ def group_configs(rows: list[dict[str, Any]]) -> list[Config]:
     return configs
 
 
-def _axis_default(axis: str) -> Any:
-    """The grid's default for `axis` (its one-value default list); a table from before the
-    axis existed (None) was measured under it."""
-    return GridSpec.model_fields[axis].default[0]
-
-
 def _optional_axes(configs: list[Config]) -> list[str]:
     """The axes beyond LABELLED_AXES that labels name: each one some configuration of this
     sweep sets away from its default. Named in every label then, defaults included, so that
@@ -164,7 +155,7 @@ def _optional_axes(configs: list[Config]) -> list[str]:
     for axis in SETTING_COLUMNS:
         if axis in LABELLED_AXES:
             continue
-        default = _axis_default(axis)
+        default = AXIS_TABLE[axis].default
         if any(c.settings.get(axis) not in (None, default) for c in configs):
             out.append(axis)
     return out
@@ -267,19 +258,15 @@ def config_label(
     if s.get("scaling") == "strong" and s.get("batch_size") is not None:
         batch = f"gb{scale_batch(s)}"
     else:
-        batch = f"b{s.get('batch_size')}"
+        batch = AXIS_TABLE["batch_size"].label.format(s.get("batch_size"))
     parts = [
-        f"d{s.get('devices')}",
-        batch,
-        str(s.get("precision")),
-        str(s.get("compile")),
-        f"w{s.get('data_workers')}",
-        str(s.get("sync")),
+        batch if axis == "batch_size" else AXIS_TABLE[axis].label.format(s.get(axis))
+        for axis in LABELLED_AXES
     ]
     for axis in optional_axes:
         value = s.get(axis)
-        value = _axis_default(axis) if value is None else value
-        parts.append(_AXIS_TERMS.get(axis, f"{axis}={{}}").format(value))
+        value = AXIS_TABLE[axis].default if value is None else value
+        parts.append(AXIS_TABLE[axis].label.format(value))
     params = _params(s.get("params"))
     parts += [f"{k}={json.dumps(params.get(k), separators=(',', ':'))}" for k in varying_params]
     # Set only where rows of equal axis values were measured under other settings.

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from amdahl.columns import AXES, SETTING_COLUMNS, TrialSettings, per_device_batch
+from amdahl.columns import AXES, AXIS_TABLE, SETTING_COLUMNS, TrialSettings, per_device_batch
 from amdahl.plan.resources import ResourcePlan
 from amdahl.spec.schema import SweepSpec
 from amdahl.strategies import STRATEGIES
@@ -104,12 +104,12 @@ OPTIONS_USED_BY: dict[str, tuple[str, ...]] = {
 #
 # A trial id hashes what changes what is measured. Sweep directories keep the ids they were
 # recorded under and resume finds finished trials by id, so a field added to the schema must
-# not change the id of a trial that leaves it at its default (docs/architecture.md, "How to
-# add ...", "An axis"). The rule: the keys of identity schema 1 below (everything hashed when
-# the rule was written) are always hashed, exactly as they were; any other key of the same
-# section (a new axis, option, resources or train field) enters the identity only when its value
-# differs from its default in the spec's schema. NEVER edit the schema-1 sets: a key added to
-# one changes the id of every trial.
+# not change the id of a trial that leaves it at its default (docs/architecture.md, "Adding an
+# axis"). The rule: the keys of identity schema 1 below (everything hashed when the rule was
+# written) are always hashed, exactly as they were; any other key of the same section (a new
+# axis, option, resources or train field) enters the identity only when its value differs from
+# its default in the spec's schema (an axis's: columns.AXIS_TABLE). NEVER edit the schema-1
+# sets: a key added to one changes the id of every trial.
 
 #: Schema 1: the keys of a trial's settings (TrialSettings.as_dict) always hashed (the axes,
 #: the workload's parameters, its options). `axis_params` never is (its values are in `params`).
@@ -173,10 +173,11 @@ def _default(model: type[BaseModel], name: str) -> Any:
     return value.model_dump() if isinstance(value, BaseModel) else value
 
 
-def _axis_default(grid: type[BaseModel], name: str) -> Any:
-    """An axis's default value: the single value of its default list, or _NO_DEFAULT."""
-    value = _default(grid, name)
-    return value[0] if isinstance(value, list) and len(value) == 1 else _NO_DEFAULT
+def _axis_default(name: str) -> Any:
+    """An axis's default value (columns.AXIS_TABLE, which the spec's default list holds too),
+    or _NO_DEFAULT for a setting that is no axis there."""
+    axis = AXIS_TABLE.get(name)
+    return _NO_DEFAULT if axis is None else axis.default
 
 
 def _identity_fields(
@@ -214,18 +215,17 @@ def trial_id(spec: SweepSpec, settings: TrialSettings) -> str:
     a field added to the schema enters it only when set to other than its default (above).
     The settings are hashed as the dict they were before they were typed (`as_dict`)."""
     t = spec.train
-    grid = type(spec.grid)
     hashed = {k: v for k, v in settings.as_dict().items() if k != "axis_params"}
     for k in hashed.keys() - ID_SCHEMA_1_SETTINGS:
-        if _axis_default(grid, k) is _NO_DEFAULT:
+        if _axis_default(k) is _NO_DEFAULT:
             raise ValueError(
-                f"setting {k!r} is not in trial-id schema 1 and has no one-value default in "
-                "spec.GridSpec: it would change every trial id (docs/architecture.md, "
-                '"How to add ...", "An axis")'
+                f"setting {k!r} is not in trial-id schema 1 and has no default in "
+                "columns.AXIS_TABLE: it would change every trial id (docs/architecture.md, "
+                '"Adding an axis")'
             )
     identity: dict[str, Any] = {
         "workload": spec.workload,
-        "settings": _identity_fields(hashed, ID_SCHEMA_1_SETTINGS, partial(_axis_default, grid)),
+        "settings": _identity_fields(hashed, ID_SCHEMA_1_SETTINGS, _axis_default),
         "train": [getattr(t, name) for name in ID_SCHEMA_1_TRAIN],
         "resources": _section_identity(spec.resources, ID_SCHEMA_1_RESOURCES, UNMEASURED_RESOURCES),
     }

@@ -25,7 +25,7 @@ import yaml
 
 from amdahl.analysis.configs import Config, scale_batch
 from amdahl.analysis.stats import Stat
-from amdahl.columns import AXES
+from amdahl.columns import AXES, SETTING_COLUMNS, TrialSettings
 from amdahl.errors import UserError
 from amdahl.files import write_private
 from amdahl.report.build import Report
@@ -187,25 +187,22 @@ def _params(c: Config) -> dict[str, Any]:
 
 
 def run_settings(report: Report, c: Config) -> RunSettings:
-    """What the Ray Train script needs of configuration `c`."""
+    """What the Ray Train script needs of configuration `c`: its axis values as its rows were
+    measured under them (`TrialSettings.from_row`: an axis its rows do not record at its
+    default), the spec's options, train and resources."""
     raw = report.spec or {}
-    options = dict(raw.get("options") or {})
+    options = {k: v for k, v in (raw.get("options") or {}).items() if v is not None}
     resources = report.planned_resources or raw.get("resources") or {}
     train = raw.get("train") or {}
     lr = c.stat("lr")  # the rate after linear scaling, where the sweep scaled it
-    s = c.settings
+    settings = TrialSettings.from_row(c.settings, options)
     return RunSettings(
         label=c.label,
         devices=c.devices,
         batch_size=int(c.batch_size or 1),
-        precision=str(s.get("precision") or "fp32"),
-        compile=str(s.get("compile") or "eager"),
+        **{axis: getattr(settings, axis) for axis in SETTING_COLUMNS if axis != "devices"},
         compile_mode=str(options.get("compile_mode") or "default"),
-        sync=str(s.get("sync") or "ddp"),
-        options={k: v for k, v in options.items() if v is not None},
-        input=str(s.get("input") or "ray_data"),
-        data_workers=int(s["data_workers"] if s.get("data_workers") is not None else 1),
-        prefetch_batches=int(s["prefetch_batches"] if s.get("prefetch_batches") is not None else 4),
+        options=settings.options,
         optimizer=str(train.get("optimizer") or "sgd"),
         lr=float(lr.median if lr else train.get("lr") or 0.05),
         use_gpu=bool(resources.get("use_gpu")),

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from amdahl.columns import AXIS_TABLE
 from amdahl.strategies import OPTION_DEFAULTS
 
 #: The DDP family: DistributedDataParallel with bucket_cap_mb, and what each adds.
@@ -25,21 +26,22 @@ _AUTOCAST = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}
 
 @dataclass(frozen=True)
 class RunSettings:
-    """What the script must reproduce of one configuration."""
+    """What the script must reproduce of one configuration: every axis (a field of the same
+    name, at its default in columns.AXIS_TABLE) and what the spec's other sections set."""
 
     label: str
     devices: int
     #: samples per worker per forward/backward pass
     batch_size: int
-    precision: str = "fp32"
-    compile: str = "eager"
+    precision: str = AXIS_TABLE["precision"].default
+    compile: str = AXIS_TABLE["compile"].default
     compile_mode: str = "default"
-    sync: str = "ddp"
+    sync: str = AXIS_TABLE["sync"].default
     #: the sync strategy's options (strategies.OPTION_DEFAULTS fills what is absent)
     options: dict[str, Any] = field(default_factory=dict)
-    input: str = "ray_data"
-    data_workers: int = 1
-    prefetch_batches: int = 4
+    input: str = AXIS_TABLE["input"].default
+    data_workers: int = AXIS_TABLE["data_workers"].default
+    prefetch_batches: int = AXIS_TABLE["prefetch_batches"].default
     optimizer: str = "sgd"
     lr: float = 0.05
     use_gpu: bool = False
@@ -199,6 +201,12 @@ def _sync_setup(s: RunSettings, out: _Lines) -> None:
             if s.devices > 1
             else "# one worker: no gradient communication"
         )
+    _optimizer_setup(s, out)
+
+
+def _optimizer_setup(s: RunSettings, out: _Lines) -> None:
+    """`optimizer` made as sync strategy `s.sync` needs it: sharded (ZeRO-1), through the
+    parameter server's strategy, or the plain optimizer."""
     if s.sync == "zero1":
         optimizer_class = "torch.optim.AdamW" if s.optimizer == "adamw" else "torch.optim.SGD"
         kwargs = f"lr={s.lr!r}" + (", momentum=0.9" if s.optimizer != "adamw" else "")

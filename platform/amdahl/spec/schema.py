@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
-from amdahl.columns import COLUMNS
+from amdahl.columns import AXIS_TABLE, COLUMNS
 from amdahl.strategies import NAMES, OPTION_DEFAULTS
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "bf16_weights"]
@@ -115,36 +115,46 @@ class GridSpec(_Section):
     model_config = ConfigDict(extra="allow", validate_default=True)
 
     devices: list[_Positive] = Field(
-        [1], min_length=1, description="Train workers (GPUs or CPU slots)."
+        [AXIS_TABLE["devices"].default],
+        min_length=1,
+        description="Train workers (GPUs or CPU slots).",
     )
     batch_size: list[_Positive | Literal["max"]] = Field(
-        [256],
+        [AXIS_TABLE["batch_size"].default],
         min_length=1,
         description="Batch size (see train.scaling). `max`: the largest power of two per "
         "device predicted to fit the device's memory (resources.device_memory_gb, or what a "
         "simulated device's workload states), resolved per configuration and printed at plan "
         "time (weak scaling only).",
     )
-    precision: list[Precision] = Field(["fp32"], min_length=1, description="Numeric precision.")
-    compile: list[Compile] = Field(["eager"], min_length=1, description="Graph compilation.")
+    precision: list[Precision] = Field(
+        [AXIS_TABLE["precision"].default], min_length=1, description="Numeric precision."
+    )
+    compile: list[Compile] = Field(
+        [AXIS_TABLE["compile"].default], min_length=1, description="Graph compilation."
+    )
     data_workers: list[_NonNegative] = Field(
-        [1],
+        [AXIS_TABLE["data_workers"].default],
         min_length=1,
         description="Concurrency of the input pipeline's preprocessing: Ray Data map tasks "
         "(input ray_data), or DataLoader workers per device (input torch_loader; 0 loads in "
         "the training process).",
     )
     input: list[Input] = Field(
-        ["ray_data"],
+        [AXIS_TABLE["input"].default],
         min_length=1,
         description="Input pipeline: ray_data (blocks in Ray's object store; with "
         "preprocessing, Ray Data map_batches and Arrow chunks through iter_batches) or "
         "torch_loader (a torch DataLoader per device), with the same preprocessing.",
     )
     prefetch_batches: list[_NonNegative] = Field(
-        [4], min_length=1, description="Batches each device's input prefetches ahead of the step."
+        [AXIS_TABLE["prefetch_batches"].default],
+        min_length=1,
+        description="Batches each device's input prefetches ahead of the step.",
     )
-    sync: list[Sync] = Field(["ddp"], min_length=1, description="Gradient synchronisation.")
+    sync: list[Sync] = Field(
+        [AXIS_TABLE["sync"].default], min_length=1, description="Gradient synchronisation."
+    )
 
     def param_axes(self) -> dict[str, list[Any]]:
         """The `params.<name>` axes, keyed by parameter name."""

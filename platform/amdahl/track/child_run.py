@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from amdahl.analysis.configs import group_configs
 from amdahl.analysis.stats import is_number
-from amdahl.columns import SETTING_COLUMNS
+from amdahl.columns import AXIS_TABLE, SETTING_COLUMNS
 from amdahl.spec.schema import SweepSpec
 from amdahl.track.records import Metric, is_metric_value, now_ms
 
@@ -48,14 +48,11 @@ _PARAM_COLUMNS = (
 )
 #: Settings that are numbers, logged as metrics (step 0) as well as params: MLflow compares
 #: params as strings, so only a metric filters by value (`metrics.devices >= 2`) and sorts
-#: numerically.
+#: numerically. The axes' come from their table (`columns.Axis.metric`).
 NUMERIC_SETTINGS = (
-    "devices",
-    "batch_size",
+    *(name for name, axis in AXIS_TABLE.items() if axis.metric),
     "global_batch",
     "micro_steps",
-    "data_workers",
-    "prefetch_batches",
     "steps",
     "warmup_steps",
     "torch_threads",

@@ -1,12 +1,12 @@
 """Expansion, exclusion, stable ids, capability refusals and the resource arithmetic."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+import pyarrow as pa
 import pytest
-from pydantic import Field
 
 from amdahl.analysis.configs import group_configs
-from amdahl.columns import AXES, TrialSettings
+from amdahl.columns import AXES, AXIS_TABLE, COLUMNS, SCHEMA, Axis, TrialSettings
 from amdahl.driver.planning import check_sweep
 from amdahl.driver.trainable import launch_config
 from amdahl.errors import UserError
@@ -241,23 +241,30 @@ def _one_trial(**sections):
     return plan.spec, plan.trials[0]
 
 
-def test_a_new_axis_keeps_ids_at_its_default():
-    # as if `numa` were added to spec.GridSpec, columns.AXES and columns.TrialSettings
-    class LaterGrid(GridSpec):
-        numa: list[str] = Field(["off"], min_length=1)
-
+def test_a_new_axis_keeps_ids_at_its_default(monkeypatch):
+    # as if `numa` were added to columns.AXIS_TABLE and columns.TrialSettings
     @dataclass(frozen=True, kw_only=True)
     class LaterSettings(TrialSettings):
         numa: str = "off"
 
     spec, trial = _one_trial(grid={"sync": ["ddp"]})
-    later = spec.model_copy(update={"grid": LaterGrid(**spec.grid.model_dump())})
     at = lambda numa: LaterSettings(**trial.settings.as_dict(), numa=numa)  # noqa: E731
-    assert trial_id(later, at("off")) == trial.trial_id
-    assert trial_id(later, at("on")) != trial.trial_id
-    # A setting with no one-value default would change every id: refused, not hashed.
+    # A setting with no default in the table would change every id: refused, not hashed.
     with pytest.raises(ValueError, match="'numa' is not in trial-id schema 1"):
         trial_id(spec, at("off"))
+    monkeypatch.setitem(AXIS_TABLE, "numa", Axis(default="off", label="{}", snippet="-"))
+    assert trial_id(spec, at("off")) == trial.trial_id
+    assert trial_id(spec, at("on")) != trial.trial_id
+
+
+def test_every_axis_of_the_table_is_in_the_schema_the_settings_and_the_results():
+    """columns.AXIS_TABLE is the axes' one list: each is a grid field whose default list holds
+    the table's default, a TrialSettings field and a results column."""
+    assert AXES == tuple(AXIS_TABLE)
+    assert list(TrialSettings.__dataclass_fields__)[: len(AXES)] == list(AXES)
+    for name, axis in AXIS_TABLE.items():
+        assert GridSpec.model_fields[name].default == [axis.default], name
+        assert name in COLUMNS, name
 
 
 def test_settings_hash_and_show_as_the_dict_they_were():
@@ -475,6 +482,39 @@ def test_plan_labels_are_what_the_report_makes_of_the_trials_rows(tmp_path, scal
     batch = "gb64" if scaling == "strong" else "b64"
     # prefetch 4 is the default: named because another trial sets 8
     assert f"d2 {batch} fp32 eager w1 ddp p4 classes=3" in plan.labels.values()
+
+
+@pytest.mark.parametrize("scaling", ["weak", "strong"])
+def test_a_results_row_reads_back_as_the_settings_it_was_written_from(tmp_path, scaling):
+    """TrialSettings.from_row inverts protocol/identity.row_identity (the options and which
+    parameters were axes are not in a row), from a dict and from a pandas row of the table."""
+    plan = _plan(
+        grid={"devices": [1, 2], "batch_size": [64], "prefetch_batches": [2, 8]},
+        train={"scaling": scaling},
+        resources={"cpus_per_device": 0.5, "cpus_per_data_worker": 0.5},
+    )
+    rows = []
+    for launch in plan.launches():
+        config = launch_config(plan.spec, launch, tmp_path, "plan")
+        rows += [(trial.settings, row_identity(config, trial, 0)) for trial in config.trials]
+    assert len(rows) == 4
+    table = pa.Table.from_pylist([{k: r.get(k) for k in COLUMNS} for _, r in rows], schema=SCHEMA)
+    for (settings, row), pandas_row in zip(rows, table.to_pandas().itertuples(), strict=True):
+        back = replace(settings, axis_params={})
+        assert TrialSettings.from_row(row, settings.options) == back
+        assert TrialSettings.from_row(pandas_row._asdict(), settings.options) == back
+
+
+def test_a_row_from_before_an_axis_existed_reads_as_its_default():
+    row = {"devices": 2, "batch_size": 32, "precision": "bf16", "params": '{"hidden": [8]}'}
+    frame = pa.Table.from_pylist([row], schema=SCHEMA).to_pandas()  # nulls: None and NaN
+    for read in (row, frame.iloc[0]):
+        s = TrialSettings.from_row(read)
+        assert (s.devices, s.batch_size, s.precision) == (2, 32, "bf16")
+        assert s.params == {"hidden": [8]} and s.axis_params == {} and s.options == {}
+        rest = {a: getattr(s, a) for a in AXES if a not in ("devices", "batch_size", "precision")}
+        assert rest == {a: AXIS_TABLE[a].default for a in rest}
+        assert isinstance(s.prefetch_batches, int)
 
 
 def test_an_eager_only_workload_has_its_compiled_trials_refused_with_its_reason():

@@ -16,6 +16,7 @@ import importlib
 import itertools
 import json
 import socket
+from dataclasses import MISSING, fields, replace
 from pathlib import Path
 from typing import Any, get_args
 
@@ -24,8 +25,9 @@ from click.testing import CliRunner
 from report_rows import row, write_sweep
 
 from amdahl import load_spec, plan_sweep, validate_spec, write_reports
-from amdahl.columns import per_device_batch
+from amdahl.columns import AXIS_TABLE, per_device_batch
 from amdahl.plan.resources import Node
+from amdahl.report import train_snippet
 from amdahl.report.train_snippet import RunSettings, ray_train_snippet
 from amdahl.spec.schema import Compile, Precision
 from amdahl.strategies import NAMES, STRATEGIES
@@ -166,6 +168,36 @@ def test_every_combination_compiles_resolves_and_names_its_api(sync):
             assert scaling["resources_per_worker"] == (
                 {"CPU": 0.5, "GPU": 1.0} if use_gpu else {"CPU": 0.5}
             )
+
+
+#: A value other than the default for every axis (a new axis needs one here).
+OTHER_VALUE = {
+    "devices": 4,
+    "batch_size": 16,
+    "precision": "bf16",
+    "compile": "inductor",
+    "data_workers": 2,
+    "input": "torch_loader",
+    "prefetch_batches": 8,
+    "sync": "fsdp",
+}
+
+
+def test_the_script_reproduces_every_axis_of_the_table():
+    """Each axis is a RunSettings field at its table default, the functions its table entry
+    names write it, and another value of it changes the script."""
+    assert set(OTHER_VALUE) == set(AXIS_TABLE), "an axis was added: give it another value here"
+    defaults = {f.name: f.default for f in fields(RunSettings)}
+    at_default = _settings("ddp", "fp32", "eager")
+    for name, axis in AXIS_TABLE.items():
+        assert name in defaults, name
+        if defaults[name] is not MISSING:
+            assert defaults[name] == axis.default, name
+        for function in axis.snippet.split(":")[0].split(", "):
+            assert callable(getattr(train_snippet, function)), (name, function)
+        assert OTHER_VALUE[name] != axis.default
+        changed = replace(at_default, **{name: OTHER_VALUE[name]})
+        assert ray_train_snippet(changed) != ray_train_snippet(at_default), name
 
 
 def test_strategy_options_reach_the_calls():
