@@ -107,7 +107,7 @@ def count_training_flops(workload: Workload, batch: dict[str, torch.Tensor]) -> 
         inputs, targets = workload.split_batch(batch)
         rows = _rows(inputs)
         with flop_counter.FlopCounterMode(display=False, custom_mapping=_CPU_ATTENTION) as c:
-            workload.loss(model(inputs), targets).backward()
+            workload.forward(model, inputs, targets)[1].backward()
     hardware = c.get_total_flops()
     return Counted((hardware - _recomputed(c.get_flop_counts())) / rows, hardware / rows)
 

@@ -97,11 +97,11 @@ def _ledger_peak(
     opt = make_optimizer_factory(TrainSpec(optimizer=optimizer))(model.parameters())
     scaler = precision.scaler(device)
     x, y = workload.split_batch(_batch(workload, batch, seed))
-    x = precision.cast_input(x) if isinstance(x, torch.Tensor) else x
+    x = precision.cast_input(x)
 
     def step() -> None:
         with precision.autocast(device):
-            loss = workload.loss(model(x), y)
+            loss = workload.forward(model, x, y)[1]
         (scaler.scale(loss) if scaler else loss).backward()
         if scaler:
             scaler.step(opt)

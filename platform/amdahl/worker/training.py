@@ -12,8 +12,10 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
+from torch.utils._pytree import tree_map_only
 
 from amdahl.spec.schema import TargetSpec, TrainSpec
 
@@ -45,10 +47,14 @@ class Precision:
         """The dtype matmuls run in: the one the peak FLOP/s is measured at."""
         return self.autocast_dtype or self.weights_dtype or torch.float32
 
-    def cast_input(self, x: torch.Tensor) -> torch.Tensor:
-        if self.weights_dtype is not None and x.is_floating_point():
-            return x.to(self.weights_dtype)
-        return x
+    def cast_input(self, x: Any) -> Any:
+        """The model's inputs in its weights' dtype (bf16_weights): every floating-point
+        tensor of them, a dict's or a tuple's too; the rest (token ids, ...) as they are."""
+        if self.weights_dtype is None:
+            return x
+        dtype = self.weights_dtype
+        cast = lambda t: t.to(dtype) if t.is_floating_point() else t  # noqa: E731
+        return tree_map_only(torch.Tensor, cast, x)
 
     def autocast(self, device: torch.device) -> contextlib.AbstractContextManager:
         """torch.autocast for bf16 and fp16; else no context at all: entering a disabled

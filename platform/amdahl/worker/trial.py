@@ -109,8 +109,8 @@ class _Trial:
         """(output, labels, loss) of one batch in the trial's precision (cast, autocast)."""
         x, y = self.workload.split_batch(batch)
         with self.precision.autocast(self.device):
-            out = model(self.precision.cast_input(x))
-            return out, y, self.workload.loss(out, y)
+            out, loss = self.workload.forward(model, self.precision.cast_input(x), y)
+            return out, y, loss
 
     def backward(self, loss: torch.Tensor, micro_steps: int) -> None:
         """Backward of one micro-batch's share of the step's loss (loss / micro_steps), through

@@ -100,6 +100,16 @@ class Workload(abc.ABC):
 
     # ---- optional -----------------------------------------------------------------------
 
+    def forward(self, model: torch.nn.Module, inputs: Any, targets: Any) -> tuple[Any, Any]:
+        """One forward with its loss: (output, mean loss over the batch). The default calls
+        `model(inputs)` and `self.loss(output, targets)`. Override it for a model that takes
+        its targets or computes its own loss (nanoGPT's `forward(idx, targets)` returns
+        `(logits, loss)`; Hugging Face models take `labels=`), or whose inputs are a dict
+        (`model(**inputs)`). The timed loop, validation, the FLOP count and the memory probe
+        all call it, inside the trial's autocast."""
+        output = model(inputs)
+        return output, self.loss(output, targets)
+
     def correct(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor | None:
         """Number of correct predictions (for val_accuracy): argmax over the last dimension
         equal to the target. Return None where accuracy has no meaning (regression)."""
