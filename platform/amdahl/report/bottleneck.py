@@ -70,7 +70,7 @@ ADVICE: dict[str, list[str]] = {
     ],
     DATA: [
         "raise data_workers and resources.cpus_per_data_worker",
-        "raise options.prefetch_batches",
+        "raise grid.prefetch_batches",
         "move preprocessing out of the step (store it once)",
     ],
     TRANSFER: [
