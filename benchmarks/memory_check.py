@@ -27,15 +27,13 @@ import sys
 from pathlib import Path
 
 import torch
-from torch import nn
-from torch.distributed._tools.mem_tracker import MemTracker
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from encoder_workload import TinyEncoder  # noqa: E402
+from memtracker_reference import memtracker_peak  # noqa: E402
 from trial_runner import launch_config, one_rank_group, run, trial_config  # noqa: E402
 
 from amdahl import Workload  # noqa: E402
-from amdahl.worker.tensor_ledger import sync_buffer_bytes  # noqa: E402
 from workloads.gpt import GPT  # noqa: E402
 from workloads.mlp import MLP  # noqa: E402
 
@@ -54,34 +52,6 @@ def platform_arm(workload: Workload, batch: int, precision: str, sync: str) -> d
     if error:
         raise RuntimeError(error)
     return stats
-
-
-def memtracker_arm(workload: Workload, batch: int, precision: str, sync: str) -> int:
-    torch.manual_seed(0)
-    model = workload.build_model()
-    buckets = 0
-    if sync == "ddp":
-        model = nn.parallel.DistributedDataParallel(model)
-        buckets = sync_buffer_bytes(model)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    rows = workload.generate("train", batch, seed=0)
-    x, y = workload.split_batch({k: torch.from_numpy(v) for k, v in rows.items()})
-    dtype = torch.bfloat16 if precision == "bf16" else None
-
-    def step() -> None:
-        with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
-            loss = workload.loss(model(x), y)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    step()
-    step()  # DDP rebuilds its buckets in the second step's forward
-    tracker = MemTracker()
-    tracker.track_external(model, optimizer)
-    with tracker:
-        step()
-    return next(iter(tracker.get_tracker_snapshot("peak").values()))["Total"] + buckets
 
 
 def main() -> None:
@@ -108,7 +78,7 @@ def main() -> None:
                 for batch in batches:
                     workload = make()
                     stats = platform_arm(workload, batch, precision, sync)
-                    reference = memtracker_arm(workload, batch, precision, sync)
+                    reference = memtracker_peak(workload, batch, precision, sync)
                     ratio = stats["peak_mem_bytes"] / reference
                     errors.append(abs(ratio - 1))
                     case = f"{name} {precision} {sync} b{batch}"

@@ -5,38 +5,12 @@ batch, optimizer and precision), and its breakdown against the tensors it names.
 import pytest
 import torch
 from encoder_workload import TinyEncoder
+from memtracker_reference import memtracker_peak
 from torch import nn
-from torch.distributed._tools.mem_tracker import MemTracker
 from trial_runner import launch_config, one_rank_group, run, trial_config
 
 from amdahl import Workload
 from amdahl.worker.tensor_ledger import BREAKDOWN_COLUMNS, TensorLedger, sync_buffer_bytes
-
-
-def _memtracker_peak(workload: Workload, batch: int, precision: str) -> int:
-    """MemTracker's peak over one step of a plain loop, after a first step (so the optimizer
-    state exists, as it does after a trial's warmup): SGD with momentum, as the trial's."""
-    torch.manual_seed(0)
-    model = workload.build_model()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    rows = workload.generate("train", batch, seed=0)
-    x, y = (torch.from_numpy(rows[k]) for k in ("x", "y"))
-    dtype = torch.bfloat16 if precision == "bf16" else None
-
-    def step() -> None:
-        with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
-            loss = workload.loss(model(x), y)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    step()
-    tracker = MemTracker()
-    tracker.track_external(model, optimizer)
-    with tracker:
-        step()
-    peak = tracker.get_tracker_snapshot("peak")
-    return next(iter(peak.values()))["Total"]
 
 
 def _trial(workload: Workload, warmup_steps: int = 3, **settings) -> dict:
@@ -56,7 +30,7 @@ def test_cpu_peak_is_tensor_bytes_within_10_percent_of_memtracker(batch, precisi
     # warmup 1: too few warmup steps to count one, so one more step after the window counts
     workload = TinyEncoder()
     stats = _trial(workload, warmup, batch_size=batch, per_device_batch=batch, precision=precision)
-    reference = _memtracker_peak(workload, batch, precision)
+    reference = memtracker_peak(workload, batch, precision)
     assert stats["peak_mem_bytes"] == pytest.approx(reference, rel=0.10)
     # the resident figure is its own column, and it is not the tensor bytes
     assert stats["peak_rss_bytes"] not in (None, stats["peak_mem_bytes"])
