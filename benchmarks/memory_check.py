@@ -9,7 +9,7 @@ same model, batch, optimizer (SGD, momentum 0.9) and precision, one process:
   memtracker  torch.distributed._tools.mem_tracker.MemTracker over one step of a plain loop
               after a first step (the optimizer state exists, as after a trial's warmup); under
               ddp plus DDP's gradient buckets, which MemTracker cannot see (C++ allocations
-              made when DDP is built: `worker.memory.sync_buffer_bytes`, checked against
+              made when DDP is built: `worker.tensor_ledger.sync_buffer_bytes`, checked against
               what the ledger sees DDP allocate in tests/unit/worker/test_tensor_ledger.py)
 Prints one line per case: both peaks in MiB and platform / memtracker; then the median and worst
 |ratio - 1|. The goal: within 10% on every case. (Resident memory is no comparison here: every
