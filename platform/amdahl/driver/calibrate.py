@@ -73,7 +73,8 @@ def run_calibration(
 
     import ray
 
-    from amdahl.worker.calibration_measurement import RESULT_KEY, calibration_worker
+    from amdahl.protocol.queue import CALIBRATION_RESULT_KEY
+    from amdahl.worker.calibration_measurement import calibration_worker
 
     started = connect_ray(address, SweepDir(sweep_dir).ray_log)  # sets ray.train's env first
     try:
@@ -99,9 +100,11 @@ def run_calibration(
     finally:
         if started:
             ray.shutdown()
-    if RESULT_KEY not in metrics:
+    if CALIBRATION_RESULT_KEY not in metrics:
         raise RuntimeError("calibration workers reported no measurements")
-    return finish_calibration(sweep_dir, json.loads(metrics[RESULT_KEY]), resources, models)
+    return finish_calibration(
+        sweep_dir, json.loads(metrics[CALIBRATION_RESULT_KEY]), resources, models
+    )
 
 
 def finish_calibration(

@@ -37,6 +37,7 @@ from amdahl.plan.resources import DRIVER_CPUS
 from amdahl.protocol.contract import LaunchConfig
 from amdahl.protocol.identity import failure_status, row_identity
 from amdahl.protocol.items import WorkItem
+from amdahl.protocol.queue import Answered, Entered, QueueEvent
 from amdahl.sweepdir.driver_files import ray_storage
 
 if TYPE_CHECKING:
@@ -171,29 +172,30 @@ class LaunchPool:
         self._schedule(load)
 
     def _take(self) -> None:
-        self._record(ray.get(self.queue.take.remote()))
+        self._record(ray.get(self.queue.drain_events.remote()))
 
-    def _record(self, events: list[tuple[Any, ...]]) -> None:
+    def _record(self, events: list[QueueEvent]) -> None:
         """The queue's events, in order: rows and failures recorded, calibrations kept."""
-        for kind, *event in events:
-            if kind == "entered":
-                launch_id, start, _ = event
+        for event in events:
+            if isinstance(event, Entered):
+                launch_id = event.launch_id
                 # a second entry in one round: Ray Train restarted the group (max_failures)
                 why = self._why.pop(launch_id, "again: Ray Train restarted it after a failure")
                 self.start_reasons.append((launch_id, why))
-                self._rows_this_start[launch_id], self._starts[launch_id] = 0, start
+                self._rows_this_start[launch_id], self._starts[launch_id] = 0, event.start
                 continue
-            item, answer = event
+            item = event.item
             self._unanswered.pop(item.key, None)
             self._rows_this_start[item.launch_id] = self._rows_this_start.get(item.launch_id, 0) + 1
             self._deaths[item.launch_id] = 0
+            answered = isinstance(event, Answered)
             if item.kind == "calibrate":
-                self.calibrations.append(answer if kind == "row" else {"error": answer})
-            elif kind == "row":
-                self._note_first_window(answer)
-                self.record(answer)
+                self.calibrations.append(event.row if answered else {"error": event.reason})
+            elif answered:
+                self._note_first_window(event.row)
+                self.record(event.row)
             else:
-                self.record(self._failed_row(item, answer))
+                self.record(self._failed_row(item, event.reason))
 
     def _note_first_window(self, row: dict[str, Any]) -> None:
         """When the sweep's first measured window opened: the earliest a worker stamped on an

@@ -9,15 +9,17 @@ repeats, rungs and relaunches, and pays Ray's start once (docs/architecture.md, 
 
 The queue, not a Train checkpoint, is the record of what is done: an item leased by a worker
 group that then dies is handed again to the restarted group (`enter`), and one that was leased
-twice without an answer is given up with the reason. Rows and give-ups wait in the queue until
-the driver takes them (`take`): the driver alone writes results.parquet and MLflow.
+twice without an answer is given up with the reason. Rows and give-ups wait in the queue, as
+the events of protocol.queue (Entered, Answered, GivenUp), until the driver drains them
+(`drain_events`): the driver alone writes results.parquet and MLflow.
 
 Why it lives in driver/: it is the driver's bookkeeping (what is pending, leased, done, given
 up), which the driver creates, feeds and reads. The workers never import this class: they hold
-a handle to the actor (`LaunchConfig.queue`) and call five of its methods (`enter`, `lease`,
-`ack`, `attach`, `fail`) with the plain data of amdahl.protocol.items (WorkItem, its key, WAIT,
-CLOSED). Plain Python (no Ray import): the driver wraps it with `ray.remote` as a threaded
-actor, so that a waiting `lease` or `poll` (a long poll: it returns the moment there is
+a handle to the actor (`LaunchConfig.queue`) and call the five methods of
+protocol.queue.WorkerQueue (`enter`, `lease`, `ack`, `attach`, `fail`) through
+worker.queue_client.QueueClient, with the plain data of amdahl.protocol.items (WorkItem, its
+key, WAIT, CLOSED). Plain Python (no Ray import): the driver wraps it with `ray.remote` as a
+threaded actor, so that a waiting `lease` or `poll` (a long poll: it returns the moment there is
 something) does not hold up the other calls. Every method holds one lock (a Condition that
 the waiting calls sleep on), so the state is never seen half-changed.
 """
@@ -32,6 +34,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from amdahl.protocol.items import CLOSED, TRACES, WAIT, WorkItem
+from amdahl.protocol.queue import Answered, Entered, GivenUp, QueueEvent
 
 #: How many times an item is handed out before a worker group's death during it gives it up.
 MAX_DELIVERIES = 2
@@ -74,7 +77,7 @@ class WorkQueue:
         self._deliveries: dict[str, int] = {}
         self._closed: set[str] = set()
         self._starts: dict[str, int] = {}
-        self._events: list[tuple[Any, ...]] = []
+        self._events: list[QueueEvent] = []
         self._traces: dict[str, dict[int, bytes]] = {}  # per leased item, by rank
         self._changed = threading.Condition()  # the lock; notified by every change
 
@@ -104,20 +107,20 @@ class WorkQueue:
         """A new worker group for these launches is about to start."""
         self._closed.difference_update(launch_ids)
 
-    @_reads
-    def take(self) -> list[tuple[Any, ...]]:
-        """Events since the last call, in order: ("entered", launch_id, start number, unix
-        time), ("row", item, row), ("failed", item, reason)."""
+    @_changes
+    def drain_events(self) -> list[QueueEvent]:
+        """The events since the last drain, in order, taken out of the queue (a group's
+        entry, an item's answer, an item given up)."""
         events, self._events = self._events, []
         return events
 
-    def poll(self, wait_s: float = 0.0) -> tuple[list[tuple[Any, ...]], dict[str, tuple[int, int]]]:
-        """`take` and `load` in one call: what the driver reads each tick. Where there is no
-        event yet, it waits for one up to `wait_s` seconds (the driver's tick: a row, a
+    def poll(self, wait_s: float = 0.0) -> tuple[list[QueueEvent], dict[str, tuple[int, int]]]:
+        """`drain_events` and `load` in one call: what the driver reads each tick. Where there
+        is no event yet, it waits for one up to `wait_s` seconds (the driver's tick: a row, a
         failure or a group's entry wakes it at once)."""
         with self._changed:
             self._changed.wait_for(lambda: self._events, timeout=wait_s)
-            return self.take(), self.load()
+            return self.drain_events(), self.load()
 
     @_reads
     def load(self) -> dict[str, tuple[int, int]]:
@@ -143,7 +146,7 @@ class WorkQueue:
         for item in gone:
             self._leased.pop(item.key, None)
             self._traces.pop(item.key, None)
-            self._events.append(("failed", item, reason))
+            self._events.append(GivenUp(item, reason))
         return len(gone)
 
     # ----------------------------------------------------------------------- the workers
@@ -165,10 +168,10 @@ class WorkQueue:
                         "trial (Ray Train restarted it each time; see ray.log in the sweep "
                         "directory)"
                     )
-                    self._events.append(("failed", item, reason))
+                    self._events.append(GivenUp(item, reason))
                 else:
                     self._pending.setdefault(launch_id, deque()).appendleft(item)
-        self._events.append(("entered", launch_id, n, time.time()))
+        self._events.append(Entered(launch_id, n, time.time()))
         return n
 
     def lease(
@@ -206,7 +209,7 @@ class WorkQueue:
         item = self._leased.pop(key, None)
         traces = self._traces.pop(key, None)
         if item is not None:
-            self._events.append(("row", item, {**row, TRACES: traces} if traces else row))
+            self._events.append(Answered(item, {**row, TRACES: traces} if traces else row))
 
     @_changes
     def attach(self, key: str, rank: int, trace: bytes) -> None:
@@ -222,4 +225,4 @@ class WorkQueue:
         item = self._leased.pop(key, None)
         self._traces.pop(key, None)
         if item is not None:
-            self._events.append(("failed", item, reason))
+            self._events.append(GivenUp(item, reason))

@@ -17,11 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from amdahl.protocol.queue import CALIBRATION_RESULT_KEY
 from amdahl.worker.peak import matrix_size, measure_peak_flops
 
-#: The key rank 0 reports its measurement under (as JSON: one value, whatever Ray adds), which
-#: driver/calibrate.py reads from the Train result.
-RESULT_KEY = "amdahl_calibration"
 #: The file the measurement is written to in the checkpoint rank 0 reports it with.
 _CHECKPOINT_FILE = "calibration.json"
 #: Timed rounds per message size, each about _ROUND_S long, at most _MAX_ITERS calls.
@@ -33,7 +31,7 @@ _MAX_ITERS = 100
 def calibration_worker(config: dict[str, Any]) -> None:
     """`train_loop_per_worker` of `platform calibrate`'s worker group (`config`: the message
     `sizes` and the `threads` per worker): measure, then rank 0 reports everything as one JSON
-    value under RESULT_KEY."""
+    value under CALIBRATION_RESULT_KEY."""
     import ray.train
     import ray.train.torch
     import torch
@@ -51,7 +49,7 @@ def calibration_worker(config: dict[str, Any]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, _CHECKPOINT_FILE).write_text(json.dumps(result))
         ray.train.report(
-            {RESULT_KEY: json.dumps(result)},
+            {CALIBRATION_RESULT_KEY: json.dumps(result)},
             checkpoint=ray.train.Checkpoint.from_directory(tmp),
         )
 

@@ -27,6 +27,7 @@ from amdahl.worker.calibration_measurement import calibration_result
 from amdahl.worker.compile_dirs import ConfigurationCaches, fxgraph_cache_hits
 from amdahl.worker.input import train_source, validation_rows
 from amdahl.worker.peak import measure_peak_flops
+from amdahl.worker.queue_client import QueueClient
 from amdahl.worker.resident import ResidentTrials, unkeepable
 from amdahl.worker.rows import results_row
 from amdahl.worker.training import ProcessPoisoned
@@ -61,7 +62,7 @@ def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
     rank = ctx.get_world_rank()
     start = 0  # this group's start number (rank 0's): its leases name it
     if rank == 0:  # hands back what a worker group that died here had leased
-        start = ray.get(launch.queue.enter.remote(launch.launch_id))
+        start = QueueClient.of(launch).enter(launch.launch_id)
     device = ray.train.torch.get_device()
     worlds = TrialWorlds(rank, ctx.get_world_size(), launch.collective_timeout_s, device)
     torch.set_num_threads(launch.resources.torch_threads)
@@ -112,7 +113,7 @@ def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
                 compile_dirs,
             )
             if rank == 0:
-                ray.get(launch.queue.ack.remote(item.key, {**row, **launch_start, **handover}))
+                QueueClient.of(launch).ack(item.key, {**row, **launch_start, **handover})
             launch_start = {}
             answered = time.perf_counter()
             _freeze_survivors(residents)
@@ -137,7 +138,6 @@ def _calibrate(
 ) -> None:
     """A calibration item: every rank of the group measures the all-reduce (one worker the
     peaks); rank 0 answers with the measurement, or gives the item up with the reason."""
-    import ray
 
     worlds.enter(launch.resources.workers)
     worlds.align_group_names()  # the calibration makes groups of its first 2, 3, 4 ranks
@@ -145,24 +145,23 @@ def _calibrate(
         result = calibration_result(message_sizes(item.max_bytes), device, rank)
     except Exception as e:  # noqa: BLE001 - the sweep goes on without a calibration
         if rank == 0:
-            ray.get(launch.queue.fail.remote(item.key, f"calibration failed: {e}"))
+            QueueClient.of(launch).fail(item.key, f"calibration failed: {e}")
         return
     if rank == 0:
         result["resources_per_worker"] = {"CPU": launch.resources.cpus_per_worker}
-        ray.get(launch.queue.ack.remote(item.key, result))
+        QueueClient.of(launch).ack(item.key, result)
 
 
 def _next_item(launch: LaunchConfig, rank: int, start: int, world: int) -> WorkItem | str:
     """The group's next item, the same on every rank: rank 0 leases it from the driver's
     queue (waiting at most _LEASE_WAIT_S) and broadcasts it; WAIT when there was none yet.
     A group that Ray Train is stopping leases nothing: the item would fail with its end."""
-    import ray
     from ray.train.collective import broadcast_from_rank_zero
 
     item: WorkItem | str | None = None
     if rank == 0:  # the queue answers the moment an item is put (a long poll)
         _check_world_intact(world, None, None)
-        item = ray.get(launch.queue.lease.remote(launch.launch_id, _LEASE_WAIT_S, start))
+        item = QueueClient.of(launch).lease(launch.launch_id, _LEASE_WAIT_S, start)
     return broadcast_from_rank_zero(item)
 
 
@@ -182,7 +181,6 @@ def _run_item(
     rung before (worker/resident.py), kept in turn where the item asks. A failure that must end
     the worker group (a poisoned process, a rank stranded in a collective) is given up in the
     queue with its reason first, so the restarted group does not run it again."""
-    import ray
 
     started = time.perf_counter()
     stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
@@ -213,7 +211,7 @@ def _run_item(
         _wait_for_every_rank(item.key, error, devices)
     except (ProcessPoisoned, RankStranded) as e:
         reason = f"launch failed: {type(e).__name__}: {e}"
-        ray.get(launch.queue.fail.remote(item.key, reason))
+        QueueClient.of(launch).fail(item.key, reason)
         raise
     if error is None:
         stats["continued_from"] = item.continues if resume is not None else None
@@ -238,13 +236,12 @@ def _ship_trace(launch: LaunchConfig, item: WorkItem, rank: int, stats: dict[str
     """This rank's profiler trace (worker/profile.py) goes to the driver's queue under the
     item's key, apart from the row: not through rank 0 and the row's gather. Every rank does
     it before that gather, so rank 0's acknowledgement comes after every trace."""
-    import ray
 
     blob, reason = stats.pop("trace", None), stats.pop("trace_error", None)
     if reason:
         logging.getLogger(__name__).warning("rank %d, %s: no trace: %s", rank, item.key, reason)
     if blob is not None:
-        ray.get(launch.queue.attach.remote(item.key, rank, blob))
+        QueueClient.of(launch).attach(item.key, rank, blob)
 
 
 def _before_first_trial(

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 from amdahl.driver.launch_watch import launch_error
 from amdahl.driver.work_queue import WorkQueue
 from amdahl.protocol.items import CLOSED, WAIT, WorkItem, item_key
+from amdahl.protocol.queue import Answered, GivenUp
 
 
 def _failed_launch(tmp_path, error_text: str) -> SimpleNamespace:
@@ -56,7 +57,7 @@ def _queue(*keys: str, launch: str = "L") -> tuple[WorkQueue, list[WorkItem]]:
 
 
 def _failed(events: list) -> list[tuple[str, str]]:
-    return [(e[1].key, e[2]) for e in events if e[0] == "failed"]
+    return [(e.item.key, e.reason) for e in events if isinstance(e, GivenUp)]
 
 
 def test_items_go_out_in_order_and_an_acked_one_is_done():
@@ -69,7 +70,10 @@ def test_items_go_out_in_order_and_an_acked_one_is_done():
     queue.ack("b/0/-", {"trial_id": "b"})
     queue.close(["L"])
     assert queue.lease("L") == CLOSED
-    assert [e[2]["trial_id"] for e in queue.take() if e[0] == "row"] == ["a", "b"]
+    assert [e.row["trial_id"] for e in queue.drain_events() if isinstance(e, Answered)] == [
+        "a",
+        "b",
+    ]
     assert queue.load() == {}
 
 
@@ -82,7 +86,7 @@ def test_a_restarted_group_gets_the_item_it_lost_first_and_gives_it_up_the_secon
     queue.enter("L")  # it killed the group a second time
     assert queue.starts() == {"L": 3}
     assert queue.lease("L") == items[1]
-    [(key, reason)] = _failed(queue.take())
+    [(key, reason)] = _failed(queue.drain_events())
     assert key == "a/0/-" and "died 2 times" in reason
 
 
@@ -91,14 +95,14 @@ def test_a_launch_that_died_for_good_fails_only_the_item_it_was_running():
     queue.enter("L")
     queue.lease("L")
     assert queue.abandon("L", "launch failed: RuntimeError: worker died") == 1
-    assert _failed(queue.take()) == [("a/0/-", "launch failed: RuntimeError: worker died")]
+    assert _failed(queue.drain_events()) == [("a/0/-", "launch failed: RuntimeError: worker died")]
     assert queue.load() == {"L": (2, 0)}  # b and c wait for a new launch
 
 
 def test_a_hopeless_launch_fails_everything_it_had_left():
     queue, _ = _queue("a/0/-", "b/0/-")
     assert queue.abandon("L", "launch failed: no worker group", pending_too=True) == 2
-    assert [k for k, _ in _failed(queue.take())] == ["a/0/-", "b/0/-"]
+    assert [k for k, _ in _failed(queue.drain_events())] == ["a/0/-", "b/0/-"]
 
 
 def test_an_item_given_up_by_a_rank_is_recorded_once_and_not_handed_out_again():
@@ -109,9 +113,9 @@ def test_an_item_given_up_by_a_rank_is_recorded_once_and_not_handed_out_again():
     queue.ack("a/0/-", {"trial_id": "a"})  # too late: nothing is recorded twice
     queue.enter("L")  # the poisoned group is replaced
     assert queue.lease("L") == items[1]
-    events = queue.take()
+    events = queue.drain_events()
     assert _failed(events) == [("a/0/-", "launch failed: ProcessPoisoned: failed: CUDA error")]
-    assert not [e for e in events if e[0] == "row"]
+    assert not [e for e in events if isinstance(e, Answered)]
 
 
 def test_items_of_other_launches_wait_for_their_own():
@@ -131,4 +135,4 @@ def test_a_cancelled_queue_drops_what_waits_and_lets_the_leased_item_answer():
     assert queue.cancel(["L"]) == 2  # b and c: a resume runs them
     assert queue.lease("L") == CLOSED
     queue.ack("a/0/-", {"trial_id": "a"})
-    assert [e[2]["trial_id"] for e in queue.take() if e[0] == "row"] == ["a"]
+    assert [e.row["trial_id"] for e in queue.drain_events() if isinstance(e, Answered)] == ["a"]

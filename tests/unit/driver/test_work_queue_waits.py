@@ -6,6 +6,7 @@ import time
 
 from amdahl.driver.work_queue import WorkQueue
 from amdahl.protocol.items import CLOSED, WAIT, WorkItem
+from amdahl.protocol.queue import Answered
 
 
 def _later(delay_s: float, call) -> threading.Thread:
@@ -49,7 +50,7 @@ def test_a_waiting_poll_returns_with_the_row_that_woke_it():
     assert queue.lease("L") == item
     ack = _later(0.1, lambda: queue.ack("a/0/-", {"trial_id": "a"}))
     events, load = queue.poll(wait_s=30.0)
-    assert [e[0] for e in events] == ["row"] and events[0][2] == {"trial_id": "a"}
+    assert events == [Answered(item, {"trial_id": "a"})]
     assert load == {}
     ack.join()
     start = time.monotonic()

@@ -26,6 +26,7 @@ from amdahl.data.storage import arrow_column
 from amdahl.driver.traces import keep_traces
 from amdahl.driver.work_queue import WorkQueue
 from amdahl.protocol.items import TRACES, WorkItem
+from amdahl.protocol.queue import Answered
 from amdahl.sweepdir.layout import SweepDir
 from amdahl.worker.input import LoaderSource, validation_rows
 from amdahl.worker.trial import Placement, run_trial_guarded
@@ -122,8 +123,9 @@ def test_the_queue_carries_the_traces_to_the_driver(profiled, tmp_path):
         queue.attach(item.key, rank, stats["trace"])
     row = {"trial_id": "t", "repeat": 0, "rung": None, "status": "ok"}
     queue.ack(item.key, row)
-    [(kind, _, answer)] = queue.take()
-    assert kind == "row" and set(answer[TRACES]) == {0, 1}
+    [event] = queue.drain_events()
+    answer = event.row
+    assert isinstance(event, Answered) and set(answer[TRACES]) == {0, 1}
 
     kept = keep_traces(tmp_path, answer)
     assert TRACES not in kept and set(kept) <= set(COLUMNS)  # nothing but results columns
@@ -151,7 +153,7 @@ def test_a_redelivered_item_drops_the_traces_of_its_lost_delivery():
     queue.enter("launch")  # hands the item out again
     assert queue.lease("launch") == item
     queue.ack(item.key, {"status": "ok"})
-    rows = [event[2] for event in queue.take() if event[0] == "row"]
+    rows = [e.row for e in queue.drain_events() if isinstance(e, Answered)]
     assert rows == [{"status": "ok"}]
 
 
