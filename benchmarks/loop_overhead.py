@@ -47,7 +47,7 @@ from harness_overhead import CPUS_PER_DEVICE, ddp_loop
 from amdahl.data.storage import ROWS_PER_BLOCK, arrow_column
 from amdahl.worker import trial as trial_module
 from amdahl.worker.input import LocalShard
-from amdahl.worker.trial import Placement, run_trial
+from amdahl.worker.trial import Placement, TrialRun, run_trial
 from workloads.mlp import MLP
 
 # The in-process trial configs the tests build (tests/trial_runner.py).
@@ -81,12 +81,14 @@ def harness(workload: MLP, batch: int, steps: int, variant: str) -> float:
     try:
         torch.set_num_threads(THREADS)
         stats = run_trial(
-            workload,
-            trial,
-            launch,
-            LocalShard(blocks, 0.0),
-            val,
-            Placement(torch.device("cpu"), 0, 1),
+            TrialRun(
+                workload,
+                trial,
+                launch,
+                LocalShard(blocks, 0.0),
+                val,
+                Placement(torch.device("cpu"), 0, 1),
+            )
         )
     finally:
         trial_module.UtilisationSampler, trial_module.clock_for = sampler, clock

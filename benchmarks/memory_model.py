@@ -41,7 +41,7 @@ from amdahl.analysis.memory_model import MemoryFacts, predict_peak  # noqa: E402
 from amdahl.data.storage import arrow_column  # noqa: E402
 from amdahl.worker.input import LoaderSource, validation_rows  # noqa: E402
 from amdahl.worker.memory_probe import probe_memory  # noqa: E402
-from amdahl.worker.trial import Placement, run_trial_guarded  # noqa: E402
+from amdahl.worker.trial import Placement, TrialRun, run_trial_guarded  # noqa: E402
 from workloads.gpt import GPT  # noqa: E402
 from workloads.mlp import MLP  # noqa: E402
 
@@ -85,7 +85,7 @@ def measure(rank: int, world: int, port: int, out, quick: bool) -> None:
         trial = trial_config(**settings)
         launch = launch_config((trial,), steps=3, warmup_steps=3, profile_steps=0)
         val = validation_rows(workload, None, seed=0)
-        stats, error, _ = run_trial_guarded(workload, trial, launch, source, val, where)
+        stats, error, _ = run_trial_guarded(TrialRun(workload, trial, launch, source, val, where))
         out.put((rank, (name, sync, precision, batch), stats.get("peak_mem_bytes"), error))
     dist.destroy_process_group()
 

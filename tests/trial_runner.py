@@ -18,7 +18,7 @@ from amdahl.data.storage import arrow_column
 from amdahl.protocol.contract import LaunchConfig, TrialConfig, WorkerResources
 from amdahl.spec.schema import TrainSpec
 from amdahl.worker.input import LoaderSource, validation_rows
-from amdahl.worker.trial import KeptTrial, Placement, run_trial, run_trial_guarded
+from amdahl.worker.trial import KeptTrial, Placement, TrialRun, run_trial, run_trial_guarded
 from workloads.mlp import MLP
 
 PARAMS = {"inputs": 64, "hidden": [64], "classes": 4, "train_rows": 2048, "val_rows": 128}
@@ -111,12 +111,16 @@ def continued_and_whole(
     step the trial runs anyway (worker/tensor_ledger.py), not one more after the window."""
     val = validation_rows(workload, None, seed=0)
     launch = lambda t, steps=8: launch_config((t,), steps=steps, warmup_steps=3)  # noqa: E731
-    whole = run_trial(workload, trial, launch(trial, 30), loader_source(workload), val, where)
+    whole = run_trial(
+        TrialRun(workload, trial, launch(trial, 30), loader_source(workload), val, where)
+    )
     kept: list[KeptTrial] = []
     source = loader_source(workload)
-    first = run_trial(workload, trial, launch(trial, 10), source, val, where, keep=kept)
-    run_trial(workload, other, launch(other), loader_source(workload), val, where)
-    second = run_trial(workload, trial, launch(trial, 30), source, val, where, resume=kept[0])
+    first = run_trial(TrialRun(workload, trial, launch(trial, 10), source, val, where, keep=kept))
+    run_trial(TrialRun(workload, other, launch(other), loader_source(workload), val, where))
+    second = run_trial(
+        TrialRun(workload, trial, launch(trial, 30), source, val, where, resume=kept[0])
+    )
     return whole, first, second, kept[0]
 
 
@@ -128,7 +132,9 @@ def run(
     val = validation_rows(workload, None, seed=0)
     trial = trial_config(**overrides)
     return run_trial_guarded(
-        workload, trial, launch or launch_config((trial,)), source, val, Placement(device, 0, 1)
+        TrialRun(
+            workload, trial, launch or launch_config((trial,)), source, val, Placement(device, 0, 1)
+        )
     )
 
 

@@ -8,7 +8,7 @@ import torch.distributed as dist
 from trial_runner import PARAMS, continued_and_whole, trial_config
 
 from amdahl.worker.resident import RESIDENT_SHARE, ResidentTrials, _all_ranks_agree
-from amdahl.worker.trial import Placement
+from amdahl.worker.trial import Placement, TrialRun
 from amdahl.worker.worlds import TrialWorlds
 from workloads.mlp import MLP
 
@@ -58,13 +58,15 @@ def test_a_compiled_configurations_later_rung_loads_its_triton_kernels(cuda, tmp
     for _ in range(2):
         counters.clear()
         stats, error, _ = run_trial_guarded(
-            workload,
-            trial,
-            launch_config((trial,)),
-            source,
-            val,
-            Placement(cuda, 0, 1),
-            compile_dir=tmp_path,
+            TrialRun(
+                workload,
+                trial,
+                launch_config((trial,)),
+                source,
+                val,
+                Placement(cuda, 0, 1),
+                compile_dir=tmp_path,
+            )
         )
         assert error is None, error
         hits.append(counters["inductor"].get("fxgraph_cache_hit", 0))

@@ -21,7 +21,7 @@ from trial_runner import MLP_PARAMS, launch_config, settings, trial_config
 from amdahl.data.storage import arrow_column
 from amdahl.worker.input import LoaderSource
 from amdahl.worker.rows import aggregate_ranks
-from amdahl.worker.trial import Placement, build_trial_model, run_trial, run_trial_guarded
+from amdahl.worker.trial import Placement, TrialRun, build_trial_model, run_trial, run_trial_guarded
 from workloads.mlp import MLP
 
 pytestmark = pytest.mark.integration
@@ -90,7 +90,7 @@ def _trial(**overrides):
 
 def _run(workload, shard, launch=LAUNCH, **overrides):
     """This rank's stats of one trial of `_settings(**overrides)` on one CPU rank."""
-    return run_trial(workload, _trial(**overrides), launch, shard, _val(workload), CPU)
+    return run_trial(TrialRun(workload, _trial(**overrides), launch, shard, _val(workload), CPU))
 
 
 def _val(workload):
@@ -184,7 +184,7 @@ def test_compile_s_is_the_wrapping_plus_the_first_steps_excess(shard, monkeypatc
 def test_compile_failure_is_a_recorded_failure(shard):
     workload = Unscriptable(**PARAMS)
     stats, error, kind = run_trial_guarded(
-        workload, _trial(compile="torchscript"), LAUNCH, shard, _val(workload), CPU
+        TrialRun(workload, _trial(compile="torchscript"), LAUNCH, shard, _val(workload), CPU)
     )
     assert stats == {} and kind == "failed"
     assert error.startswith("failed: ")
@@ -219,7 +219,9 @@ def _two_rank_trials(rank: int, port: int, out_dir: Path) -> None:
         out = {}
         for sync in ("ddp", "none"):
             s = settings(params=WIDE, devices=2, batch_size=16, per_device_batch=8, sync=sync)
-            out[sync] = run_trial(workload, trial_config(s), LAUNCH, source, _val(workload), where)
+            out[sync] = run_trial(
+                TrialRun(workload, trial_config(s), LAUNCH, source, _val(workload), where)
+            )
         gradient = torch.zeros(sum(p.numel() for p in workload.build_model().parameters()))
         times = []
         for _ in range(7):

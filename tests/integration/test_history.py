@@ -14,7 +14,7 @@ from trial_runner import MLP_PARAMS, launch_config, settings, trial_config
 
 from amdahl.columns import COLUMNS, HISTORY_POINTS, history_steps
 from amdahl.worker.rows import aggregate_ranks
-from amdahl.worker.trial import Placement, run_trial
+from amdahl.worker.trial import Placement, TrialRun, run_trial
 from workloads.mlp import MLP
 
 pytestmark = pytest.mark.integration
@@ -41,7 +41,9 @@ def _trial(shard, steps=STEPS):
     val = workload.generate("val", 64, seed=0)
     trial = trial_config(SETTINGS, flops_per_sample=1.0)
     launch = launch_config((trial,), steps=steps, warmup_steps=WARMUP)
-    return run_trial(workload, trial, launch, shard, val, Placement(torch.device("cpu"), 0, 1))
+    return run_trial(
+        TrialRun(workload, trial, launch, shard, val, Placement(torch.device("cpu"), 0, 1))
+    )
 
 
 def test_every_step_is_kept_when_few(shard):

@@ -12,7 +12,7 @@ from amdahl.data.fashion_mnist import convert_fashion_mnist
 from amdahl.data.prepare import ray_dataset, with_preprocessing
 from amdahl.data.storage import stored_dataset
 from amdahl.worker.input import LoaderSource, validation_rows
-from amdahl.worker.trial import Placement, run_trial
+from amdahl.worker.trial import Placement, TrialRun, run_trial
 from workloads.resnet import ResNet
 
 pytestmark = pytest.mark.integration
@@ -101,7 +101,9 @@ def _data_wait(input_name: str, params: dict) -> dict:
     val = validation_rows(workload, None, seed=0)
     trial = trial_config({**SETTINGS, "params": workload.params})
     launch = launch_config((trial,), steps=40, warmup_steps=2)
-    return run_trial(workload, trial, launch, source, val, Placement(torch.device("cpu"), 0, 1))
+    return run_trial(
+        TrialRun(workload, trial, launch, source, val, Placement(torch.device("cpu"), 0, 1))
+    )
 
 
 @pytest.mark.parametrize("input_name", ["torch_loader", "ray_data"])

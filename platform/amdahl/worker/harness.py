@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -31,7 +32,7 @@ from amdahl.worker.queue_client import QueueClient
 from amdahl.worker.resident import ResidentTrials, unkeepable
 from amdahl.worker.rows import results_row
 from amdahl.worker.training import ProcessPoisoned
-from amdahl.worker.trial import KeptTrial, Placement, run_trial_guarded
+from amdahl.worker.trial import KeptTrial, Placement, TrialRun, run_trial_guarded
 from amdahl.worker.worlds import TrialWorlds
 from amdahl.workload.api import Workload
 from amdahl.workload.code import make_workload
@@ -77,6 +78,7 @@ def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
     trials = {t.trial_id: t for t in launch.trials}
     residents = ResidentTrials(device, launch.resources.workers)  # halving's kept trials
     compile_dirs = ConfigurationCaches()  # and its compiled configurations' own caches
+    state = _LaunchState(workload, val, residents, compile_dirs)
     # Where a launch's start went, in its first row: when this function began (against the
     # driver's clock, the Ray Train start) and its own set-up before the first trial.
     launch_start = {
@@ -101,17 +103,8 @@ def train_launch(loop_config: dict[str, LaunchConfig]) -> None:
                     launch, workload, rank, devices, device.type == "cuda"
                 )
             handover = {"handover_s": time.perf_counter() - answered}
-            row = _run_item(
-                item_launch,
-                item,
-                trial,
-                workload,
-                shards[devices],
-                val,
-                Placement(device, rank, devices),
-                residents,
-                compile_dirs,
-            )
+            where = Placement(device, rank, devices)
+            row = _run_item(item_launch, item, trial, shards[devices], where, state)
             if rank == 0:
                 QueueClient.of(launch).ack(item.key, {**row, **launch_start, **handover})
             launch_start = {}
@@ -165,16 +158,24 @@ def _next_item(launch: LaunchConfig, rank: int, start: int, world: int) -> WorkI
     return broadcast_from_rank_zero(item)
 
 
+@dataclass
+class _LaunchState:
+    """What a launch's items share on this rank: the launch's workload (its input's), the
+    validation rows, halving's kept trials and its compiled configurations' caches."""
+
+    workload: Workload
+    val: dict[str, np.ndarray]
+    residents: ResidentTrials
+    compile_dirs: ConfigurationCaches
+
+
 def _run_item(
     launch: LaunchConfig,
     item: WorkItem,
     trial: TrialConfig,
-    workload: Workload,
     source: Any,
-    val: dict[str, np.ndarray],
     where: Placement,
-    residents: ResidentTrials,
-    compile_dirs: ConfigurationCaches,
+    state: _LaunchState,
 ) -> dict[str, Any]:
     """Run one item on this rank (one of the trial's `devices` ranks) and return its
     results row (complete on rank 0): a fresh trial, or the continuation of one kept from the
@@ -185,6 +186,7 @@ def _run_item(
     started = time.perf_counter()
     stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
     devices, params = trial.settings.devices, trial.settings.params
+    workload, residents, compile_dirs = state.workload, state.residents, state.compile_dirs
     own = workload if params == workload.params else make_workload(launch.workload, params)
     resume, restart_reason = residents.take(item, devices, where.device)
     if residents.thaw_if_released():  # what was let go is freed now, before this trial
@@ -198,7 +200,7 @@ def _run_item(
     compile_dir, compiled_before = compile_dirs.directory(item, trial)
     hits = fxgraph_cache_hits()
     stats, error, kind = run_trial_guarded(
-        own, trial, launch, source, val, where, resume, keep, compile_dir
+        TrialRun(own, trial, launch, source, state.val, where, resume, keep, compile_dir)
     )
     reloaded = compiled_before and fxgraph_cache_hits() > hits
     _ship_trace(launch, item, where.rank, stats)

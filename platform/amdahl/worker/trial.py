@@ -69,6 +69,25 @@ from amdahl.workload.api import Workload
 
 
 @dataclass(frozen=True)
+class TrialRun:
+    """What one run of a trial needs: the workload (built with the trial's params), the trial
+    and the launch (its steps, rung and train section) it runs in, this rank's training input
+    (`source`: worker/input.py's) and validation rows, and where it runs; for a halving rung,
+    the kept trial it continues (`resume`), the list to keep it in (`keep`), and its
+    configuration's own compile caches (`compile_dir`)."""
+
+    workload: Workload
+    trial: TrialConfig
+    launch: LaunchConfig
+    source: Any
+    val: dict[str, np.ndarray]
+    where: Placement
+    resume: KeptTrial | None = None
+    keep: list[KeptTrial] | None = None
+    compile_dir: Path | None = None
+
+
+@dataclass(frozen=True)
 class Placement:
     """Where a trial runs: this rank's device, its rank and the trial's world size."""
 
@@ -122,17 +141,7 @@ class _Trial:
         (self.scaler.scale(loss) if self.scaler else loss).backward()
 
 
-def run_trial_guarded(
-    workload: Workload,
-    trial: TrialConfig,
-    launch: LaunchConfig,
-    source: Any,
-    val: dict[str, np.ndarray],
-    where: Placement,
-    resume: KeptTrial | None = None,
-    keep: list[KeptTrial] | None = None,
-    compile_dir: Path | None = None,
-) -> tuple[dict[str, Any], str | None, str | None]:
+def run_trial_guarded(run: TrialRun) -> tuple[dict[str, Any], str | None, str | None]:
     """Run one trial (or continue a kept one: `run_trial`); any exception becomes a recorded
     failure, never a crashed launch.
 
@@ -140,7 +149,7 @@ def run_trial_guarded(
     (the process cannot run another trial) or 'peer_lost' (another rank's process is gone); on
     the last two the caller ends the worker group."""
     try:
-        stats = run_trial(workload, trial, launch, source, val, where, resume, keep, compile_dir)
+        stats = run_trial(run)
         return stats, None, None
     except Exception as e:  # noqa: BLE001 - every failure is a result, with its reason
         kind = failure_kind(e)
@@ -150,17 +159,7 @@ def run_trial_guarded(
         return {}, f"failed: {type(e).__name__}: {first_line(e)}\n{tb}", kind
 
 
-def run_trial(
-    workload: Workload,
-    trial: TrialConfig,
-    launch: LaunchConfig,
-    source: Any,
-    val: dict[str, np.ndarray],
-    where: Placement,
-    resume: KeptTrial | None = None,
-    keep: list[KeptTrial] | None = None,
-    compile_dir: Path | None = None,
-) -> dict[str, Any]:
+def run_trial(run: TrialRun) -> dict[str, Any]:
     """Train one configuration and return this rank's measurements.
 
     Process-wide state is the trial's own for its duration: compiled graphs of earlier trials
@@ -172,6 +171,8 @@ def run_trial(
     its model, optimizer, sync wrapper and input left as they are) and continued by the next
     rung (`resume`): the continuation runs only the steps the rung adds, with no set-up and no
     warmup, and its measurements pool every window the trial has run (worker/resident.py)."""
+    workload, trial, launch, where = run.workload, run.trial, run.launch, run.where
+    resume, keep, compile_dir = run.resume, run.keep, run.compile_dir
     device = where.device
     tf32, fresh_caches = trial.settings.precision == "tf32", trial.compile_cache == "cold"
     own = compile_dir if resume is None else None
@@ -180,14 +181,14 @@ def run_trial(
             reset_process_state()
             mem_baseline = memory_reset(device)
             setup_start = time.perf_counter()
-            t, record = _start_trial(workload, trial, launch, source, where), _LoopRecord()
+            t, record = _start_trial(workload, trial, launch, run.source, where), _LoopRecord()
             setup_s = time.perf_counter() - setup_start
         else:  # the launch of this rung, the rest as the trial's first item left it
             t, record, setup_s = resume.t, resume.record, resume.first["setup_s"]
             t.launch, t.utilisation = launch, UtilisationSampler(device)
         clean = kept = False
         try:
-            stats = _train(t, val, setup_s, record)
+            stats = _train(t, run.val, setup_s, record)
             # The peak is the trial's, before the profiler's buffers (which are not); a
             # continuation's is its first item's (the same model and batches, warmup included).
             if resume is None:

@@ -13,7 +13,7 @@ from amdahl.protocol.items import WorkItem
 from amdahl.worker import compile_dirs
 from amdahl.worker.compile_dirs import ConfigurationCaches
 from amdahl.worker.input import validation_rows
-from amdahl.worker.trial import Placement, run_trial_guarded
+from amdahl.worker.trial import Placement, TrialRun, run_trial_guarded
 from workloads.mlp import MLP
 
 
@@ -71,13 +71,15 @@ def test_a_trial_compiled_into_its_own_caches_again_loads_its_graphs(tmp_path):
     for _ in range(2):
         counters.clear()
         stats, error, _ = run_trial_guarded(
-            workload,
-            trial,
-            launch_config((trial,)),
-            source,
-            val,
-            Placement(device, 0, 1),
-            compile_dir=tmp_path,
+            TrialRun(
+                workload,
+                trial,
+                launch_config((trial,)),
+                source,
+                val,
+                Placement(device, 0, 1),
+                compile_dir=tmp_path,
+            )
         )
         assert error is None, error
         outcomes.append((dict(counters["inductor"]), stats["compile_s"], stats["final_loss"]))

@@ -15,7 +15,7 @@ from trial_runner import PARAMS, launch_config, loader_source, trial_config
 
 from amdahl.worker import rows, trial
 from amdahl.worker.input import validation_rows
-from amdahl.worker.trial import Placement, run_trial
+from amdahl.worker.trial import Placement, TrialRun, run_trial
 from workloads.mlp import MLP
 
 SETUP_S, PROBE_S, VALIDATION_S = 3.0, 7.0, 5.0
@@ -61,7 +61,14 @@ def test_each_part_outside_the_window_is_its_own_column(clock):
     val = validation_rows(workload, None, seed=0)
     started = clock.perf_counter()
     stats = run_trial(
-        workload, config, launch, loader_source(workload), val, Placement(torch.device("cpu"), 0, 1)
+        TrialRun(
+            workload,
+            config,
+            launch,
+            loader_source(workload),
+            val,
+            Placement(torch.device("cpu"), 0, 1),
+        )
     )
     row = rows.results_row(
         launch,

@@ -29,7 +29,7 @@ from amdahl.protocol.items import TRACES, WorkItem
 from amdahl.protocol.queue import Answered
 from amdahl.sweepdir.layout import SweepDir
 from amdahl.worker.input import LoaderSource, validation_rows
-from amdahl.worker.trial import Placement, run_trial_guarded
+from amdahl.worker.trial import Placement, TrialRun, run_trial_guarded
 from workloads.mlp import MLP
 
 PROFILE_STEPS = 2
@@ -57,7 +57,7 @@ def _rank(rank: int, port: int, out: str, profile_steps: int) -> None:
         trial = trial_config(devices=2, sync="ddp")
         launch = launch_config((trial,), profile_steps=profile_steps)
         where = Placement(torch.device("cpu"), rank, 2)
-        result = run_trial_guarded(workload, trial, launch, source, val, where)
+        result = run_trial_guarded(TrialRun(workload, trial, launch, source, val, where))
         Path(out, f"rank{rank}.pkl").write_bytes(pickle.dumps(result))
         dist.barrier()
     finally:
