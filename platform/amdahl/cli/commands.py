@@ -162,7 +162,7 @@ def plan(
     "measured it on the same cluster shape within a day (reused by default).",
 )
 @click.option("-v", "--verbose", is_flag=True, help="Stream Ray's logs to the terminal.")
-def sweep(
+def sweep(  # noqa: PLR0913 - click passes one argument per option
     spec_path: str,
     overrides: tuple[str, ...],
     address: str | None,

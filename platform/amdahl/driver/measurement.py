@@ -142,8 +142,7 @@ class Measurement:
                 self.record,
                 self.emit,
                 self.interrupt,
-                self.group,
-                self.across_devices,
+                (self.group, self.across_devices),
             )
         return self.pool
 

@@ -66,11 +66,11 @@ class LaunchPool:
         record: Callable[[dict[str, Any]], None],
         emit: EventHandler,
         interrupt: InterruptFlag,
-        group: bool = True,
-        across_devices: bool = True,
+        grouping: tuple[bool, bool] = (True, True),
     ):
         """`record` takes each final row (the driver's single writer), `emit` progress
-        events; `group` / `across_devices` as SweepPlan.launches."""
+        events; `grouping`: SweepPlan.launches' `group` and `across_devices`."""
+        group, across_devices = grouping
         self.spec, self.sweep_dir = spec, sweep_dir
         self.record, self.emit, self.interrupt = record, emit, interrupt
         launches = plan.launches(set(), group, across_devices)

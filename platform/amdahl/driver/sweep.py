@@ -88,7 +88,7 @@ WORKER_GROUPS = {
 }
 
 
-def run_sweep(
+def run_sweep(  # noqa: PLR0913 - public API: keyword-only options (README)
     spec: SweepSpec,
     *,
     address: str | None = None,
@@ -131,18 +131,8 @@ def run_sweep(
         spec, runs_dir, resume, retry_failed, new_if_changed
     )
     try:
-        return _run_locked(
-            spec,
-            sweep_dir,
-            finished,
-            created,
-            address=address,
-            on_event=on_event,
-            verbose=verbose,
-            tracking=tracking,
-            worker_groups=worker_groups,
-            recalibrate=recalibrate,
-        )
+        options = _DriverOptions(address, on_event, verbose, tracking, worker_groups, recalibrate)
+        return _run_locked(spec, sweep_dir, finished, created, options)
     except BaseException:
         if fresh_runs_dir and not sweep_dir.exists():  # planning failed: leave no trace
             with contextlib.suppress(OSError):
@@ -152,22 +142,29 @@ def run_sweep(
         lock.release()
 
 
+@dataclass(frozen=True)
+class _DriverOptions:
+    """`run_sweep`'s options that reach past opening the sweep directory (see run_sweep)."""
+
+    address: str | None
+    on_event: EventHandler | None
+    verbose: bool
+    tracking: bool | None
+    worker_groups: str
+    recalibrate: bool
+
+
 def _run_locked(
     spec: SweepSpec,
     sweep_dir: Path,
     finished: set[tuple[str, int]],
     created: bool,
-    *,
-    address: str | None,
-    on_event: EventHandler | None,
-    verbose: bool,
-    tracking: bool | None,
-    worker_groups: str,
-    recalibrate: bool,
+    options: _DriverOptions,
 ) -> SweepOutcome:
     """`run_sweep` in a directory this driver holds (`created`: made by it, removed again if
     planning fails)."""
-    emit = on_event or _ignore
+    address, verbose, tracking = options.address, options.verbose, options.tracking
+    emit = options.on_event or _ignore
     started, started_unix = time.perf_counter(), time.time()
     try:
         code = locate_spec_workload(spec)  # an import error costs no Ray start
@@ -203,8 +200,8 @@ def _run_locked(
         tracker,
         emit,
         interrupt,
-        *WORKER_GROUPS[worker_groups],
-        recalibrate=recalibrate,
+        *WORKER_GROUPS[options.worker_groups],
+        recalibrate=options.recalibrate,
     )
     try:
         with interrupt.installed():

@@ -132,24 +132,27 @@ def cost_stat(c: Config, price: float) -> Stat | None:
     return x.inverse().scale(cost_per_million(c.devices, 1.0, unit))
 
 
+def _not_a_way_to_train(c: Config, quality: dict[tuple, QualityCheck]) -> str | None:
+    """Why an ok configuration cannot be recommended (the no-communication ceiling, or worse
+    training than its reference), or None."""
+    if c.sync == NO_SYNC and c.devices > 1:
+        return (
+            "sync none with p > 1 is the no-communication ceiling (each worker trains "
+            "its own model), a measurement, not a way to train"
+        )
+    check = quality.get(c.key)
+    return check.text if check and check.worse else None
+
+
 def recommend(
     configs: list[Config], quality: dict[tuple, QualityCheck], price: float = 0.0
 ) -> Recommendation:
     rec = Recommendation(price=price)
     eligible = []
-    for c in configs:
-        if not c.ok:
-            continue
-        if c.sync == NO_SYNC and c.devices > 1:
-            rec.excluded.append(
-                (
-                    c,
-                    "sync none with p > 1 is the no-communication ceiling (each worker trains "
-                    "its own model), a measurement, not a way to train",
-                )
-            )
-        elif quality.get(c.key) and quality[c.key].worse:
-            rec.excluded.append((c, quality[c.key].text))
+    for c in (c for c in configs if c.ok):
+        why = _not_a_way_to_train(c, quality)
+        if why:
+            rec.excluded.append((c, why))
         else:
             eligible.append(c)
     rec.eligible = eligible

@@ -84,6 +84,10 @@ class _Axes:
         return self.y0 + self.h - (v - lo) / (hi - lo) * self.h
 
 
+#: A line plot's size in pixels, its legend below it.
+PLOT_WIDTH, PLOT_HEIGHT = 640, 320
+
+
 def line_plot(
     plot_id: str,
     title: str,
@@ -92,64 +96,65 @@ def line_plot(
     series: list[Series],
     *,
     xlog2: bool = False,
-    width: int = 640,
-    height: int = 320,
-    y_from_zero: bool = True,
 ) -> str:
-    """Lines and/or markers with optional error bars; legend below the plot."""
+    """Lines and/or markers with optional error bars, from y = 0 up; legend below the plot."""
     xs = [x for s in series for x in s.xs]
     ys = [y for s in series for y in (*s.ys, *(s.lo or []), *(s.hi or []))]
     ys = [y for y in ys if math.isfinite(y)]
     left, right, top, bottom = 70, 20, 34, 44
     legend_h = 18 * sum(s.legend for s in series) + 6
-    total_h = height + legend_h
-    w, h = width - left - right, height - top - bottom
-    if xlog2:
-        lo2, hi2 = math.floor(math.log2(min(xs))), math.ceil(math.log2(max(xs)))
-        if hi2 == lo2:
-            lo2, hi2 = lo2 - 1, hi2 + 1
-        xticks = [2.0**k for k in range(lo2, hi2 + 1)]
-        xr = (xticks[0], xticks[-1])
-    else:
-        xticks = nice_ticks(min(xs), max(xs))
-        xr = (xticks[0], xticks[-1])
-    ylo = min([*ys, 0.0]) if y_from_zero else min(ys)
-    yticks = nice_ticks(ylo, max(ys) * 1.05 if max(ys) > 0 else 1.0)
-    ax = _Axes(left, top, w, h, xr, (yticks[0], yticks[-1]), xlog2)
-    out = [_open(plot_id, width, total_h, title)]
+    w, h = PLOT_WIDTH - left - right, PLOT_HEIGHT - top - bottom
+    xticks = _log2_ticks(xs) if xlog2 else nice_ticks(min(xs), max(xs))
+    yticks = nice_ticks(min([*ys, 0.0]), max(ys) * 1.05 if max(ys) > 0 else 1.0)
+    ax = _Axes(left, top, w, h, (xticks[0], xticks[-1]), (yticks[0], yticks[-1]), xlog2)
+    out = [_open(plot_id, PLOT_WIDTH, PLOT_HEIGHT + legend_h, title)]
     out += _frame(ax, xticks, yticks, xlabel, ylabel)
     for s in series:
-        pts = [(ax.x(x), ax.y(y)) for x, y in zip(s.xs, s.ys, strict=True) if math.isfinite(y)]
-        if s.lo and s.hi:
-            for x, lo, hi in zip(s.xs, s.lo, s.hi, strict=True):
-                if hi > lo:
-                    px = ax.x(x)
-                    out.append(
-                        f'<path class="data" d="M{px:.1f} {ax.y(lo):.1f}V{ax.y(hi):.1f}'
-                        f'M{px - 4:.1f} {ax.y(lo):.1f}h8M{px - 4:.1f} {ax.y(hi):.1f}h8" '
-                        f'stroke="{s.color}" fill="none"/>'
-                    )
-        if s.line and len(pts) > 1:
-            d = "M" + "L".join(f"{x:.1f} {y:.1f}" for x, y in pts)
-            dash = f' stroke-dasharray="{s.dash}"' if s.dash else ""
-            out.append(
-                f'<path class="data" d="{d}" stroke="{s.color}" stroke-width="2" '
-                f'fill="none"{dash}/>'
-            )
-        if s.markers:
-            for x, y in pts:
-                out.append(
-                    f'<circle class="data" cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{s.color}"/>'
-                )
-        for (x, y), text in zip(pts, s.point_labels, strict=False):
-            if text:
-                out.append(
-                    f'<text x="{x + 6:.1f}" y="{y - 6:.1f}" font-size="10" {_FONT} '
-                    f'fill="#333">{escape(text)}</text>'
-                )
-    out += _legend(series, left, height)
+        out += _series_marks(ax, s)
+    out += _legend(series, left, PLOT_HEIGHT)
     out.append("</svg>")
     return "\n".join(out)
+
+
+def _log2_ticks(xs: list[float]) -> list[float]:
+    """Powers of two spanning `xs` (at least two of them)."""
+    lo2, hi2 = math.floor(math.log2(min(xs))), math.ceil(math.log2(max(xs)))
+    if hi2 == lo2:
+        lo2, hi2 = lo2 - 1, hi2 + 1
+    return [2.0**k for k in range(lo2, hi2 + 1)]
+
+
+def _series_marks(ax: _Axes, s: Series) -> list[str]:
+    """One series' error bars, line, markers and point labels."""
+    out = []
+    pts = [(ax.x(x), ax.y(y)) for x, y in zip(s.xs, s.ys, strict=True) if math.isfinite(y)]
+    bars = zip(s.xs, s.lo, s.hi, strict=True) if s.lo and s.hi else ()
+    for x, lo, hi in bars:
+        if hi > lo:
+            px = ax.x(x)
+            out.append(
+                f'<path class="data" d="M{px:.1f} {ax.y(lo):.1f}V{ax.y(hi):.1f}'
+                f'M{px - 4:.1f} {ax.y(lo):.1f}h8M{px - 4:.1f} {ax.y(hi):.1f}h8" '
+                f'stroke="{s.color}" fill="none"/>'
+            )
+    if s.line and len(pts) > 1:
+        d = "M" + "L".join(f"{x:.1f} {y:.1f}" for x, y in pts)
+        dash = f' stroke-dasharray="{s.dash}"' if s.dash else ""
+        out.append(
+            f'<path class="data" d="{d}" stroke="{s.color}" stroke-width="2" fill="none"{dash}/>'
+        )
+    if s.markers:
+        out += [
+            f'<circle class="data" cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{s.color}"/>'
+            for x, y in pts
+        ]
+    out += [
+        f'<text x="{x + 6:.1f}" y="{y - 6:.1f}" font-size="10" {_FONT} '
+        f'fill="#333">{escape(text)}</text>'
+        for (x, y), text in zip(pts, s.point_labels, strict=False)
+        if text
+    ]
+    return out
 
 
 def stacked_bars(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -87,24 +88,32 @@ def child_run_key(row: dict[str, Any]) -> str:
     return key if row.get("rung") is None else f"{key}:rung{row['rung']}"
 
 
+@dataclass(frozen=True)
+class ChildTarget:
+    """Where child runs go: the store, the sweep's experiment and parent run, tracking.json's
+    record of this store's rows (`logged`), the sweep directory (for a row's traces), and the
+    tags every child run carries besides its row's own."""
+
+    store: MlflowBackend
+    experiment_id: str
+    parent: str
+    logged: Mapping[str, Mapping[str, str]]
+    sweep_dir: Path | None = None
+    tags: Mapping[str, str] | None = None
+
+
 def write_child_run(
-    store: MlflowBackend,
-    experiment_id: str,
-    parent: str,
-    key: str,
-    row: dict[str, Any],
-    run_id: str | None,
-    logged: Mapping[str, Mapping[str, str]],
-    sweep_dir: Path | None = None,
-    tags: Mapping[str, str] | None = None,
+    target: ChildTarget, key: str, row: dict[str, Any], run_id: str | None
 ) -> tuple[str, bool]:
-    """Write row `key` into its child run of `parent`: `run_id` (tracking.json's record of it),
-    else the run the store holds under its key, else a new one. `logged` is tracking.json's
-    record of this store's rows; the row's profiler traces (its `trace_dir`, under `sweep_dir`)
-    become the run's files; `tags` go on the run besides the row's own (its configuration,
-    sweep, user and source; given at its creation too, so the store records the user).
+    """Write row `key` into its child run of the target's parent: `run_id` (tracking.json's
+    record of it), else the run the store holds under its key, else a new one. The row's
+    profiler traces (its `trace_dir`, under the sweep directory) become the run's files; the
+    target's tags go on the run besides the row's own (its configuration, sweep, user and
+    source; given at its creation too, so the store records the user).
     Returns the run's id and whether anything was written (not when the store holds the row
     complete already)."""
+    store, experiment_id, parent = target.store, target.experiment_id, target.parent
+    logged, sweep_dir, tags = target.logged, target.sweep_dir, target.tags
     ok = row["status"] in ("ok", "skipped")  # skipped (search): nothing failed
     existing = None
     if run_id is None:

@@ -48,6 +48,7 @@ from amdahl.sweepdir.table import read_results
 from amdahl.track.child_run import (
     CONFIG_TAG,
     SWEEP_TAG,
+    ChildTarget,
     child_run_key,
     config_label_in,
     config_labels,
@@ -220,17 +221,10 @@ class Tracker:
         parent = self._ensure_parent()
         experiment_id = self._entry()["experiment_id"]
         tags = {CONFIG_TAG: label, **self._run_tags()}
-        run_id, written = write_child_run(
-            self.backend,
-            experiment_id,
-            parent,
-            key,
-            row,
-            run_id,
-            self._logged,
-            self.sweep_dir,
-            tags,
+        target = ChildTarget(
+            self.backend, experiment_id, parent, self._logged, self.sweep_dir, tags
         )
+        run_id, written = write_child_run(target, key, row, run_id)
         if written:
             self._pushed += 1
         return run_id

@@ -154,19 +154,7 @@ def locate_workload(name: str, search: Iterable[str | Path] = ()) -> WorkloadCod
     if root is not None and str(root) not in sys.path:
         sys.path.insert(0, str(root))
     if module_name not in sys.modules:
-        try:
-            importlib.import_module(module_name)
-        except ModuleNotFoundError as e:
-            if not _is_missing(e, module_name):
-                raise UserError(_import_failed(module_name, e)) from None
-            looked = f"{top}/ or {top}.py in {', '.join(str(d) for d in dirs)}, then "
-            raise UserError(
-                f"workload: cannot import {module_name!r} ({e}); looked for "
-                f"{looked if dirs else ''}on sys.path: put the code next to the sweep "
-                "file, run from its folder, or set `workload_path: DIR` in the sweep file"
-            ) from None
-        except Exception as e:  # noqa: BLE001 - the user's module failed to import
-            raise UserError(_import_failed(module_name, e)) from None
+        _import_user_module(module_name, top, dirs)
     _workload_class(name)  # the class and its methods
     if built_in:
         return WorkloadCode(module_name, None)
@@ -183,6 +171,23 @@ def locate_workload(name: str, search: Iterable[str | Path] = ()) -> WorkloadCod
     ship = tuple(_shipped(root)) if root is not None else ()
     _check_size(ship)
     return WorkloadCode(module_name, root, ship)
+
+
+def _import_user_module(module_name: str, top: str, dirs: list[Path]) -> None:
+    """Import the workload's module, any failure one UserError saying where it looked."""
+    try:
+        importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if not _is_missing(e, module_name):
+            raise UserError(_import_failed(module_name, e)) from None
+        looked = f"{top}/ or {top}.py in {', '.join(str(d) for d in dirs)}, then "
+        raise UserError(
+            f"workload: cannot import {module_name!r} ({e}); looked for "
+            f"{looked if dirs else ''}on sys.path: put the code next to the sweep "
+            "file, run from its folder, or set `workload_path: DIR` in the sweep file"
+        ) from None
+    except Exception as e:  # noqa: BLE001 - the user's module failed to import
+        raise UserError(_import_failed(module_name, e)) from None
 
 
 def locate_spec_workload(spec: Any) -> WorkloadCode:
