@@ -36,6 +36,9 @@ _LAZY = {
     "PushOutcome": "amdahl.track.push",
     "push_results": "amdahl.track.push",
     "convert_fashion_mnist": "amdahl.data.fashion_mnist",
+    # A sync strategy as the trials run it (the report's Ray Train script uses the parameter
+    # server's: amdahl's own, with no torch equivalent).
+    "make_strategy": "amdahl.worker.sync",
 }
 
 __all__ = [
@@ -52,6 +55,7 @@ __all__ = [
     "convert_fashion_mnist",
     "latest_sweep_dir",
     "load_spec",
+    "make_strategy",
     "plan_for",
     "plan_summary",
     "plan_sweep",

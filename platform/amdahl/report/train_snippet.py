@@ -119,7 +119,7 @@ def _imports(s: RunSettings) -> list[str]:
     lines += ["from ray.train import ScalingConfig", "from ray.train.torch import TorchTrainer"]
     if s.sync == "param_server":
         lines.append("")
-        lines.append("from amdahl.worker.sync import make_strategy  # amdahl's, on the workers")
+        lines.append("from amdahl import make_strategy  # amdahl's parameter server")
     return lines
 
 
