@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from amdahl.data.storage import DEFAULT_CACHE
+from amdahl.data.storage import DEFAULT_CACHE, read_table, resolve_source, table_columns
 from amdahl.spec.schema import TrainSpec
 from amdahl.worker.tensor_ledger import tracked_step
 from amdahl.worker.training import Precision, make_optimizer_factory
@@ -138,11 +138,16 @@ def _meta_param_bytes(workload: Workload) -> int:
 
 
 def _batch(workload: Workload, batch: int, seed: int) -> dict[str, torch.Tensor]:
-    """`batch` generated training rows as tensors, preprocessed as the input pipeline would."""
-    rows = workload.generate("train", batch, seed)
+    """`batch` training rows as tensors, preprocessed as the input pipeline would: the first
+    rows of the user's parquet (`params.data`), else generated ones."""
+    source = workload.source("train")
+    if source is not None:
+        rows = table_columns(read_table(resolve_source(source)).slice(0, batch))
+    else:
+        rows = workload.generate("train", batch, seed)
     if workload.preprocesses:
         rows = workload.preprocess(rows, training=True)
-    return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in rows.items()}
+    return {k: torch.from_numpy(np.array(v, copy=True)) for k, v in rows.items()}
 
 
 def _largest_units(model: torch.nn.Module) -> list[int]:
