@@ -10,10 +10,14 @@ per sweep shows one such row.
 
 from __future__ import annotations
 
+import argparse
 import sys
+import tempfile
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
+from _harness import add_smoke_flag, print_stamp
 
 
 def summarise(sweep_dir: Path) -> None:
@@ -46,10 +50,30 @@ def summarise(sweep_dir: Path) -> None:
 
 
 def main() -> None:
-    if len(sys.argv) < 2:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sweep_dirs", nargs="*", type=Path)
+    add_smoke_flag(parser)
+    args = parser.parse_args()
+    if args.smoke:
+        args.sweep_dirs = [_smoke_sweep()]
+    if not args.sweep_dirs:
         sys.exit(__doc__)
-    for d in sys.argv[1:]:
-        summarise(Path(d))
+    print_stamp()
+    for d in args.sweep_dirs:
+        summarise(d)
+
+
+def _smoke_sweep() -> Path:
+    """A sweep directory of two compiled rows in the results schema: the columns read above
+    must still be the table's."""
+    from amdahl.columns import SCHEMA
+    from amdahl.sweepdir.layout import RESULTS_FILE
+
+    d = Path(tempfile.mkdtemp(prefix="amdahl-compile-"))
+    row = {"compile": "default", "batch_size": 64, "status": "ok", "steps": 5, "wall_s": 1.0}
+    rows = [{**row, "repeat": k, "compile_s": 0.5, "throughput": 100.0} for k in range(2)]
+    pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), d / RESULTS_FILE)
+    return d
 
 
 if __name__ == "__main__":

@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _harness import add_smoke_flag, print_stamp, rotated, spread
+
 SPACE = {
     "name": "writes",
     "workload": "mlp",
@@ -42,7 +44,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the three arms")
     parser.add_argument("--steps", type=int, default=60)
+    add_smoke_flag(parser)
     args = parser.parse_args()
+    if args.smoke:
+        args.rounds, args.steps = 1, 5
+        SPACE["grid"] = {**SPACE["grid"], "batch_size": [32], "sync": ["ddp"]}
 
     import ray
 
@@ -55,7 +61,7 @@ def main() -> None:
     spreads: dict[str, list[float]] = {a: [] for a in ARMS}
     walls: dict[str, list[float]] = {a: [] for a in ARMS}
     for r in range(args.rounds):
-        order = ARMS[r % 3 :] + ARMS[: r % 3]  # each arm first once in three rounds
+        order = rotated(ARMS, r)  # each arm first once in three rounds
         got = {}
         for arm in order:
             measurement.MIRROR_AT_ONCE_FROM_S = 0.0 if arm == "at-once" else 10.0
@@ -74,15 +80,15 @@ def main() -> None:
             ),
             flush=True,
         )
+    print_stamp()
     print(f"\n{len(ratios['off'])} configuration runs per arm ({args.rounds} rounds)")
     for arm in ARMS:
-        values = ratios[arm]
+        values, wall = spread(ratios[arm]), spread(walls[arm])
         print(
-            f"  {arm:10s} throughput / off: median {statistics.median(values):.3f} "
-            f"(range {min(values):.3f}-{max(values):.3f}); slowest step / median step: "
-            f"median {statistics.median(spreads[arm]):.2f}; whole wall / off: median "
-            f"{statistics.median(walls[arm]):.3f} (range {min(walls[arm]):.3f}-"
-            f"{max(walls[arm]):.3f})"
+            f"  {arm:10s} throughput / off: median {values.median:.3f} "
+            f"(range {values.lo:.3f}-{values.hi:.3f}); slowest step / median step: "
+            f"median {spread(spreads[arm]).median:.2f}; whole wall / off: median "
+            f"{wall.median:.3f} (range {wall.lo:.3f}-{wall.hi:.3f})"
         )
 
 

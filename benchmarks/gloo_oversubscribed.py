@@ -24,6 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _harness import add_smoke_flag, print_stamp
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -34,7 +36,11 @@ def main() -> None:
     ap.add_argument("--bytes", type=float, default=2**20)
     ap.add_argument("--host-cores", type=float, default=None, help="default: this machine's")
     ap.add_argument("--out", type=Path, default=None)
+    add_smoke_flag(ap)
     args = ap.parse_args()
+    if args.smoke:
+        args.runs, args.devices, args.fit_to = 1, 4, 2
+    print_stamp()
     files = args.files or measure(args.runs, args.devices, args.out)
     cores = args.host_cores or float(len(os.sched_getaffinity(0)))
     for f in files:

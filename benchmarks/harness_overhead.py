@@ -29,22 +29,24 @@ run; nothing is asserted.
 
     python benchmarks/harness_overhead.py [--rounds N (default 6)] [--steps N (both workloads)]
         [--workers 1 (the one-device arm; default 2)] [--workloads mlp]
-        [--inputs ray_data,torch_loader:1,torch_loader:0]
+        [--inputs ray_data,torch_loader:1,torch_loader:0] [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
+import operator
 import os
 import socket
-import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from _harness import add_smoke_flag, paired, print_stamp, rotated
 
 #: Measured steps give each run about 10-20 s of steps here: shorter windows made the plain
 #: baseline itself vary by 20% between rounds.
@@ -65,15 +67,24 @@ CPUS_PER_DATA_WORKER = 0.5
 THREADS = max(1, int(CPUS_PER_DEVICE))
 
 
-def _plain_loop(
-    rank: int, world: int, port: int, name: str, params: dict, batch: int, warmup: int, steps: int
-) -> float:
+class LoopArgs(NamedTuple):
+    """`ddp_loop`'s arguments after the rank: one run of the plain loop, as every rank runs it."""
+
+    world: int
+    name: str
+    params: dict
+    batch: int
+    warmup: int
+    steps: int
+
+
+def _plain_loop(rank: int, port: int, loop: LoopArgs) -> float:
     """One rank of the plain DDP loop on its own process group; this rank's window seconds."""
     dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=loop.world
     )
     try:
-        return ddp_loop(rank, world, name, params, batch, warmup, steps)
+        return ddp_loop(rank, *loop)
     finally:
         dist.destroy_process_group()
 
@@ -117,9 +128,8 @@ def ddp_loop(
     return window
 
 
-def _plain_worker(rank: int, *args) -> None:
-    *loop_args, out = args
-    out[rank] = _plain_loop(rank, *loop_args)
+def _plain_worker(rank: int, port: int, loop: LoopArgs, out: dict) -> None:
+    out[rank] = _plain_loop(rank, port, loop)
 
 
 def _free_port() -> int:
@@ -128,9 +138,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _loop_args(name: str, warmup: int, steps: int) -> tuple:
+def _loop_args(name: str, warmup: int, steps: int) -> LoopArgs:
     cfg = WORKLOADS[name]
-    return (WORKERS, _free_port(), name, cfg["params"], cfg["batch"], warmup, steps)
+    return LoopArgs(WORKERS, name, cfg["params"], cfg["batch"], warmup, steps)
 
 
 def _throughput(name: str, steps: int, windows: list[float]) -> float:
@@ -141,7 +151,8 @@ def _throughput(name: str, steps: int, windows: list[float]) -> float:
 def plain_throughput(name: str, warmup: int, steps: int) -> float:
     manager = mp.Manager()
     out = manager.dict()
-    mp.spawn(_plain_worker, args=(*_loop_args(name, warmup, steps), out), nprocs=WORKERS)
+    loop = _loop_args(name, warmup, steps)
+    mp.spawn(_plain_worker, args=(_free_port(), loop, out), nprocs=WORKERS)
     windows = list(out.values())
     manager.shutdown()
     return _throughput(name, steps, windows)
@@ -150,8 +161,8 @@ def plain_throughput(name: str, warmup: int, steps: int) -> float:
 class _PlainActor:
     """A Ray actor that runs one rank of the plain loop in its own (Ray worker) process."""
 
-    def run(self, rank: int, *loop_args) -> float:
-        return _plain_loop(rank, *loop_args)
+    def run(self, rank: int, port: int, loop: LoopArgs) -> float:
+        return _plain_loop(rank, port, loop)
 
 
 def plain_on_ray_throughput(name: str, warmup: int, steps: int) -> float:
@@ -160,9 +171,9 @@ def plain_on_ray_throughput(name: str, warmup: int, steps: int) -> float:
     # Fresh actors per run, as the platform starts a fresh worker group per sweep.
     actor = ray.remote(_PlainActor).options(num_cpus=CPUS_PER_DEVICE)
     actors = [actor.remote() for _ in range(WORKERS)]
-    loop_args = _loop_args(name, warmup, steps)
+    port, loop = _free_port(), _loop_args(name, warmup, steps)
     try:
-        windows = ray.get([a.run.remote(rank, *loop_args) for rank, a in enumerate(actors)])
+        windows = ray.get([a.run.remote(rank, port, loop) for rank, a in enumerate(actors)])
         return _throughput(name, steps, windows)
     finally:
         for a in actors:
@@ -218,6 +229,7 @@ def main() -> None:
     )
     parser.add_argument("--steps", type=int, default=None, help="default: per workload")
     parser.add_argument("--warmup", type=int, default=20)
+    add_smoke_flag(parser)
     parser.add_argument(
         "--inputs",
         default="ray_data",
@@ -225,6 +237,8 @@ def main() -> None:
         "platform's cost its input?)",
     )
     args = parser.parse_args()
+    if args.smoke:
+        args.rounds, args.steps, args.warmup, args.workloads = 1, 5, 2, "mlp"
     WORKERS = args.workers  # every arm reads it (the spawned ranks get it as an argument)
     workloads = {name: WORKLOADS[name] for name in args.workloads.split(",")}
 
@@ -243,7 +257,7 @@ def main() -> None:
     # samples/s per workload, arm and round
     runs: dict[str, dict[str, list[float]]] = {n: {a: [] for a in names} for n in workloads}
     for r in range(args.rounds):
-        order = names[r % len(names) :] + names[: r % len(names)]  # no arm always runs first
+        order = rotated(names, r)
         for name, cfg in workloads.items():
             steps = args.steps or cfg["steps"]
             got = {arm: arms[arm](name, steps) for arm in order}
@@ -256,6 +270,7 @@ def main() -> None:
             )
     ray.shutdown()
 
+    print_stamp()
     print(
         f"\n{WORKERS} worker(s); median over {args.rounds} round(s) of the per-round ratios "
         "(min, max):"
@@ -269,11 +284,8 @@ def main() -> None:
         ratios.append((f"{arm} / plain-on-ray", arm, "plain-on-ray", "the same, on that input"))
     for name, arm_runs in runs.items():
         for label, a, b, note in ratios:
-            values = [x / y for x, y in zip(arm_runs[a], arm_runs[b], strict=True)]
-            print(
-                f"{name}: {label:24s} {statistics.median(values):.3f} "
-                f"(min {min(values):.3f}, max {max(values):.3f})  [{note}]"
-            )
+            values = paired(arm_runs[a], arm_runs[b], operator.truediv)
+            print(f"{name}: {label:24s} {values.min_max()}  [{note}]")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ import statistics
 import time
 from pathlib import Path
 
+from _harness import add_smoke_flag, print_stamp
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -30,7 +32,11 @@ def main() -> None:
     ap.add_argument("--counts", default=default, help="processes at once (default: up to cores)")
     ap.add_argument("--size", type=int, default=256, help="rows of the left matrix (the batch)")
     ap.add_argument("--seconds", type=float, default=3.0, help="timed seconds per count")
+    add_smoke_flag(ap)
     args = ap.parse_args()
+    if args.smoke:
+        args.counts, args.size, args.seconds = "1", 32, 0.2
+    print_stamp()
     print(topology())
     counts = [int(q) for q in args.counts.split(",")]
     ctx = mp.get_context("spawn")

@@ -43,9 +43,11 @@ import statistics
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+from _harness import add_smoke_flag, print_stamp, rotated, spread
 
 from amdahl.columns import TrialSettings
 from amdahl.data.prepare import ray_dataset, with_preprocessing
@@ -190,9 +192,22 @@ def train(batches: Iterator, workload: ResNet, args) -> tuple[float, float, floa
     return sum(waits) / sum(steps), args.batch * len(steps) / sum(steps), first_s
 
 
-def one_launch(name: str, args, params, path, base, rows_ref, workload, workers) -> dict:
+@dataclass(frozen=True)
+class Inputs:
+    """What every launch of either arm reads: the workload, its stored training set (`path`),
+    Ray Data's dataset of it (`base`) and the DataLoader's rows in the object store."""
+
+    workload: ResNet
+    path: str
+    base: Any
+    rows_ref: Any
+
+
+def one_launch(name: str, args, inputs: Inputs, workers: int) -> dict:
     """One launch of arm `name`: its input built, then the ingest and train trials in a row."""
-    arm = Arm(name, bench_launch(args, params, path, name, workers), base, rows_ref, workload)
+    workload = inputs.workload
+    launch = bench_launch(args, workload.params, inputs.path, name, workers)
+    arm = Arm(name, launch, inputs.base, inputs.rows_ref, workload)
     try:
         batches = arm.batches()
         rows_per_s, ingest_first = ingest(batches, args)
@@ -211,12 +226,12 @@ def one_launch(name: str, args, params, path, base, rows_ref, workload, workers)
     }
 
 
-def tune_workers(args, params, path, rows_ref, workload, cpus: int) -> int:
+def tune_workers(args, inputs: Inputs, cpus: int) -> int:
     """The DataLoader's best num_workers by ingest rows/s (1 to the CPU count)."""
     tuning = {}
     for w in range(1, cpus + 1):
-        launch = bench_launch(args, params, path, "torch_loader", w)
-        arm = Arm("torch_loader", launch, None, rows_ref, workload)
+        launch = bench_launch(args, inputs.workload.params, inputs.path, "torch_loader", w)
+        arm = Arm("torch_loader", launch, None, inputs.rows_ref, inputs.workload)
         batches = arm.batches()
         tuning[w] = ingest(batches, args)[0]
         batches.close()
@@ -244,7 +259,11 @@ def main() -> None:
     parser.add_argument("--cpus-per-worker", type=float, default=0.5)
     parser.add_argument("--data", default=None, help="params.data: your own train/ val/ parquet")
     parser.add_argument("--workers", type=int, default=None, help="skip tuning: use this many")
+    add_smoke_flag(parser)
     args = parser.parse_args()
+    if args.smoke:
+        args.rounds, args.rows, args.train_steps, args.warmup = 1, 512, 3, 1
+        args.workers = args.workers or 1
     if args.warmup < 1:
         parser.error("--warmup must be at least 1 (the first batch is start-up, timed apart)")
 
@@ -281,15 +300,14 @@ def main() -> None:
         f"{args.rows} rows, batch {args.batch}, prefetch {args.prefetch}, augment {args.augment}"
         f" (ops {args.augment_ops}), ResNet-18 width {args.width}, {cpus} CPUs"
     )
-    workers = args.workers or tune_workers(args, workload.params, path, rows_ref, workload, cpus)
+    inputs = Inputs(workload, path, base, rows_ref)
+    workers = args.workers or tune_workers(args, inputs, cpus)
 
     runs: dict[str, list[dict]] = {n: [] for n in NAMES}
     for r in range(args.rounds):
-        order = NAMES if r % 2 == 0 else NAMES[::-1]
+        order = rotated(NAMES, r)
         for name in order:
-            runs[name].append(
-                one_launch(name, args, workload.params, path, base, rows_ref, workload, workers)
-            )
+            runs[name].append(one_launch(name, args, inputs, workers))
         print(
             f"round {r + 1} ({order[0]} first): "
             + "  ".join(
@@ -301,6 +319,7 @@ def main() -> None:
             flush=True,
         )
     ray.shutdown()
+    print_stamp()
     _print_summary(runs, args.rounds, workers)
 
 
@@ -321,9 +340,10 @@ def _print_summary(runs: dict[str, list[dict]], rounds: int, workers: int) -> No
         ("ingest", ratios, "  (goal >= 0.9)"),
         ("training", trained, "  (samples/s)"),
     ):
+        got = spread(values)
         print(
-            f"{label} ratio ray_data / tuned DataLoader: median {statistics.median(values):.2f}"
-            f" (range {min(values):.2f}-{max(values):.2f} over {len(values)} rounds){goal}"
+            f"{label} ratio ray_data / tuned DataLoader: median {got.median:.2f}"
+            f" (range {got.lo:.2f}-{got.hi:.2f} over {got.n} rounds){goal}"
         )
     print(
         f"data wait, ray_data: {med('ray_data', 'wait'):.1%}, torch_loader: "

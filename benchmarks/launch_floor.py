@@ -11,8 +11,8 @@ amdahl in it, beside amdahl doing the same with one trial, in interleaved rounds
              (0.01 CPU) fits a TorchTrainer of 2 workers holding CPUS_PER_WORKER each, whose
              loop reports once; the time is Tuner.fit() from call to return
   first      `run_sweep` of the D2L MLP on 2 devices with one warmup and one measured step,
-             MLflow off, as the first sweep on this cluster shape (`recalibrate=True`: its
-             closing calibration measured); the time is run_sweep from call to return
+             MLflow off, as the first sweep on this cluster shape (`recalibrate=True`:
+             its closing calibration measured); the time is run_sweep from call to return
              (planning, the input rows, the launch, the trial, the calibration, results.parquet
              and the report), and, from its row, the part that is Ray Train starting the worker
              group (launch_entered_unix_s against the driver's clock, as sweep_timeline.py
@@ -32,11 +32,14 @@ Run it on a quiet machine: every process start competes for the same cores.
 from __future__ import annotations
 
 import argparse
+import operator
 import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
+
+from _harness import add_smoke_flag, paired, print_stamp, rotated
 
 WORKERS = 2
 CPUS_PER_WORKER = 0.5
@@ -123,7 +126,10 @@ def platform_s(work: Path, index: int, recalibrate: bool) -> tuple[float, float 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
+    add_smoke_flag(parser)
     args = parser.parse_args()
+    if args.smoke:
+        args.rounds = 1
 
     import ray
 
@@ -136,7 +142,7 @@ def main() -> None:
     group: list[float] = []
     calib: dict[str, list[float]] = {"first": [], "later": []}
     for r in range(args.rounds):
-        for arm in arms[r % 3 :] + arms[: r % 3]:
+        for arm in rotated(arms, r):
             if arm == "ray-noop":
                 took[arm].append(ray_noop_s(work, r))
                 continue
@@ -154,18 +160,19 @@ def main() -> None:
             flush=True,
         )
     ray.shutdown()
+    print_stamp()
     med = statistics.median
     print(
         f"\nmedian over {args.rounds} round(s): ray-noop {med(took['ray-noop']):.1f} s"
         + (f"; Ray Train starting a sweep's group {med(group):.1f} s" if group else "")
     )
     for arm in ("first", "later"):
-        ratios = [p / n for p, n in zip(took[arm], took["ray-noop"], strict=True)]
-        beyond = med(p - n for p, n in zip(took[arm], took["ray-noop"], strict=True))
+        ratios = paired(took[arm], took["ray-noop"], operator.truediv)
+        beyond = paired(took[arm], took["ray-noop"], operator.sub).median
         print(
             f"  {arm} sweep on this cluster shape: {med(took[arm]):.1f} s, closing calibration "
-            f"{med(calib[arm]):.1f} s; / ray-noop {med(ratios):.2f} (min {min(ratios):.2f}, "
-            f"max {max(ratios):.2f}); beyond Ray's floor {beyond:.1f} s"
+            f"{med(calib[arm]):.1f} s; / ray-noop {ratios.min_max('.2f')}; beyond Ray's floor "
+            f"{beyond:.1f} s"
         )
 
 

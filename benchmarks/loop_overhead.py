@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
+import operator
 import sys
 import tempfile
 from pathlib import Path
@@ -42,6 +42,7 @@ from pathlib import Path
 import pyarrow as pa
 import torch
 import torch.distributed as dist
+from _harness import add_smoke_flag, paired, print_stamp, rotated
 from harness_overhead import CPUS_PER_DEVICE, ddp_loop
 
 from amdahl.data.storage import ROWS_PER_BLOCK, arrow_column
@@ -141,7 +142,7 @@ def measure(
     workload = MLP(hidden=hidden)
     runs: dict[str, list[float]] = {a: [] for a in arms}
     for r in range(rounds):
-        for arm in arms[r % len(arms) :] + arms[: r % len(arms)]:
+        for arm in rotated(arms, r):
             if arm == "plain":
                 runs[arm].append(plain(workload, batch, steps))
             else:
@@ -212,7 +213,10 @@ def main() -> None:
     parser.add_argument(
         "--in", dest="where", choices=("process", "ray-actor", "ray-train"), default="process"
     )
+    add_smoke_flag(parser)
     args = parser.parse_args()
+    if args.smoke:
+        args.rounds, args.steps, args.hidden = 1, 20, "8"
     assert ROWS_PER_BLOCK % args.batch == 0, "a batch that divides a block: no joined batches"
     arms = ["harness", "plain"]
     if args.ablate:
@@ -222,20 +226,18 @@ def main() -> None:
     runs = measure(*job) if args.where == "process" else measure_in_ray(args.where, *job)
     for r in range(args.rounds):
         print(f"round {r}: " + ", ".join(f"{a} {runs[a][r]:,.0f} samples/s" for a in arms))
+    print_stamp()
     print(f"\nin {args.where}: median over {args.rounds} rounds of the per-round ratios:")
     for arm in arms:
         if arm == "plain":
             continue
-        ratios = [a / b for a, b in zip(runs[arm], runs["plain"], strict=True)]
-        extra = [
-            (args.batch / a - args.batch / b) * 1e6
-            for a, b in zip(runs[arm], runs["plain"], strict=True)
-        ]
+        ratios = paired(runs[arm], runs["plain"], operator.truediv)
+        extra = paired(
+            runs[arm], runs["plain"], lambda a, b: (args.batch / a - args.batch / b) * 1e6
+        )
         print(
-            f"{arm} / plain: {statistics.median(ratios):.3f} "
-            f"(min {min(ratios):.3f}, max {max(ratios):.3f}); "
-            f"{arm} - plain per step: {statistics.median(extra):+.1f} us "
-            f"(min {min(extra):+.1f}, max {max(extra):+.1f})"
+            f"{arm} / plain: {ratios.min_max()}; "
+            f"{arm} - plain per step: {extra.min_max('+.1f', ' us')}"
         )
 
 

@@ -15,20 +15,20 @@ Prints one line per case: both peaks in MiB and platform / memtracker; then the 
 |ratio - 1|. The goal: within 10% on every case. (Resident memory is no comparison here: every
 case runs in one process, whose heap the first cases already grew.)
 
-    python benchmarks/memory_check.py [--batches 16,64,256] [--quick]
+    python benchmarks/memory_check.py [--batches 16,64,256] [--quick | --smoke]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from _harness import add_smoke_flag, print_stamp  # noqa: E402
 from encoder_workload import TinyEncoder  # noqa: E402
 from memtracker_reference import memtracker_peak  # noqa: E402
 from trial_runner import launch_config, one_rank_group, run, trial_config  # noqa: E402
@@ -57,17 +57,17 @@ def platform_arm(workload: Workload, batch: int, precision: str, sync: str) -> d
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batches", default="16,64,256")
+    add_smoke_flag(ap)
     ap.add_argument("--quick", action="store_true", help="one batch, fp32, sync none")
     args = ap.parse_args()
+    args.quick = args.quick or args.smoke
+    print_stamp()
     batches = [int(b) for b in args.batches.split(",")][: 1 if args.quick else None]
     precisions = ["fp32"] if args.quick else ["fp32", "bf16"]
     syncs = ["none"] if args.quick else ["none", "ddp"]
     torch.set_num_threads(1)
     one_rank_group("gloo")
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
-    print(f"commit {commit}, torch {torch.__version__}, one process, one thread")
+    print("one process, one thread")
     print(
         f"{'case':32s} {'platform MiB':>12s} {'memtracker':>10s} {'ratio':>7s} {'rss/tensor':>10s}"
     )

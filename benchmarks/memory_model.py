@@ -23,7 +23,6 @@ import argparse
 import functools
 import itertools
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -32,6 +31,8 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from _harness import add_smoke_flag, print_stamp  # noqa: E402
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "unit" / "worker"))
 from encoder_workload import TinyEncoder  # noqa: E402
 from gloo_ranks import spawn_ranks  # noqa: E402
@@ -99,12 +100,12 @@ def predicted(name: str, sync: str, precision: str, batch: int, ranks: int, cach
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_smoke_flag(ap)
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
-    print(f"commit {commit}, torch {torch.__version__}, gloo ranks on loopback, one thread each")
+    args.quick = args.quick or args.smoke
+    print_stamp()
+    print("gloo ranks on loopback, one thread each")
     cache = Path(tempfile.mkdtemp(prefix="amdahl-probe-"))
     errors: list[float] = []
     print(f"{'case':36s} {'predicted MiB':>13s} {'measured MiB':>12s} {'error':>7s}")

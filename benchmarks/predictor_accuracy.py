@@ -42,6 +42,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _harness import add_smoke_flag, print_stamp
+
 SYNCS = ["ddp", "ddp_fp16", "powersgd", "zero1", "local_sgd", "none"]
 
 
@@ -78,7 +80,17 @@ def main() -> None:
         default=None,
         help="hold out these whole device counts instead (benchmarks/scale_check.py)",
     )
+    add_smoke_flag(parser)
     args, rest = parser.parse_known_args()
+    if args.smoke:
+        args.steps, args.warmup, args.repeats, args.batches, args.syncs = (
+            5,
+            2,
+            1,
+            "32,64,128",
+            "ddp",
+        )
+    print_stamp()
     if args.hold_out_devices:
         _hold_out_devices(args.hold_out_devices, args.repeats, rest)
         return

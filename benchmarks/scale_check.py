@@ -42,6 +42,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _harness import add_smoke_flag, print_stamp
+
 
 def _ints(text: str) -> list[int]:
     return sorted(int(x) for x in text.split(",") if x.strip())
@@ -88,7 +90,12 @@ def main() -> None:
         help="with an interleaved sweep, the calibration's fits up to N devices feed the model "
         "(default: the widest fitted count)",
     )
+    add_smoke_flag(parser)
     args = parser.parse_args()
+    if args.smoke:
+        args.fit, args.truth, args.batches, args.syncs = "1,2", "4", "64", "ddp"
+        args.steps, args.warmup, args.repeats = 5, 2, 1
+    print_stamp()
     fit_devices, truth_devices = _ints(args.fit), _ints(args.truth)
     if args.evaluate:
         if len(args.evaluate) > 2:

@@ -39,6 +39,8 @@ import tempfile
 from datetime import datetime
 from pathlib import Path
 
+from _harness import add_smoke_flag, print_stamp, rotated, spread
+
 SPACE = {
     "name": "regret",
     "workload": "mlp",
@@ -74,35 +76,24 @@ def main() -> None:
         action="store_true",
         help="also run each halving search with search.continue_rungs false, side by side",
     )
+    add_smoke_flag(parser)
     args = parser.parse_args()
+    if args.smoke:
+        args.rounds, args.steps, args.min_steps, args.repeats = 1, 9, 3, 1
+        SPACE["train"]["warmup_steps"] = 2
+        SPACE["grid"] = {k: v[:2] for k, v in SPACE["grid"].items()}
 
     import ray
 
     work = Path(tempfile.mkdtemp(prefix="amdahl-regret-"))
     SPACE["train"]["steps"] = args.steps
     ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
-    variants = [int(v) for v in args.final_repeats.split(",")]
-    arms = ["grid", *(f"halving{v}" for v in variants)]
-    specs = {"grid": SPACE}
-    for v in variants:
-        search = {
-            "method": "halving",
-            "min_steps": args.min_steps,
-            "eta": args.eta,
-            "final_repeats": v,
-            # measured inside the search's own worker group, after rung 0's anchors: its
-            # seconds are part of the halving sweep's wall time (shown apart below)
-            "calibration": "auto",
-        }
-        specs[f"halving{v}"] = {**SPACE, "search": search}
-        if args.restart_arm:
-            arms.append(f"restart{v}")
-            specs[f"restart{v}"] = {**SPACE, "search": {**search, "continue_rungs": False}}
+    arms, specs = _arms(args)
     span_ratio: dict[str, list[float]] = {a: [] for a in arms[1:]}
     wall_ratio: dict[str, list[float]] = {a: [] for a in arms[1:]}
     pick_ratio: dict[str, list[float]] = {a: [] for a in arms[1:]}
     for r in range(args.rounds):
-        order = arms if r % 2 == 0 else arms[::-1]
+        order = rotated(arms, r)
         got = {arm: _sweep(specs[arm], work / f"{arm}-{r}") for arm in order}
         print(f"round {r} (order: {', '.join(order)}):", flush=True)
         for arm in arms:
@@ -140,6 +131,7 @@ def main() -> None:
                 flush=True,
             )
     ray.shutdown()
+    print_stamp()
     configurations = len(list(itertools.product(*SPACE["grid"].values())))
     print(
         f"\n{configurations} configurations, {args.steps} steps; medians over {args.rounds} "
@@ -163,8 +155,31 @@ def main() -> None:
             )
 
 
+def _arms(args: argparse.Namespace) -> tuple[list[str], dict[str, dict]]:
+    """The arms in order (the grid first) and each one's sweep: a halving search per
+    --final-repeats value (and its restarting twin with --restart-arm)."""
+    variants = [int(v) for v in args.final_repeats.split(",")]
+    arms = ["grid", *(f"halving{v}" for v in variants)]
+    specs = {"grid": SPACE}
+    for v in variants:
+        search = {
+            "method": "halving",
+            "min_steps": args.min_steps,
+            "eta": args.eta,
+            "final_repeats": v,
+            # measured inside the search's own worker group, after rung 0's anchors: its
+            # seconds are part of the halving sweep's wall time (shown apart below)
+            "calibration": "auto",
+        }
+        specs[f"halving{v}"] = {**SPACE, "search": search}
+        if args.restart_arm:
+            arms.append(f"restart{v}")
+            specs[f"restart{v}"] = {**SPACE, "search": {**search, "continue_rungs": False}}
+    return arms, specs
+
+
 def _mid(values: list[float]) -> str:
-    return f"{statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})"
+    return spread(values).text()
 
 
 def _sweep(spec: dict, runs_dir: Path) -> dict:

@@ -12,7 +12,7 @@ median of the per-round differences is printed with its range (microseconds):
   batch cutting     `input.Rebatcher` cutting 256-row batches from 2048-row MLP chunks, against
                     the plain loop's own dict slicing of one batch from rows in memory
 
-    python benchmarks/step_bookkeeping.py [--rounds N (6)]
+    python benchmarks/step_bookkeeping.py [--rounds N (6)] [--smoke]
 
 docs/architecture.md, "What the loop costs beside a plain loop", cites these figures.
 """
@@ -21,14 +21,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import itertools
-import statistics
+import operator
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from _harness import add_smoke_flag, interleaved, paired, print_stamp, spread
 
 from amdahl.worker.input import Rebatcher
 from amdahl.workload import make_workload
@@ -37,14 +39,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from trial_runner import one_rank_group  # noqa: E402
 
 
-def _tiny_step() -> Callable[[bool], float]:
-    """Runs 20,000 tiny DDP steps, with or without the scalar ops; microseconds per step."""
+def _tiny_step(steps: int = 20_000) -> Callable[[bool], float]:
+    """Runs `steps` tiny DDP steps, with or without the scalar ops; microseconds per step."""
     workload = make_workload("mlp", {"hidden": [8]})
     rows = {k: torch.from_numpy(v) for k, v in workload.generate("train", 16384, seed=0).items()}
     model = torch.nn.parallel.DistributedDataParallel(workload.build_model())
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 
-    def run(scaled: bool, steps: int = 20_000, batch: int = 32) -> float:
+    def run(scaled: bool, batch: int = 32) -> float:
         kept = []
         start = time.perf_counter()
         for step in range(steps):
@@ -93,26 +95,26 @@ def _cutting(rebatcher: bool, n: int = 200_000, batch: int = 256) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=6)
+    add_smoke_flag(parser)
     args = parser.parse_args()
+    n = 200 if args.smoke else 200_000
+    rounds = 1 if args.smoke else args.rounds
     torch.set_num_threads(1)
     one_rank_group("gloo")
     pairs = {
-        "loss scaling (per step)": _tiny_step(),
-        "disabled autocast (per step)": _context,
-        "batch cutting, Rebatcher - plain slicing (per batch)": _cutting,
+        "loss scaling (per step)": _tiny_step(20 if args.smoke else 20_000),
+        "disabled autocast (per step)": functools.partial(_context, n=n),
+        "batch cutting, Rebatcher - plain slicing (per batch)": functools.partial(_cutting, n=n),
     }
+    print_stamp()
     for name, measure in pairs.items():
-        diffs, with_, without = [], [], []
-        for r in range(args.rounds):
-            order = (True, False) if r % 2 else (False, True)
-            got = {on: measure(on) for on in order}
-            with_.append(got[True])
-            without.append(got[False])
-            diffs.append(got[True] - got[False])
+        runs = interleaved(
+            {"without": lambda m=measure: m(False), "with": lambda m=measure: m(True)}, rounds
+        )
+        diffs = paired(runs["with"], runs["without"], operator.sub)
         print(
-            f"{name}: {statistics.median(diffs):+.1f} us (min {min(diffs):+.1f}, max "
-            f"{max(diffs):+.1f}); with {statistics.median(with_):.1f} us, without "
-            f"{statistics.median(without):.1f} us"
+            f"{name}: {diffs.min_max('+.1f', ' us')}; with "
+            f"{spread(runs['with']).median:.1f} us, without {spread(runs['without']).median:.1f} us"
         )
     torch.distributed.destroy_process_group()
 

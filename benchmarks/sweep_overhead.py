@@ -44,6 +44,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _harness import add_smoke_flag, print_stamp, rotated, spread
+
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = {
     "mlp": ROOT / "sweeps" / "laptop.yaml",
@@ -82,13 +84,14 @@ def main() -> None:
         action="store_true",
         help="leave out raw (more rounds of the other modes in the same time)",
     )
+    add_smoke_flag(parser)
     args = parser.parse_args()
-    if args.rounds < 3:
+    if args.smoke:
+        args.rounds, args.modes, args.workload_mode = 1, "grouped", "mlp"
+        args.overrides = [*args.overrides, "train.steps=5"]
+    elif args.rounds < 3:
         parser.error("--rounds must be at least 3: a spread needs three per-round ratios")
-    wanted = [m for m in args.modes.split(",") if m]
-    unknown = sorted(set(wanted) - set(MODES))
-    if unknown:
-        parser.error(f"--modes: unknown {', '.join(unknown)}; one of {', '.join(MODES)}")
+    wanted = _modes(parser, args.modes)
 
     import ray
 
@@ -135,24 +138,30 @@ def main() -> None:
                     print(f"round {r} {kind:10s} {mode:12s} FAILED (above)", flush=True)
     ray.shutdown()
 
+    print_stamp()
     for kind in specs:
         _print_summary(kind, specs[kind].name, results[kind], args.rounds)
 
 
-def rotated(order: list[str], round_: int) -> list[str]:
-    """`order` rotated left by `round_` places: over len(order) rounds every mode runs once in
-    every position."""
-    if not order:
-        return order
-    k = round_ % len(order)
-    return order[k:] + order[:k]
+def _modes(parser: argparse.ArgumentParser, modes: str) -> list[str]:
+    """--modes as a list, every name one of MODES (else the parser's error)."""
+    wanted = [m for m in modes.split(",") if m]
+    unknown = sorted(set(wanted) - set(MODES))
+    if unknown:
+        parser.error(f"--modes: unknown {', '.join(unknown)}; one of {', '.join(MODES)}")
+    return wanted
 
 
 def _run(run_sweep, spec, runs_dir: Path, kwargs: dict) -> dict | None:
     """One timed sweep -> its figures, or None (the error printed) if the sweep raised."""
     start = time.perf_counter()
     try:
-        outcome = run_sweep(spec, runs_dir=runs_dir, **kwargs)
+        outcome = run_sweep(
+            spec,
+            runs_dir=runs_dir,
+            tracking=kwargs["tracking"],
+            worker_groups=kwargs["worker_groups"],
+        )
     except Exception as e:  # noqa: BLE001 - report it and go on with the other modes
         print(f"{spec.name} {kwargs}: {type(e).__name__}: {e}", flush=True)
         return None
@@ -181,7 +190,8 @@ def _run(run_sweep, spec, runs_dir: Path, kwargs: dict) -> dict | None:
 
 
 def _median(values: list[float], fmt: str) -> str:
-    return format(statistics.median(values), fmt) if values else "n/a"
+    got = spread(values)
+    return format(got.median, fmt) if got.n else "n/a"
 
 
 def _print_summary(kind: str, name: str, results: dict[str, list[dict]], rounds: int) -> None:
@@ -232,9 +242,10 @@ def _print_ratio(name: str, a_runs: list[dict], b_runs: list[dict]) -> None:
     if not per_round:
         print(f"throughput {name}: n/a (no trial has a throughput in both modes)")
         return
+    rounds = spread(per_round)
     print(
-        f"throughput {name}: median {statistics.median(per_round):.3f} over {len(per_round)} "
-        f"rounds (range {min(per_round):.3f}-{max(per_round):.3f}; per round: "
+        f"throughput {name}: median {rounds.median:.3f} over {rounds.n} "
+        f"rounds (range {rounds.lo:.3f}-{rounds.hi:.3f}; per round: "
         + " ".join(f"{r:.3f}" for r in per_round)
         + f"); over {len(per_trial)} trial pairs: median {statistics.median(per_trial):.3f}"
     )

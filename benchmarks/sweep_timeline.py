@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _harness import add_smoke_flag, print_stamp
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -26,7 +28,11 @@ def main() -> None:
     parser.add_argument("spec", nargs="?", default=str(ROOT / "sweeps" / "laptop.yaml"))
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--no-tracking", action="store_true")
+    add_smoke_flag(parser)
     args = parser.parse_args()
+    if args.smoke:
+        args.overrides = [*args.overrides, "train.steps=5", "grid.batch_size=[64]"]
+    print_stamp()
 
     from amdahl import load_spec, run_sweep
     from amdahl.driver.events import LaunchStarted, SweepEvent, TrialDone
