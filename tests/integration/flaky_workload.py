@@ -28,9 +28,10 @@ class OneRankFails(MLP):
 
 
 class PoisonsOnce(MLP):
-    """The first forward pass anywhere raises the text of a sticky CUDA error (simulated on CPU:
-    the harness classifies by the error, not the device); `poison_marker` names the file that
-    says it already happened, so the relaunched worker group trains normally."""
+    """The first forward pass in a Ray worker raises the text of a sticky CUDA error (simulated
+    on CPU: the harness classifies by the error, not the device); `poison_marker` names the file
+    that says it already happened, so the relaunched worker group trains normally. The driver's
+    memory probe runs the model too, and is left alone: the poison is a trial's."""
 
     defaults = {**MLP.defaults, "poison_marker": ""}
     data_params = tuple(MLP.defaults)
@@ -40,7 +41,7 @@ class PoisonsOnce(MLP):
         marker = Path(self.params["poison_marker"])
 
         def poison_once(module: nn.Module, inputs: tuple) -> None:
-            if not marker.exists():
+            if _in_ray_worker() and not marker.exists():
                 marker.touch()
                 raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
@@ -48,15 +49,22 @@ class PoisonsOnce(MLP):
         return model
 
 
+def _in_ray_worker() -> bool:
+    import ray
+
+    return ray.is_initialized() and ray.get_runtime_context().worker.mode == ray.WORKER_MODE
+
+
 class KillsItsWorker(MLP):
     """With `kill` set, building the model ends the worker process at once (as a segfault or
-    the OOM killer would): Ray Train restarts the worker group, which gets the item again."""
+    the OOM killer would): Ray Train restarts the worker group, which gets the item again.
+    Only in a Ray worker: the driver's memory probe builds the model too."""
 
     defaults = {**MLP.defaults, "kill": False}
     data_params = tuple(MLP.defaults)
 
     def build_model(self) -> nn.Module:
-        if self.params["kill"]:
+        if self.params["kill"] and _in_ray_worker():
             os._exit(1)
         return super().build_model()
 
@@ -77,7 +85,7 @@ class SimulatedRankDies(SimulatedAccelerator):
 class KillsItsContinuation(MLP):
     """Ends its worker process (as the OOM killer would) in its `kill_at`-th forward pass, once
     per `kill_marker` file: with a halving rung of fewer steps before it, inside the next rung's
-    continuation of a kept trial."""
+    continuation of a kept trial. Only in a Ray worker (not the driver's memory probe)."""
 
     defaults = {**MLP.defaults, "kill_at": 0, "kill_marker": ""}
     data_params = tuple(MLP.defaults)
@@ -88,7 +96,7 @@ class KillsItsContinuation(MLP):
 
         def kill_once(module: nn.Module, inputs: tuple) -> None:
             calls[0] += 1
-            if calls[0] == self.params["kill_at"] and not marker.exists():
+            if calls[0] == self.params["kill_at"] and _in_ray_worker() and not marker.exists():
                 marker.touch()
                 os._exit(1)
 
