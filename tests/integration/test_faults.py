@@ -105,6 +105,10 @@ def test_killed_driver_resumes_without_duplicates(workdir):
 
 def test_ctrl_c_stops_cleanly_and_prints_the_resume_command(workdir):
     tmp, env = workdir
+    # Longer trials than SPEC's: with 150 steps a loaded CI box finished all six before the
+    # signal, polled 0.5 s after the first row, reached the driver (the sweep then stopped in its
+    # closing calibration and had nothing left to resume).
+    (tmp / "faults.yaml").write_text(SPEC.replace("steps: 150", "steps: 1500"))
     proc = _cli("sweep", "faults.yaml", env=env, cwd=tmp)
     _wait_for_rows(tmp / "runs", 1, proc)
     proc.send_signal(signal.SIGINT)
