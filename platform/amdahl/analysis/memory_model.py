@@ -160,3 +160,58 @@ def fit_overhead(pairs: list[tuple[float, float]]) -> float:
     if not pairs:
         return 0.0
     return max(0.0, statistics.median(measured - predicted for predicted, measured in pairs))
+
+
+@dataclass(frozen=True)
+class Overhead:
+    """The device's fixed overhead as a sweep's own rows show it: what the measured peaks hold
+    beyond the plan's predictions (which leave it out), over `rows` ok rows with both figures.
+    On a GPU: cuBLAS's workspaces and what else the allocator holds that no tensor of the model
+    does; on CPU, where the ledger counts tensors only, the model's own bias."""
+
+    bytes: float = 0.0
+    rows: int = 0
+
+
+def overhead_from_rows(rows: list[dict[str, Any]]) -> Overhead:
+    """`Overhead` from results rows (dicts): ok rows with a measured and a predicted peak."""
+    pairs = [
+        (float(r["predicted_peak_mem_bytes"]), float(r["peak_mem_bytes"]))
+        for r in rows
+        if r.get("status") == "ok"
+        and _present(r.get("predicted_peak_mem_bytes"))
+        and _present(r.get("peak_mem_bytes"))
+    ]
+    return Overhead(fit_overhead(pairs), len(pairs))
+
+
+def _present(value: Any) -> bool:
+    """A number in a results row: not None, not NaN (pandas' null in a float column)."""
+    return value is not None and value == value
+
+
+def alternatives(
+    facts: MemoryFacts,
+    bf16: MemoryFacts | None,
+    sync: str,
+    devices: int,
+    batch: float,
+    options: dict[str, Any] | None = None,
+) -> list[tuple[str, float]]:
+    """What the same trial would hold per device another way, largest saving first, as
+    (what to change, predicted peak bytes): the sharding strategies at more than one device,
+    bf16 where the probe measured it and the trial is fp32, and half the batch (the same
+    global batch with twice the micro-steps, or half the samples per step). Only changes that
+    hold less than the trial's own prediction."""
+    own = predict_peak(facts, sync, devices, batch, options).total
+    out = [
+        (f"sync {other}", predict_peak(facts, other, devices, batch, options).total)
+        for other in ("zero1", "fsdp")
+        if devices > 1 and other != sync and other in STRATEGIES
+    ]
+    if bf16 is not None:
+        out.append(("bf16", predict_peak(bf16, sync, devices, batch, options).total))
+    if batch >= 2:
+        half = predict_peak(facts, sync, devices, batch // 2, options).total
+        out.append((f"batch {int(batch) // 2}", half))
+    return sorted((x for x in out if x[1] < own), key=lambda x: x[1])

@@ -459,8 +459,9 @@ def _memory_of(inputs: ModelInputs, settings: dict[str, Any]) -> Callable[[int, 
     options = {"accumulate_steps": inputs.options.accumulate_steps}
     if facts is None:
         return lambda devices, batch: None
+    overhead = inputs.memory_overhead_bytes
     return lambda devices, batch: (
-        predict_peak(facts, settings["sync"], devices, batch, options).total
+        predict_peak(facts, settings["sync"], devices, batch, options, overhead).total
     )
 
 

@@ -339,6 +339,9 @@ class ModelInputs:
     #: The memory probe's facts by (workload parameters as JSON, precision), from plan.json:
     #: `platform predict`'s memory per device (analysis/memory_model.py).
     memory_facts: dict[tuple[str, str], Any] = field(default_factory=dict)
+    #: The fixed overhead per device the sweep's rows show beyond the memory model
+    #: (analysis.memory_model.overhead_from_rows), added to every memory prediction.
+    memory_overhead_bytes: float = 0.0
 
     def points(self) -> list[Point]:
         return [pt for c in self.configs if (pt := measured_point(c)) is not None]

@@ -25,6 +25,7 @@ from amdahl.columns import TrialSettings
 from amdahl.plan.checks import capability_problem
 from amdahl.plan.fits import (
     FactsSource,
+    device_memory_gb,
     largest_fitting_batch,
     memory_problem,
     predict_trial,
@@ -75,6 +76,8 @@ class SweepPlan:
     #: The memory probe's facts the plan used, as (workload parameters, precision, facts):
     #: plan.json keeps them, so the report can say what another strategy would hold.
     memory_facts: list[tuple[dict[str, Any], str, MemoryFacts]] = field(default_factory=list)
+    #: The device memory (GB) trials were held to (plan.fits.device_memory_gb); None: unknown.
+    device_memory_gb: float | None = None
 
     @cached_property
     def labels(self) -> dict[str, str]:
@@ -193,6 +196,7 @@ def plan_sweep(
         preprocesses=facts.preprocesses,
         resource_note=note,
         memory_facts=used,
+        device_memory_gb=device_memory_gb(spec, facts.device_memory_gb),
     )
 
 

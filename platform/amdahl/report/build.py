@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from amdahl.analysis.calibration import Calibration
 from amdahl.analysis.configs import Config, group_configs
-from amdahl.analysis.memory_model import MemoryFacts
+from amdahl.analysis.memory_view import MemoryView
 from amdahl.analysis.scaling import Curve, scaling_curves
 from amdahl.report.diagnose import (
     BatchLimit,
@@ -56,8 +56,8 @@ class Report:
     #: spec.yaml and plan.json's resources as read (report/best.py's best.yaml), or None.
     spec: dict[str, Any] | None = None
     planned_resources: dict[str, Any] | None = None
-    #: plan.json's memory probe facts by (workload parameters as JSON, precision).
-    memory_facts: dict[tuple[str, str], MemoryFacts] = field(default_factory=dict)
+    #: plan.json's memory probe facts, the device's size and the overhead the rows show.
+    memory: MemoryView = field(default_factory=MemoryView)
     #: Families ranked by the sweep's objective (ranking.py); curves and diagnoses follow it.
     ranking: Ranking = field(default_factory=lambda: Ranking("throughput"))
 
@@ -79,13 +79,14 @@ def assemble(inputs: SweepInputs) -> Report:
     """The report from already-loaded inputs (tests build these by hand)."""
     configs = group_configs(inputs.rows)
     quality = check_quality(configs)
+    memory = inputs.memory
     report = Report(
         name=inputs.name,
         sweep_dir=inputs.sweep_dir,
         row_count=len(inputs.rows),
         configs=configs,
         curves=scaling_curves(configs),
-        diagnoses=diagnose(configs, inputs.calibration),
+        diagnoses=diagnose(configs, inputs.calibration, memory),
         quality=quality,
         recommendation=recommend(configs, quality, inputs.price_per_device_hour),
         failures=failures(configs, inputs.refused),
@@ -99,7 +100,7 @@ def assemble(inputs: SweepInputs) -> Report:
         labels=dict(inputs.labels),
         spec=inputs.spec,
         planned_resources=inputs.planned_resources,
-        memory_facts=dict(inputs.memory_facts),
+        memory=memory,
     )
     objective = sweep_objective(inputs.spec, inputs.rows)
     ranking = rank(configs, report.curves, report.recommendation.eligible, objective)

@@ -17,9 +17,11 @@ from typing import Any
 from amdahl.analysis.alphabeta import ring_allreduce_s
 from amdahl.analysis.calibration import Calibration
 from amdahl.analysis.configs import NO_SYNC, SETTINGS, Config
+from amdahl.analysis.memory_view import MemoryView
 from amdahl.analysis.overlap import straggler_of
 from amdahl.analysis.stats import Stat, differs, is_number
 from amdahl.report.bottleneck import (
+    ADVICE,
     COMPUTE,
     DATA,
     MEMORY,
@@ -31,6 +33,7 @@ from amdahl.report.bottleneck import (
     step_shares,
     trace_notes,
 )
+from amdahl.report.document import mib
 from amdahl.strategies import ALL_PHASES, STRATEGIES
 
 SEGMENTS = ("data wait", "forward", "backward", "optimizer", "exposed comm", "other")
@@ -110,8 +113,13 @@ def _exposed_comm(c: Config, none: Config) -> tuple[Stat, bool, dict[str, float]
     return stat, med > margin, per_phase
 
 
-def diagnose(configs: list[Config], calibration: Calibration | None = None) -> list[Diagnosis]:
-    """One diagnosis per ok configuration, in the order given."""
+def diagnose(
+    configs: list[Config],
+    calibration: Calibration | None = None,
+    memory: MemoryView | None = None,
+) -> list[Diagnosis]:
+    """One diagnosis per ok configuration, in the order given. `memory`: the probe's facts and
+    the device's size, for the memory finding and its advice (none: measured figures only)."""
     by_key = {c.key: c for c in configs}
     out: dict[tuple, Diagnosis] = {}
     for c in configs:
@@ -137,7 +145,7 @@ def diagnose(configs: list[Config], calibration: Calibration | None = None) -> l
         out[c.key] = d
     _fixed_costs(out)
     for d in out.values():
-        _name_bottleneck(d, configs, calibration)
+        _name_bottleneck(d, configs, calibration, memory or MemoryView())
     return list(out.values())
 
 
@@ -216,7 +224,9 @@ def _comm_note(d: Diagnosis) -> str | None:
     return None
 
 
-def _name_bottleneck(d: Diagnosis, configs: list[Config], calib: Calibration | None) -> None:
+def _name_bottleneck(
+    d: Diagnosis, configs: list[Config], calib: Calibration | None, memory: MemoryView
+) -> None:
     """Run bottleneck.BOTTLENECK_RULES over the step's figures and fill the diagnosis's verdict."""
     if not d.wall_s:
         d.evidence = "no step time recorded"
@@ -231,14 +241,17 @@ def _name_bottleneck(d: Diagnosis, configs: list[Config], calib: Calibration | N
     else:
         d.bottleneck = COMPUTE
         d.evidence = f"forward + backward + optimizer {ms_text(s.compute)} = {s.of_step(s.compute)}"
-    memory = _memory_finding(d.config, configs, calib)
-    if memory:
-        d.also.append(f"{MEMORY}: {memory}")
+    finding = _memory_finding(d.config, configs, calib, memory)
+    if finding:
+        d.also.append(f"{MEMORY}: {finding}")
     note = _comm_note(d)
     if note:
         d.also.append(note)
     d.also += trace_notes(s)
-    d.advice = advice_for(d.bottleneck, s, bool(memory))
+    d.advice = advice_for(d.bottleneck, s, bool(finding))
+    saved = memory.savings(d.config) if finding else []
+    if saved:  # what the memory model predicts each change saves, before the generic tips
+        d.advice = [memory_tip(saved), *(a for a in d.advice if a not in ADVICE[MEMORY])]
     # CPU only: on a GPU the same wait is named "data loading or host-device transfer"
     if d.bottleneck == DATA and _loader_with_workers(d.config):
         d.advice.insert(0, LOADER_IN_PROCESS_TIP)
@@ -259,9 +272,11 @@ def _loader_with_workers(c: Config) -> bool:
     return c.settings.get("input") == "torch_loader" and (c.settings.get("data_workers") or 0) > 0
 
 
-def _memory_finding(c: Config, configs: list[Config], calib: Calibration | None) -> str:
+def _memory_finding(
+    c: Config, configs: list[Config], calib: Calibration | None, memory: MemoryView
+) -> str:
     peak = c.stat("peak_mem_bytes")
-    cap = calib.device_memory_bytes if calib else None
+    cap = (calib.device_memory_bytes if calib else None) or memory.device_bytes
     if peak and cap and peak.median / cap >= THRESHOLDS["memory"]:
         return f"peak {peak.median / 2**20:,.0f} MiB = {peak.median / cap:.0%} of the device"
     bigger_oom = sorted(
@@ -408,3 +423,13 @@ def flops_notes(configs: list[Config]) -> list[str]:
                     + (" (the workload's flops_override)" if used == "stated" else "")
                 )
     return list(seen.values())
+
+
+#: How many of the memory model's savings a memory-bound configuration's advice names.
+SAVINGS_ADVISED = 3
+
+
+def memory_tip(saved: list[tuple[str, float]]) -> str:
+    """The memory model's largest savings per device, as one line of advice."""
+    named = ", ".join(f"{name} {mib(b)} MiB less" for name, b in saved[:SAVINGS_ADVISED])
+    return f"predicted per device at this batch (analysis/memory_model.py): {named}"

@@ -20,6 +20,7 @@ import yaml
 from amdahl.analysis.calibration import Calibration
 from amdahl.analysis.comm import options_from_mapping
 from amdahl.analysis.memory_model import MemoryFacts
+from amdahl.analysis.memory_view import MemoryView
 from amdahl.spec.schema import OptionsSpec
 from amdahl.sweepdir.layout import CALIBRATION_FILE, PLAN_FILE, SPEC_FILE
 from amdahl.sweepdir.table import read_results
@@ -49,6 +50,16 @@ class SweepInputs:
     planned_resources: dict[str, Any] | None = None
     #: plan.json's memory facts by (workload parameters as JSON, precision).
     memory_facts: dict[tuple[str, str], MemoryFacts] = field(default_factory=dict)
+    #: The device memory (GB) plan.json held trials to; None where unknown.
+    device_memory_gb: float | None = None
+
+    @property
+    def memory(self) -> MemoryView:
+        """The probe's facts, the device's size (calibration.json's measured, else the
+        plan's) and the overhead the rows show, for the report's memory figures."""
+        measured = self.calibration.device_memory_bytes if self.calibration else None
+        planned = self.device_memory_gb * 1e9 if self.device_memory_gb else None
+        return MemoryView.of(self.memory_facts, self.rows, measured or planned)
 
 
 def load_inputs(sweep_dir: str | Path) -> SweepInputs:
@@ -85,6 +96,8 @@ def _read_plan(plan: Any, inputs: SweepInputs) -> None:
     trials = plan.get("trials") if isinstance(plan, dict) else None
     resources = plan.get("resources") if isinstance(plan, dict) else None
     _read_memory_facts(plan, inputs)
+    gb = plan.get("device_memory_gb") if isinstance(plan, dict) else None
+    inputs.device_memory_gb = float(gb) if isinstance(gb, (int, float)) and gb > 0 else None
     inputs.planned_resources = resources if isinstance(resources, dict) else None
     if plan is not None and not isinstance(trials, list):
         inputs.notes.append(f"{PLAN_FILE} ignored: no list of trials in it")

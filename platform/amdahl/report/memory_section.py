@@ -6,11 +6,9 @@ Pure: imports neither ray nor torch.
 
 from __future__ import annotations
 
-import json
 import statistics
 
 from amdahl.analysis.configs import Config
-from amdahl.analysis.memory_model import predict_peak
 from amdahl.report.build import Report
 from amdahl.report.document import Section, Table, mib
 
@@ -65,6 +63,14 @@ def memory_section(r: Report) -> Section:
             f"prediction error over {len(errors)} configurations: median "
             f"{statistics.median(absolute):.1%}, largest {max(absolute):.1%}"
         )
+    overhead = r.memory.overhead
+    if overhead.rows:
+        sec.bullets.append(
+            f"fixed overhead beyond the model: {mib(overhead.bytes)} MiB per device, the median "
+            f"of what {overhead.rows} rows held beyond their prediction (a GPU's cuBLAS "
+            "workspaces and the like; on CPU, where only tensors count, the model's own bias); "
+            "the savings below and `platform predict` include it"
+        )
     sec.bullets += _savings(r)
     for label, error in errors:
         if error < -UNDER_PREDICTION:
@@ -80,33 +86,16 @@ SAVINGS_SHOWN = 3
 
 
 def _savings(r: Report) -> list[str]:
-    """What another strategy or precision would hold at the same devices and batch, by the
-    memory model over plan.json's probe facts, for the configurations that hold the most."""
-    held = [(c, c.stat("predicted_peak_mem_bytes")) for c in r.configs]
-    held = sorted(((c, s.median) for c, s in held if s), key=lambda x: -x[1])
+    """What another strategy, precision or batch would hold at the same devices, by the memory
+    model over plan.json's probe facts, for the configurations predicted to hold the most."""
+    held = [(c, r.memory.predicted(c)) for c in r.configs]
+    held = sorted(((c, own) for c, own in held if own), key=lambda x: -x[1])
     out = []
     for c, own in held[:SAVINGS_SHOWN]:
-        s = c.settings
-        params = json.dumps(json.loads(s["params"]), sort_keys=True)
-        alternatives = []
-        facts = r.memory_facts.get((params, s["precision"]))
-        for sync in ("zero1", "fsdp") if facts and c.devices > 1 else ():
-            if sync != s["sync"]:
-                other = predict_peak(facts, sync, c.devices, c.batch_size, _options(c)).total
-                alternatives.append((f"sync {sync}", other))
-        bf16 = r.memory_facts.get((params, "bf16"))
-        if bf16 and s["precision"] == "fp32":
-            other = predict_peak(bf16, s["sync"], c.devices, c.batch_size, _options(c)).total
-            alternatives.append(("bf16", other))
-        saved = [f"{name} {mib(own - other)} MiB less" for name, other in alternatives]
+        saved = [f"{name} {mib(b)} MiB less" for name, b in r.memory.savings(c)]
         if saved:
             out.append(f"{c.label} (predicted {mib(own)} MiB): " + ", ".join(saved))
     return out
-
-
-def _options(c: Config) -> dict:
-    """The micro-steps a configuration's rows ran, as the option the model reads."""
-    return {"accumulate_steps": c.rows[0].get("micro_steps") or 1}
 
 
 def _largest_part(c: Config) -> str:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from amdahl.analysis.configs import Config, group_configs
+from amdahl.analysis.memory_model import overhead_from_rows
 from amdahl.analysis.prediction import LooPoint, SweepPrediction, leave_one_out, predict_inputs
 from amdahl.analysis.stepmodel import ModelInputs, StepModel, fit
 from amdahl.errors import UserError
@@ -39,6 +40,7 @@ def model_inputs(inputs: SweepInputs, configs: list[Config] | None = None) -> Mo
         name=inputs.name,
         notes=list(inputs.notes),
         memory_facts=dict(inputs.memory_facts),
+        memory_overhead_bytes=overhead_from_rows(inputs.rows).bytes,
     )
 
 

@@ -50,6 +50,7 @@ def plan_summary(plan: SweepPlan) -> dict[str, Any]:
         "nodes": [vars(n) for n in plan.nodes],
         "resources": plan.spec.resources.model_dump(),
         "resource_note": plan.resource_note,
+        "device_memory_gb": plan.device_memory_gb,
         "trials": [trial(t) for t in plan.trials],
         "memory_facts": [
             {"params": params, "precision": precision, "facts": facts.as_dict()}

@@ -59,6 +59,8 @@ def test_a_device_between_two_predictions_refuses_exactly_the_trials_above_it():
     ]
     assert two_device_ddp and all("sync fsdp" in t.refused for t in two_device_ddp)
     assert all(t.largest_batch_fits is not None for t in plan.trials)
+    # plan.json keeps the size trials were held to, for the report's memory finding
+    assert plan_summary(plan)["device_memory_gb"] == gb
 
 
 def test_the_check_off_runs_everything_and_the_device_size_changes_no_trial_id():

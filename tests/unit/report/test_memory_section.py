@@ -83,3 +83,72 @@ def test_predict_gives_each_device_count_its_memory_per_device(tmp_path):
         assert r.memory_bytes == predict_peak(facts, sync, r.devices, r.batch).total
     dumped = result.as_dict()["families"][0]["predictions"][0]
     assert dumped["peak_mem_bytes"] is not None
+
+
+def _with_facts(d, facts, device_memory_gb=None):
+    import json
+
+    from report_rows import PARAMS
+
+    entry = {"params": json.loads(PARAMS), "precision": "fp32", "facts": facts.as_dict()}
+    plan = {"trials": [], "memory_facts": [entry], "device_memory_gb": device_memory_gb}
+    (d / "plan.json").write_text(json.dumps(plan))
+    return d
+
+
+def test_the_overhead_the_rows_hold_beyond_the_model_is_fitted_and_predict_adds_it(tmp_path):
+    """A device's fixed overhead (cuBLAS workspaces, ...) is what measured peaks hold beyond the
+    model's predictions: the median over ok rows, failed rows left out; `platform predict` adds
+    it to every figure, and the memory section says how much and from how many rows."""
+    from report_rows import scaling_rows
+
+    from amdahl.analysis.memory_model import MemoryFacts, predict_peak
+    from amdahl.report.predict import predict_sweep
+
+    facts = MemoryFacts(100 * MIB, 100 * MIB, 100 * MIB, 0, (50 * MIB, 50 * MIB), 0.0, MIB)
+    rows = scaling_rows()
+    for i, r in enumerate(rows):
+        own = predict_peak(facts, r["sync"], r["devices"], r["batch_size"]).total
+        r.update(predicted_peak_mem_bytes=own, peak_mem_bytes=own + (8 + i % 3) * MIB)
+    rows.append(row(8, 128, status="oom", predicted_peak_mem_bytes=1, peak_mem_bytes=10**12))
+    d = _with_facts(write_sweep(tmp_path / "s", rows), facts)
+    sec = memory_section(build_report(d))
+    [line] = [b for b in sec.bullets if "fixed overhead" in b]
+    assert "9.0 MiB per device" in line and "of what 6 rows held" in line
+    result = predict_sweep(d, [16])
+    for f in result.families:
+        for r in f.rows:
+            plain = predict_peak(facts, f.family.sync, r.devices, r.batch).total
+            assert r.memory_bytes == plain + 9 * MIB
+
+
+def test_a_memory_bound_configuration_is_advised_what_the_model_predicts_each_change_saves(
+    tmp_path,
+):
+    """Peak at >= 90% of the device the plan held trials to (plan.json's device_memory_gb,
+    where no calibration measured one): the advice names the memory model's savings, largest
+    first, in place of the generic memory tips; a configuration with room gets none."""
+    from amdahl.analysis.memory_model import MemoryFacts, predict_peak
+
+    facts = MemoryFacts(400 * MIB, 400 * MIB, 800 * MIB, 0, (200 * MIB, 200 * MIB), 0.0, MIB)
+    own = predict_peak(facts, "ddp", 2, 128).total
+    gb = own / 0.95 / 1e9
+    rows = [
+        row(2, 128, peak_mem_bytes=own, predicted_peak_mem_bytes=own),
+        row(1, 16, peak_mem_bytes=own / 4, predicted_peak_mem_bytes=own / 4),
+    ]
+    d = _with_facts(write_sweep(tmp_path / "s", rows), facts, device_memory_gb=gb)
+    report = build_report(d)
+    tight = next(x for x in report.diagnoses if x.config.devices == 2)
+    assert any(a.startswith("memory: peak") for a in tight.also)
+    fsdp = own - predict_peak(facts, "fsdp", 2, 128).total
+    zero1 = own - predict_peak(facts, "zero1", 2, 128).total
+    assert fsdp > zero1 > 0
+    assert tight.advice[0] == (
+        "predicted per device at this batch (analysis/memory_model.py): "
+        f"sync fsdp {fsdp / MIB:,.1f} MiB less, sync zero1 {zero1 / MIB:,.1f} MiB less, "
+        f"batch 64 {64 * MIB / MIB:,.1f} MiB less"
+    )
+    assert not any("zero1 or fsdp to shard" in a for a in tight.advice)
+    roomy = next(x for x in report.diagnoses if x.config.devices == 1)
+    assert not any("MiB less" in a for a in roomy.advice)
