@@ -59,7 +59,7 @@ def trial_config(base: dict[str, Any] | None = None, **overrides: Any) -> TrialC
     `options` go into its TrialSettings, the rest (`per_device_batch`, `flops_per_sample`,
     ...) into the TrialConfig."""
     s = {"trial_id": "trial", "axis_params": {}, **(base or settings()), **overrides}
-    held = {k: s[k] for k in TrialSettings.__dataclass_fields__}
+    held = {k: s[k] for k in TrialSettings.__dataclass_fields__ if k in s}
     derived = {k: s[k] for k in TrialConfig.__dataclass_fields__ if k in s and k != "settings"}
     return TrialConfig(settings=TrialSettings(**held), **derived)
 

@@ -64,6 +64,9 @@ class GPT(Workload):
         p = self.params
         return _GPT(p["vocab"], p["width"], p["layers"], p["heads"], p["context"])
 
+    def blocks(self, model: nn.Module) -> list[nn.Module]:
+        return list(model.blocks)
+
     def generate(self, split: str, num_rows: int, seed: int) -> dict[str, np.ndarray]:
         vocab, context = self.params["vocab"], self.params["context"]
         table_rng = np.random.default_rng(seed)  # one language for train and val

@@ -103,6 +103,11 @@ class ResNet(Workload):
     def build_model(self) -> nn.Module:
         return resnet18(int(self.params["width"]), int(self.params["classes"]))
 
+    def blocks(self, model: nn.Module) -> list[nn.Module]:
+        # BatchNorm's running statistics are updated again by each recomputed forward, as in
+        # any checkpointed ResNet; the measured throughput and memory are unaffected.
+        return [m for m in model.modules() if isinstance(m, Residual)]
+
     def generate(self, split: str, num_rows: int, seed: int) -> dict[str, np.ndarray]:
         if self.params["dataset"] == "digits":
             images, labels = _digits(split)

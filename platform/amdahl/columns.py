@@ -90,6 +90,11 @@ AXIS_TABLE: dict[str, Axis] = {
         always_labelled=True,
         snippet="_sync_setup, _loop: the strategy's wrapper, hooks and optimizer",
     ),
+    "activation_checkpointing": Axis(
+        default="none",
+        label="ac-{}",
+        snippet="_setup: apply_activation_checkpointing over the workload's blocks",
+    ),
 }
 
 #: The axes every sweep can vary, in order; `params.<name>` axes come on top.
@@ -120,6 +125,7 @@ class TrialSettings:
     input: str
     prefetch_batches: int
     sync: str
+    activation_checkpointing: str = "none"
     #: The values of the grid's `params.<name>` axes at this point (also in `params`).
     axis_params: dict[str, Any]
     #: The workload's parameters: its defaults, then the spec's, then `axis_params`.
@@ -192,6 +198,11 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "input": (pa.string(), "input pipeline: ray_data or torch_loader"),
     "prefetch_batches": (pa.int64(), "batches each device's input prefetches"),
     "sync": (pa.string(), "gradient synchronisation strategy"),
+    "activation_checkpointing": (
+        pa.string(),
+        "none, full (every block the workload names recomputes its forward in the backward) or "
+        "selective (every other block)",
+    ),
     "scaling": (pa.string(), "weak or strong"),
     "status": (
         pa.string(),

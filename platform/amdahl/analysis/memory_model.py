@@ -25,6 +25,7 @@ gradient, optimizer-state and buffer bytes, p the trial's devices and b its per-
 - step(b) = a + k b: what the plain model's step adds at its peak (activations, temporaries,
   the gradients alive then), a straight line through the probe's two batches (ZeRO's paper,
   DeepSpeed's estimators and torch's own MemTracker all take activations as linear in batch);
+  with activation checkpointing, the line the probe measured with the blocks checkpointed;
 - plus the device's fixed overhead (cuBLAS's workspace, ...), `overhead_bytes`, taken from a
   sweep's own rows where it has measured some (`fit_overhead`), 0 otherwise.
 """
@@ -61,6 +62,16 @@ class MemoryFacts:
     #: The two batches the line was measured at, and how (eager, ...).
     probe_batches: tuple[int, int] = (8, 32)
     source: str = "eager"
+    #: The step line with activation checkpointing, by mode: (intercept, bytes per sample);
+    #: measured only where the workload names blocks.
+    checkpointed: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    def step_line(self, checkpointing: str = "none") -> tuple[float, float]:
+        """(intercept, bytes per sample) of a step with this checkpointing mode; the plain
+        model's where the mode was not measured (the larger figure: never an under-prediction
+        from a missing line)."""
+        plain = (self.step_intercept, self.step_per_sample)
+        return tuple(self.checkpointed.get(checkpointing, plain)) if checkpointing else plain
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -73,6 +84,7 @@ class MemoryFacts:
             "step_per_sample": self.step_per_sample,
             "probe_batches": list(self.probe_batches),
             "source": self.source,
+            "checkpointed": {m: list(line) for m, line in self.checkpointed.items()},
         }
 
     @classmethod
@@ -82,6 +94,7 @@ class MemoryFacts:
                 **d,
                 "largest_units": tuple(d["largest_units"]),
                 "probe_batches": tuple(d["probe_batches"]),
+                "checkpointed": {m: tuple(v) for m, v in d.get("checkpointed", {}).items()},
             }
         )
 
@@ -105,9 +118,12 @@ def predict_peak(
     batch: float,
     options: dict[str, Any] | None = None,
     overhead_bytes: float = 0.0,
+    checkpointing: str = "none",
 ) -> MemoryPrediction:
-    """The peak tensor bytes one rank of a trial holds (the module docstring's sum)."""
+    """The peak tensor bytes one rank of a trial holds (the module docstring's sum), its step
+    line the one measured with its activation `checkpointing`."""
     shape = STRATEGIES[sync].memory
+    intercept, per_sample = facts.step_line(checkpointing)
     p = max(1, devices)
     fsdp = shape.parameters == "sharded"
     shard = (lambda x: x / p) if fsdp else (lambda x: x)
@@ -122,7 +138,7 @@ def predict_peak(
         "buckets": 2.0 * facts.grad_bytes if shape.buckets else 0.0,
         "held gradients": held,
         "gathered parameters": gathered,
-        "step": max(0.0, facts.step_intercept + facts.step_per_sample * batch),
+        "step": max(0.0, intercept + per_sample * batch),
         "device overhead": overhead_bytes,
     }
     return MemoryPrediction(sum(parts.values()), parts)
@@ -140,13 +156,15 @@ def largest_batch(
     device_memory_gb: float,
     options: dict[str, Any] | None = None,
     overhead_bytes: float = 0.0,
+    checkpointing: str = "none",
 ) -> int:
     """The largest per-device batch predicted to fit (0: not even one sample)."""
-    fixed = predict_peak(facts, sync, devices, 0, options, overhead_bytes).total
+    fixed = predict_peak(facts, sync, devices, 0, options, overhead_bytes, checkpointing).total
     room = usable_bytes(device_memory_gb) - fixed
-    if facts.step_per_sample <= 0:  # nothing grows with the batch: any fits, or none does
+    per_sample = facts.step_line(checkpointing)[1]
+    if per_sample <= 0:  # nothing grows with the batch: any fits, or none does
         return 0 if room < 0 else UNBOUNDED_BATCH
-    return max(0, int(room // facts.step_per_sample))
+    return max(0, int(room // per_sample))
 
 
 def largest_power_of_two(limit: int) -> int:
@@ -197,21 +215,31 @@ def alternatives(
     devices: int,
     batch: float,
     options: dict[str, Any] | None = None,
+    checkpointing: str = "none",
 ) -> list[tuple[str, float]]:
     """What the same trial would hold per device another way, largest saving first, as
     (what to change, predicted peak bytes): the sharding strategies at more than one device,
-    bf16 where the probe measured it and the trial is fp32, and half the batch (the same
-    global batch with twice the micro-steps, or half the samples per step). Only changes that
-    hold less than the trial's own prediction."""
-    own = predict_peak(facts, sync, devices, batch, options).total
+    bf16 where the probe measured it and the trial is fp32, activation checkpointing where the
+    probe measured it, and half the batch (the same global batch with twice the micro-steps,
+    or half the samples per step). Only changes that hold less than the trial's own
+    prediction."""
+
+    def peak(f: MemoryFacts, s: str, b: float, mode: str = checkpointing) -> float:
+        return predict_peak(f, s, devices, b, options, checkpointing=mode).total
+
     out = [
-        (f"sync {other}", predict_peak(facts, other, devices, batch, options).total)
+        (f"sync {other}", peak(facts, other, batch))
         for other in ("zero1", "fsdp")
         if devices > 1 and other != sync and other in STRATEGIES
     ]
     if bf16 is not None:
-        out.append(("bf16", predict_peak(bf16, sync, devices, batch, options).total))
+        out.append(("bf16", peak(bf16, sync, batch)))
+    out += [
+        (f"activation_checkpointing {mode}", peak(facts, sync, batch, mode))
+        for mode in facts.checkpointed
+        if mode != checkpointing
+    ]
     if batch >= 2:
-        half = predict_peak(facts, sync, devices, batch // 2, options).total
-        out.append((f"batch {int(batch) // 2}", half))
+        out.append((f"batch {int(batch) // 2}", peak(facts, sync, batch // 2)))
+    own = peak(facts, sync, batch)
     return sorted((x for x in out if x[1] < own), key=lambda x: x[1])

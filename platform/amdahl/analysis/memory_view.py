@@ -49,7 +49,9 @@ class MemoryView:
         facts = self.facts_of(c)
         if facts is None or c.batch_size is None:
             return None
-        own = predict_peak(facts, c.sync, c.devices, c.batch_size, micro_options(c))
+        own = predict_peak(
+            facts, c.sync, c.devices, c.batch_size, micro_options(c), checkpointing=_mode(c)
+        )
         return own.total + self.overhead.bytes
 
     def savings(self, c: Config) -> list[tuple[str, float]]:
@@ -60,9 +62,16 @@ class MemoryView:
             return []
         bf16 = self.facts_of(c, "bf16") if c.settings["precision"] == "fp32" else None
         options = micro_options(c)
-        own = predict_peak(facts, c.sync, c.devices, c.batch_size, options).total
-        found = alternatives(facts, bf16, c.sync, c.devices, c.batch_size, options)
+        mode = _mode(c)
+        own = predict_peak(facts, c.sync, c.devices, c.batch_size, options, checkpointing=mode)
+        found = alternatives(facts, bf16, c.sync, c.devices, c.batch_size, options, mode)
+        own = own.total
         return [(name, own - other) for name, other in found]
+
+
+def _mode(c: Config) -> str:
+    """The configuration's activation checkpointing (none in a table from before the axis)."""
+    return c.settings.get("activation_checkpointing") or "none"
 
 
 def micro_options(c: Config) -> dict:

@@ -460,8 +460,9 @@ def _memory_of(inputs: ModelInputs, settings: dict[str, Any]) -> Callable[[int, 
     if facts is None:
         return lambda devices, batch: None
     overhead = inputs.memory_overhead_bytes
+    mode = settings.get("activation_checkpointing") or "none"
     return lambda devices, batch: (
-        predict_peak(facts, settings["sync"], devices, batch, options, overhead).total
+        predict_peak(facts, settings["sync"], devices, batch, options, overhead, mode).total
     )
 
 

@@ -26,6 +26,11 @@ INCOMPATIBLE: dict[tuple[tuple[str, object], tuple[str, object]], str] = {
     (("data_workers", 0), ("input", "ray_data")): "Ray Data's preprocessing needs at least one "
     "task; 0 (batches made in the training process) is for input torch_loader",
     **{
+        (("compile", "torchscript"), ("activation_checkpointing", mode)): "TorchScript cannot "
+        "script the checkpoint wrapper (Python autograd hooks); use compile eager or inductor"
+        for mode in ("full", "selective")
+    },
+    **{
         ((axis, value), ("sync", n)): reason
         for n, s in STRATEGIES.items()
         for axis, value, reason in s.incompatible

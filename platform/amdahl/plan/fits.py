@@ -38,7 +38,14 @@ def predict_trial(
     if found is None:
         return None
     batch = per_device_batch(settings.batch_size, settings.devices, spec.train.scaling)
-    return predict_peak(found, settings.sync, settings.devices, batch, settings.options)
+    return predict_peak(
+        found,
+        settings.sync,
+        settings.devices,
+        batch,
+        settings.options,
+        checkpointing=settings.activation_checkpointing,
+    )
 
 
 def resolve_max_batches(
@@ -79,7 +86,14 @@ def _max_batch(settings: TrialSettings, facts: FactsSource | None, gb: float) ->
             "grid.batch_size: max needs the model's memory, and the memory probe could not "
             "measure it (see the warning above); list the batch sizes instead"
         )
-    limit = largest_batch(found, settings.sync, settings.devices, gb, settings.options)
+    limit = largest_batch(
+        found,
+        settings.sync,
+        settings.devices,
+        gb,
+        settings.options,
+        checkpointing=settings.activation_checkpointing,
+    )
     if limit >= UNBOUNDED_BATCH:
         raise UserError(
             "grid.batch_size: max: the model's memory does not grow with its batch, so no "
@@ -103,7 +117,14 @@ def largest_fitting_batch(
     found = facts(settings.params, settings.precision) if facts and gb else None
     if found is None:
         return None
-    return largest_batch(found, settings.sync, settings.devices, gb, settings.options)
+    return largest_batch(
+        found,
+        settings.sync,
+        settings.devices,
+        gb,
+        settings.options,
+        checkpointing=settings.activation_checkpointing,
+    )
 
 
 def memory_problem(
@@ -150,13 +171,22 @@ def _what_fits(
     """The nearest changes predicted to fit: a smaller per-device batch, a sharded strategy."""
     p = settings.devices
     out = []
-    limit = largest_batch(facts, settings.sync, p, gb, settings.options)
+    mode = settings.activation_checkpointing
+    limit = largest_batch(facts, settings.sync, p, gb, settings.options, checkpointing=mode)
     if limit >= 1:
         out.append(f"per-device batch <= {limit}")
     batch = per_device_batch(settings.batch_size, p, spec.train.scaling)
     usable = usable_bytes(gb)
+
+    def fits(sync: str, checkpointing: str) -> bool:
+        peak = predict_peak(facts, sync, p, batch, settings.options, checkpointing=checkpointing)
+        return peak.total <= usable
+
     for sync in ("zero1", "fsdp"):
         if sync != settings.sync and p > 1 and STRATEGIES[sync].needs_cuda is None:
-            if predict_peak(facts, sync, p, batch, settings.options).total <= usable:
+            if fits(sync, mode):
                 out.append(f"sync {sync}")
+    for other in facts.checkpointed:
+        if other != mode and fits(settings.sync, other):
+            out.append(f"activation_checkpointing {other}")
     return out

@@ -149,6 +149,8 @@ class WorkloadFacts:
     memory: FactsSource | None = None
     #: The device memory the workload states (Workload.device_memory_gb), GB; None: unstated.
     device_memory_gb: float | None = None
+    #: Whether the workload names blocks to checkpoint (overrides Workload.blocks).
+    names_blocks: bool = True
 
     @classmethod
     def of(cls, spec: SweepSpec) -> WorkloadFacts:
@@ -161,6 +163,7 @@ class WorkloadFacts:
             workload.eager_only,
             workload.host_cpus_per_device,
             device_memory_gb=workload.device_memory_gb(),
+            names_blocks=workload.names_blocks(),
         )
 
 
@@ -224,6 +227,13 @@ def _make_trial(
     reason = capability_problem(spec, settings) or resource_problem(resources, nodes)
     if facts.eager_only and settings.compile != "eager":
         reason = f"compile={settings.compile}: {facts.eager_only}"
+    mode = settings.activation_checkpointing
+    if not facts.names_blocks and mode != "none":
+        reason = reason or (
+            f"activation_checkpointing={mode}: the workload names no blocks to checkpoint; "
+            "define blocks(model) returning them (e.g. a transformer's layers: README, "
+            '"Your own workload")'
+        )
     reason = reason or memory_problem(spec, settings, memory, facts.memory, facts.device_memory_gb)
     return Trial(
         trial_id=trial_id(spec, settings),

@@ -91,6 +91,8 @@ ADVICE: dict[str, list[str]] = {
         "precision: bf16 or bf16_weights to halve activations/weights",
         "sync: accumulate (smaller micro-batches, same global batch)",
         "sync: zero1 or fsdp to shard optimizer state and parameters",
+        "activation_checkpointing: full or selective (the workload's blocks) to recompute "
+        "activations in the backward instead of keeping them",
     ],
     COMPUTE: [
         "precision: bf16 (autocast) for faster matmuls",

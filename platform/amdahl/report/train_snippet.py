@@ -37,6 +37,7 @@ class RunSettings:
     compile: str = AXIS_TABLE["compile"].default
     compile_mode: str = "default"
     sync: str = AXIS_TABLE["sync"].default
+    activation_checkpointing: str = AXIS_TABLE["activation_checkpointing"].default
     #: the sync strategy's options (strategies.OPTION_DEFAULTS fills what is absent)
     options: dict[str, Any] = field(default_factory=dict)
     input: str = AXIS_TABLE["input"].default
@@ -72,6 +73,11 @@ def ray_train_snippet(s: RunSettings) -> str:
         f"# {s.label} as a Ray Train (V2) script. Yours: build_model() -> nn.Module,",
         "# loss_fn(output, target), and train_dataset with 'x' and 'y' columns (a Ray Dataset;",
         "# a torch Dataset of such dicts for input torch_loader).",
+        *(
+            ["# And blocks(model) -> the modules to checkpoint (your Workload.blocks)."]
+            if s.activation_checkpointing != "none"
+            else []
+        ),
         *_imports(s),
         "",
         "",
@@ -94,27 +100,48 @@ def ray_train_snippet(s: RunSettings) -> str:
     return "\n".join(out.lines) + "\n"
 
 
-def _imports(s: RunSettings) -> list[str]:
-    lines = ["import contextlib", ""] if s.sync == "accumulate" else []
-    lines.append("import torch")
-    if s.sync in ("fsdp", "local_sgd"):
-        lines.append("import torch.distributed as dist")
-    if s.sync in _DDP_FAMILY:
-        lines.append("from torch.nn.parallel import DistributedDataParallel")
-    if s.sync in ("ddp_fp16", "ddp_bf16"):
-        lines.append("from torch.distributed.algorithms.ddp_comm_hooks import default_hooks")
-    if s.sync == "powersgd":
-        lines.append("from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook")
-    if s.sync == "zero1":
-        lines.append("from torch.distributed.optim import ZeroRedundancyOptimizer")
-    if s.sync == "fsdp":
-        lines.append("from torch.distributed.device_mesh import init_device_mesh")
-        lines.append("from torch.distributed.fsdp import fully_shard")
-    if s.sync == "local_sgd":
-        lines.append(
-            "from torch.distributed.algorithms.model_averaging.averagers import "
-            "PeriodicModelAverager"
+#: The imports each sync strategy's lines need, beyond torch's.
+_SYNC_IMPORTS: dict[str, tuple[str, ...]] = {
+    **{
+        n: ("from torch.nn.parallel import DistributedDataParallel",)
+        for n in ("ddp", "powersgd", "accumulate", "zero1")
+    },
+    **{
+        n: (
+            "from torch.nn.parallel import DistributedDataParallel",
+            "from torch.distributed.algorithms.ddp_comm_hooks import default_hooks",
         )
+        for n in ("ddp_fp16", "ddp_bf16")
+    },
+    "fsdp": (
+        "import torch.distributed as dist",
+        "from torch.distributed.device_mesh import init_device_mesh",
+        "from torch.distributed.fsdp import fully_shard",
+    ),
+    "local_sgd": (
+        "import torch.distributed as dist",
+        "from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager",
+    ),
+}
+_SYNC_IMPORTS["powersgd"] += (
+    "from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook",
+)
+_SYNC_IMPORTS["zero1"] += ("from torch.distributed.optim import ZeroRedundancyOptimizer",)
+_CHECKPOINT_IMPORT = (
+    "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (\n"
+    "    CheckpointImpl, apply_activation_checkpointing, checkpoint_wrapper,\n)"
+)
+
+
+def _imports(s: RunSettings) -> list[str]:
+    checkpointing = s.activation_checkpointing != "none"
+    standard = [
+        *(["import contextlib"] if s.sync == "accumulate" else []),
+        *(["import functools"] if checkpointing else []),
+    ]
+    lines = [*standard, *([""] if standard else []), "import torch"]
+    lines += _SYNC_IMPORTS.get(s.sync, ())
+    lines += [_CHECKPOINT_IMPORT] if checkpointing else []
     lines += ["", "import ray.train", "import ray.train.torch"]
     lines += ["from ray.train import ScalingConfig", "from ray.train.torch import TorchTrainer"]
     if s.sync == "param_server":
@@ -141,6 +168,7 @@ def _setup(s: RunSettings, out: _Lines) -> None:
     out.add('model = config["build_model"]().to(device)')
     if s.precision == "bf16_weights":
         out.add("model = model.to(torch.bfloat16)  # bf16_weights: weights and float inputs")
+    _checkpointing(s, out)
     if s.compile == "torchscript":
         out.add(
             "# before any wrapper (DDP cannot be scripted); torch deprecates TorchScript in",
@@ -154,6 +182,26 @@ def _setup(s: RunSettings, out: _Lines) -> None:
     if s.precision == "fp16":
         out.add("scaler = torch.amp.GradScaler(device.type)  # fp16 gradients underflow unscaled")
     _input(s, out)
+
+
+def _checkpointing(s: RunSettings, out: _Lines) -> None:
+    """The blocks checkpointed as worker/checkpointing.py does: every one (full) or every
+    other one from the first (selective), with torch's non-reentrant checkpoint."""
+    if s.activation_checkpointing == "none":
+        return
+    every = "" if s.activation_checkpointing == "full" else "[::2]"
+    out.add(
+        f"# activation checkpointing {s.activation_checkpointing}: these blocks keep only their",
+        "# inputs and run their forward again in the backward",
+        f'checkpointed = {{id(b) for b in config["blocks"](model){every}}}',
+        "apply_activation_checkpointing(",
+        "    model,",
+        "    checkpoint_wrapper_fn=functools.partial(",
+        "        checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT",
+        "    ),",
+        "    check_fn=lambda m: id(m) in checkpointed,",
+        ")",
+    )
 
 
 def _sync_setup(s: RunSettings, out: _Lines) -> None:
@@ -294,6 +342,8 @@ def _launcher(s: RunSettings, out: _Lines) -> None:
     if s.use_gpu:
         per_worker.append(f'"GPU": {s.gpus_per_device!r}')
     config = '"build_model": build_model, "loss_fn": loss_fn, "steps": 1000'
+    if s.activation_checkpointing != "none":
+        config += ', "blocks": blocks'
     datasets = ""
     if s.input == "torch_loader":
         config += ',\n            "train_dataset": train_dataset,\n        '

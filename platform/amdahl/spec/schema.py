@@ -23,6 +23,7 @@ Compile = Literal["eager", "inductor", "torchscript"]
 #: The sync strategies, from their table (strategies.py); pydantic lists them in its error.
 Sync = Literal[NAMES]
 Input = Literal["ray_data", "torch_loader"]
+Checkpointing = Literal["none", "full", "selective"]
 Isolation = Literal["exclusive", "shared"]
 Scaling = Literal["weak", "strong"]
 _Positive = Annotated[int, Field(ge=1)]
@@ -154,6 +155,14 @@ class GridSpec(_Section):
     )
     sync: list[Sync] = Field(
         [AXIS_TABLE["sync"].default], min_length=1, description="Gradient synchronisation."
+    )
+    activation_checkpointing: list[Checkpointing] = Field(
+        [AXIS_TABLE["activation_checkpointing"].default],
+        min_length=1,
+        description="Activation checkpointing over the blocks the workload names "
+        "(Workload.blocks): none; full (every block keeps only its input and recomputes its "
+        "forward in the backward: about a third more compute for most of the activation "
+        "memory); selective (every other block: about half of each).",
     )
 
     def param_axes(self) -> dict[str, list[Any]]:

@@ -48,6 +48,7 @@ import torch
 import torch.utils.flop_counter as flop_counter
 from torch.utils._pytree import tree_leaves
 
+from amdahl.worker.checkpointing import apply_checkpointing
 from amdahl.workload.api import Workload
 
 _CACHE: dict[tuple, Counted | None] = {}
@@ -93,16 +94,27 @@ class Counted:
     hardware: float
 
 
-def count_training_flops(workload: Workload, batch: dict[str, torch.Tensor]) -> Counted:
+def count_training_flops(
+    workload: Workload, batch: dict[str, torch.Tensor], checkpointing: str = "none"
+) -> Counted:
     """FLOPs per sample of one training step's forward, loss and backward (not the optimizer)
     on a fresh plain model of `workload`, in float32 and in training mode, on the device the
     batch is on. Torch's random state is left as it was (the model's initialisation and any
-    dropout draw from a forked generator)."""
+    dropout draw from a forked generator). With activation `checkpointing`, the hardware's
+    figure is the checkpointed model's (its backward runs the blocks' forward again) and the
+    model's is the plain one's: MFU stays the model's, HFU shows the recomputation."""
+    plain = _count(workload, batch, "none")
+    if checkpointing == "none":
+        return plain
+    return Counted(plain.model, _count(workload, batch, checkpointing).hardware)
+
+
+def _count(workload: Workload, batch: dict[str, torch.Tensor], checkpointing: str) -> Counted:
     device = next(iter(batch.values())).device
     devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(0)
-        model = workload.build_model().to(device)
+        model = apply_checkpointing(workload, workload.build_model().to(device), checkpointing)
         model.train()
         inputs, targets = workload.split_batch(batch)
         rows = _rows(inputs)
@@ -127,13 +139,15 @@ def _is_fused_attention_backward(name: str) -> bool:
 
 
 def counted_flops(
-    workload: Workload, next_batch: Callable[[], dict[str, torch.Tensor]]
+    workload: Workload,
+    next_batch: Callable[[], dict[str, torch.Tensor]],
+    checkpointing: str = "none",
 ) -> tuple[Counted | None, float]:
     """(FLOPs per sample, seconds spent now): counted once per process and `count_key` on the
     batch `next_batch()` gives (asked for only then), 0.0 seconds where it had been. None where
     counting failed or counted nothing (no op with a FlopCounterMode formula), with the reason
     on stderr: a side measurement never fails the trial it follows."""
-    key = count_key(workload)
+    key = (*count_key(workload), checkpointing)
     if key in _CACHE:
         return _CACHE[key], 0.0
     start = time.perf_counter()
@@ -141,7 +155,7 @@ def counted_flops(
     per_sample: Counted | None = None
     try:
         batch = next_batch()
-        counted = count_training_flops(workload, batch)
+        counted = count_training_flops(workload, batch, checkpointing)
         per_sample = counted if counted.hardware > 0 else None
         if per_sample is None:
             print(

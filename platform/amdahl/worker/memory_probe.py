@@ -26,6 +26,7 @@ import torch
 
 from amdahl.data.storage import DEFAULT_CACHE, read_table, resolve_source, table_columns
 from amdahl.spec.schema import TrainSpec
+from amdahl.worker.checkpointing import STRIDE, apply_checkpointing
 from amdahl.worker.tensor_ledger import tracked_step
 from amdahl.worker.training import Precision, make_optimizer_factory
 from amdahl.workload.api import Workload
@@ -35,7 +36,7 @@ from amdahl.workload.api import Workload
 #: lower from 2 to 8 than from 16 on, and steady from there to 256).
 PROBE_BATCHES = (8, 32)
 #: Bumped when what the probe measures changes, so older cached answers are not read.
-PROBE_VERSION = 2
+PROBE_VERSION = 3
 #: Parameter bytes above which the probe does not build the model on the driver's CPU (it would
 #: hold them several times over: parameters, gradients, optimizer state).
 PROBE_MAX_PARAM_BYTES = 2 * 2**30
@@ -69,29 +70,49 @@ def probe_memory(
 
 
 def _measure(workload: Workload, precision: str, optimizer: str, seed: int) -> dict[str, Any]:
-    peaks, state = [], {}
-    for batch in PROBE_BATCHES:
-        peak, state = _ledger_peak(workload, Precision.of(precision), optimizer, batch, seed)
-        peaks.append(peak)
-    (b0, b1), (p0, p1) = PROBE_BATCHES, peaks
-    slope = (p1 - p0) / (b1 - b0)
-    held = state["param_bytes"] + state["optimizer_bytes"] + state["buffer_bytes"]
+    """The plain model's step line and state, and where the workload names blocks, the step
+    line with each activation checkpointing mode (`checkpointed`: mode -> [intercept, bytes
+    per sample]; the state is the plain model's, which checkpointing does not change)."""
+    modes = ("none", *STRIDE) if workload.names_blocks() else ("none",)
+    lines = {m: _step_line(workload, Precision.of(precision), optimizer, seed, m) for m in modes}
+    intercept, per_sample, state = lines.pop("none")
     return {
         **state,
-        "step_intercept": p0 - held - slope * b0,
-        "step_per_sample": slope,
+        "step_intercept": intercept,
+        "step_per_sample": per_sample,
         "probe_batches": list(PROBE_BATCHES),
         "source": "eager",
+        "checkpointed": {m: [a, k] for m, (a, k, _) in lines.items()},
     }
 
 
+def _step_line(
+    workload: Workload, precision: Precision, optimizer: str, seed: int, checkpointing: str
+) -> tuple[float, float, dict[str, Any]]:
+    """(intercept, bytes per sample, state) of what a step adds at its peak, through the
+    ledger's peaks at the two PROBE_BATCHES."""
+    (b0, b1), peaks = PROBE_BATCHES, []
+    for batch in PROBE_BATCHES:
+        peak, state = _ledger_peak(workload, precision, optimizer, (batch, seed), checkpointing)
+        peaks.append(peak)
+    slope = (peaks[1] - peaks[0]) / (b1 - b0)
+    held = state["param_bytes"] + state["optimizer_bytes"] + state["buffer_bytes"]
+    return peaks[0] - held - slope * b0, slope, state
+
+
 def _ledger_peak(
-    workload: Workload, precision: Precision, optimizer: str, batch: int, seed: int
+    workload: Workload,
+    precision: Precision,
+    optimizer: str,
+    batch_seed: tuple[int, int],
+    checkpointing: str = "none",
 ) -> tuple[float, dict[str, Any]]:
-    """The ledger's peak over the third step of the plain model, and its state's bytes."""
+    """The ledger's peak over the third step of the plain model (its blocks checkpointed as
+    asked), and its state's bytes."""
+    batch, seed = batch_seed
     device = torch.device("cpu")
     torch.manual_seed(seed)
-    model = workload.build_model()
+    model = apply_checkpointing(workload, workload.build_model(), checkpointing)
     if precision.weights_dtype is not None:
         model = model.to(precision.weights_dtype)
     opt = make_optimizer_factory(TrainSpec(optimizer=optimizer))(model.parameters())

@@ -43,6 +43,7 @@ import torch.distributed as dist
 from amdahl.columns import history_steps
 from amdahl.protocol.contract import LaunchConfig, TrialConfig
 from amdahl.protocol.sizing import EXPOSED_COMM_PAIRS, profiles
+from amdahl.worker.checkpointing import apply_checkpointing
 from amdahl.worker.feed import DeviceFeed
 from amdahl.worker.flops import counted_flops
 from amdahl.worker.input import host_batches
@@ -216,7 +217,9 @@ def run_trial(run: TrialRun) -> dict[str, Any]:
         feed = t.feed
         del t
         if where.rank == 0:
-            stats["flops_counted"], stats["flops_count_s"] = counted_flops(workload, feed.peek)
+            stats["flops_counted"], stats["flops_count_s"] = counted_flops(
+                workload, feed.peek, trial.settings.activation_checkpointing
+            )
         del feed
         precision = trial.settings.precision
         stats["peak_flops"] = workload.peak_flops(precision) or measure_peak_flops(
@@ -273,7 +276,8 @@ def _start_trial(
 def build_trial_model(
     workload: Workload, trial: TrialConfig, launch: LaunchConfig, device: torch.device
 ) -> tuple[torch.nn.Module, Any, SyncStrategy, float]:
-    """Fresh model (seeded), in the trial's precision, wrapped by its sync strategy and compiler.
+    """Fresh model (seeded), in the trial's precision, its blocks checkpointed as the trial
+    asks (worker/checkpointing.py), wrapped by its sync strategy and compiler.
 
     Returns (model, optimizer, strategy, seconds spent in `torch.jit.script` / `torch.compile`).
     TorchScript scripts the plain module (DDP cannot be scripted); inductor compiles the
@@ -287,6 +291,7 @@ def build_trial_model(
     weights = Precision.of(settings.precision).weights_dtype
     if weights is not None:
         model = model.to(weights)
+    apply_checkpointing(workload, model, settings.activation_checkpointing)
     wrap_s = 0.0
     if settings.compile == "torchscript":
         start = time.perf_counter()

@@ -110,6 +110,17 @@ class Workload(abc.ABC):
         output = model(inputs)
         return output, self.loss(output, targets)
 
+    def blocks(self, model: torch.nn.Module) -> list[torch.nn.Module]:
+        """The modules `grid.activation_checkpointing` wraps, in forward order (a transformer's
+        layers, a ResNet's residual blocks): each keeps only its input through the forward and
+        recomputes the rest in the backward. The default names none, and a sweep asking for
+        full or selective checkpointing of such a workload is refused at plan time."""
+        return []
+
+    def names_blocks(self) -> bool:
+        """Whether this workload overrides `blocks` (the plan's check; not to override)."""
+        return type(self).blocks is not Workload.blocks
+
     def correct(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor | None:
         """Number of correct predictions (for val_accuracy): argmax over the last dimension
         equal to the target. Return None where accuracy has no meaning (regression)."""

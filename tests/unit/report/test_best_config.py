@@ -180,6 +180,7 @@ OTHER_VALUE = {
     "input": "torch_loader",
     "prefetch_batches": 8,
     "sync": "fsdp",
+    "activation_checkpointing": "full",
 }
 
 
