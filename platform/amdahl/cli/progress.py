@@ -163,7 +163,9 @@ class LiveProgress:
             return
         entry["status"] = row["status"]
         entry["throughput"] = f"{row['throughput']:,.0f}" if row.get("throughput") else ""
-        entry["note"] = (row.get("error") or "").splitlines()[0][:80] if row.get("error") else ""
+        # the reason's first line whole (the table wraps it): it ends with where in the user's
+        # code the trial failed (worker/failure_site.py)
+        entry["note"] = (row.get("error") or "").splitlines()[0] if row.get("error") else ""
         if row.get("rung") is not None:  # search: halving shows the latest rung
             rung = f"rung {row['rung']} ({row['steps']} steps)"
             entry["note"] = f"{rung}: {entry['note']}" if entry["note"] else rung

@@ -27,6 +27,8 @@ _SHOWN = ("summary", "recommendation")
 
 
 def brief_sections(report: Report, top: int = TOP) -> list[Section]:
+    if report.configs and not any(c.ok for c in report.configs):
+        return sections(report)  # the failures are the whole report: shown in full
     out = [_heading(report), _answer(report)]
     fams = report.ranking.families
     if fams:

@@ -48,6 +48,9 @@ def scaling_statement(report: Report) -> str:
 
 
 def sections(report: Report) -> list[Section]:
+    if report.configs and not any(c.ok for c in report.configs):
+        # nothing to rank or model: what failed, and where, is the whole report
+        return [_summary(report), failures_section(report)]
     out = [_summary(report), overview_section(report), _recommendation(report)]
     out += [_scaling(report), _breakdown(report)]
     out += [communication_section(report), predicted_section(report)]
@@ -56,7 +59,7 @@ def sections(report: Report) -> list[Section]:
         out.append(_time_to_target(report))
     if report.search is not None:
         out.append(search_section(report))
-    out.append(_failures(report))
+    out.append(failures_section(report))
     out.append(Section("thresholds", "Thresholds used", bullets=list(THRESHOLD_TEXT)))
     return out
 
@@ -158,7 +161,16 @@ def _summary(r: Report) -> Section:
         f"up to {r.max_repeats} repeat(s) each. {SPREAD_NOTE}."
     )
     sec.bullets = list(r.notes)
+    if r.configs and not ok:
+        sec.paras.insert(0, NOTHING_OK)
     return sec
+
+
+#: The report's first words when no trial ran ok.
+NOTHING_OK = (
+    "No trial ran ok: nothing is ranked, recommended or modelled. The failures below say why, "
+    "a failure in your workload's code with its file and line."
+)
 
 
 def _recommendation(r: Report) -> Section:
@@ -478,11 +490,17 @@ def _ttt_key(s: Stat | None) -> float:
     return s.median if s else math.inf
 
 
-def _failures(r: Report) -> Section:
+def failures_section(r: Report) -> Section:
+    """Every configuration that did not run ok, with its reason's first line (a failure in the
+    workload's code ends with its file, line and function: worker/failure_site.py)."""
     sec = Section("failures", "Failed, out-of-memory, diverged and refused trials")
     rows = [[f.label, f.status, str(f.count), f.reason] for f in r.failures]
     if rows:
         sec.tables.append(Table(["configuration", "status", "runs", "reason"], rows))
+        sec.paras.append(
+            "Each failure's traceback, from the frame in your code on, is the `error` column of "
+            "results.parquet (`amdahl.read_results(DIR)`; its second line is the file's full path)."
+        )
     else:
         sec.paras.append("Every trial ran ok.")
     return sec

@@ -31,7 +31,6 @@ import gc
 import math
 import statistics
 import time
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,7 @@ from amdahl.columns import history_steps
 from amdahl.protocol.contract import LaunchConfig, TrialConfig
 from amdahl.protocol.sizing import EXPOSED_COMM_PAIRS, profiles
 from amdahl.worker.checkpointing import apply_checkpointing
+from amdahl.worker.failure_site import failure_text
 from amdahl.worker.feed import DeviceFeed
 from amdahl.worker.flops import counted_flops
 from amdahl.worker.input import host_batches
@@ -156,8 +156,7 @@ def run_trial_guarded(run: TrialRun) -> tuple[dict[str, Any], str | None, str | 
         kind = failure_kind(e)
         if kind == "oom":
             return {}, f"oom: {first_line(e)}", kind
-        tb = traceback.format_exc(limit=-3)
-        return {}, f"failed: {type(e).__name__}: {first_line(e)}\n{tb}", kind
+        return {}, failure_text(e, first_line(e)), kind
 
 
 def run_trial(run: TrialRun) -> dict[str, Any]:

@@ -311,3 +311,20 @@ def test_the_outcome_lines_stay_whole_in_a_narrow_log(monkeypatch, tmp_path):
         "1 trial runs did not succeed; reasons are in the results table and `platform report`."
         in lines
     )
+
+
+def test_a_long_reason_is_wrapped_whole_not_cut(out, tmp_path):
+    """The reason's first line ends with where in the user's code it failed: a narrow terminal
+    wraps it rather than cutting it mid-word (issue 53: "...size and s")."""
+    plan = _plan()
+    trial = plan.trials[0]
+    reason = "failed: RuntimeError: " + "word " * 30 + "(at model.py:187 in forward)"
+    with progress.LiveProgress() as live:
+        live.event(Planned(plan, tmp_path / "run"))
+        live.event(LaunchStarted(SimpleNamespace(trials=[trial])))
+        row = {"trial_id": trial.trial_id, "repeat": 0, "status": "failed", "error": reason}
+        live.event(TrialDone({**row, "throughput": None}))
+        buf = io.StringIO()
+        Console(file=buf, width=100, color_system=None).print(live._table())
+    text = " ".join(buf.getvalue().replace("│", " ").split())
+    assert "(at model.py:187 in forward)" in text
