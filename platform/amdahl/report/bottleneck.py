@@ -61,6 +61,9 @@ THRESHOLD_TEXT = [
 ]
 
 #: What to try next, per bottleneck, in the sweep file's own terms.
+#: The compute tip the sweep's own measurements can contradict (report/diagnose.py checks it).
+BF16_TIP = "precision: bf16 (autocast) for faster matmuls"
+
 ADVICE: dict[str, list[str]] = {
     COMMUNICATION: [
         "raise batch_size: more compute per all-reduce",
@@ -95,7 +98,7 @@ ADVICE: dict[str, list[str]] = {
         "activations in the backward instead of keeping them",
     ],
     COMPUTE: [
-        "precision: bf16 (autocast) for faster matmuls",
+        BF16_TIP,
         "compile: inductor, and keep it only if it measures faster",
         "this is the healthy case: add devices while efficiency holds",
     ],

@@ -11,6 +11,7 @@ Pure: imports neither ray nor torch.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,7 @@ from amdahl.analysis.overlap import straggler_of
 from amdahl.analysis.stats import Stat, differs, is_number
 from amdahl.report.bottleneck import (
     ADVICE,
+    BF16_TIP,
     COMPUTE,
     DATA,
     MEMORY,
@@ -248,7 +250,10 @@ def _name_bottleneck(
     if note:
         d.also.append(note)
     d.also += trace_notes(s)
-    d.advice = advice_for(d.bottleneck, s, bool(finding))
+    d.advice = [
+        _bf16_checked(d.config, configs, calib) if a == BF16_TIP else a
+        for a in advice_for(d.bottleneck, s, bool(finding))
+    ]
     saved = memory.savings(d.config) if finding else []
     if saved:  # what the memory model predicts each change saves, before the generic tips
         d.advice = [memory_tip(saved), *(a for a in d.advice if a not in ADVICE[MEMORY])]
@@ -270,6 +275,45 @@ LOADER_IN_PROCESS_TIP = (
 def _loader_with_workers(c: Config) -> bool:
     """A torch_loader trial with worker processes (`input` absent in old rows: Ray Data)."""
     return c.settings.get("input") == "torch_loader" and (c.settings.get("data_workers") or 0) > 0
+
+
+def _bf16_checked(c: Config, configs: list[Config], calib: Calibration | None) -> str:
+    """The bf16 tip, unless this sweep's own figures contradict it (issue 53: the report advised
+    bf16 "for faster matmuls" while its calibration measured bf16 at 81 GFLOP/s and fp32 at
+    143): the configuration's bf16 twin measured no faster, or the device's measured bf16
+    matmul peak at or below fp32's (calibration.json's, else the trials' own)."""
+    if c.settings.get("precision") != "fp32":
+        return BF16_TIP
+    twin = next((o for o in configs if o.key == twin_key(c, precision="bf16") and o.ok), None)
+    ours, theirs = c.throughput, twin.throughput if twin else None
+    if ours and theirs and not (theirs.median > ours.median and differs(theirs, ours)):
+        return (
+            f"precision bf16: measured no faster here ({theirs.median:,.0f} vs "
+            f"{ours.median:,.0f} samples/s at fp32)"
+        )
+    peaks = {p: _peak(p, configs, calib) for p in ("bf16", "fp32")}
+    if peaks["bf16"] and peaks["fp32"] and peaks["bf16"] <= peaks["fp32"]:
+        return (
+            f"precision bf16: not for speed on this device: its measured bf16 matmul peak "
+            f"({peaks['bf16'] / 1e9:,.0f} GFLOP/s) is not above fp32's "
+            f"({peaks['fp32'] / 1e9:,.0f} GFLOP/s)"
+        )
+    return BF16_TIP
+
+
+def _peak(precision: str, configs: list[Config], calib: Calibration | None) -> float | None:
+    """The device's measured peak FLOP/s for a precision: calibration.json's own kind, else the
+    median the sweep's trials of that precision measured."""
+    if calib is not None and precision in calib.peak_flops:
+        return calib.peak_flops[precision]
+    own = [
+        r["peak_flops"]
+        for o in configs
+        if o.settings.get("precision") == precision
+        for r in o.ok_rows
+        if is_number(r.get("peak_flops"))
+    ]
+    return statistics.median(own) if own else None
 
 
 def _memory_finding(

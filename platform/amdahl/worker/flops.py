@@ -49,6 +49,7 @@ import torch.utils.flop_counter as flop_counter
 from torch.utils._pytree import tree_leaves
 
 from amdahl.worker.checkpointing import apply_checkpointing
+from amdahl.worker.user_output import printed_once
 from amdahl.workload.api import Workload
 
 _CACHE: dict[tuple, Counted | None] = {}
@@ -114,7 +115,9 @@ def _count(workload: Workload, batch: dict[str, torch.Tensor], checkpointing: st
     devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(0)
-        model = apply_checkpointing(workload, workload.build_model().to(device), checkpointing)
+        with printed_once():
+            model = workload.build_model().to(device)
+        model = apply_checkpointing(workload, model, checkpointing)
         model.train()
         inputs, targets = workload.split_batch(batch)
         rows = _rows(inputs)

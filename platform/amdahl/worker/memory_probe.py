@@ -29,6 +29,7 @@ from amdahl.spec.schema import TrainSpec
 from amdahl.worker.checkpointing import STRIDE, apply_checkpointing
 from amdahl.worker.tensor_ledger import tracked_step
 from amdahl.worker.training import Precision, make_optimizer_factory
+from amdahl.worker.user_output import printed_once
 from amdahl.workload.api import Workload
 
 #: The two batches the per-sample line is drawn through: small, for a quick probe, but not
@@ -112,7 +113,8 @@ def _ledger_peak(
     batch, seed = batch_seed
     device = torch.device("cpu")
     torch.manual_seed(seed)
-    model = apply_checkpointing(workload, workload.build_model(), checkpointing)
+    with printed_once():
+        model = apply_checkpointing(workload, workload.build_model(), checkpointing)
     if precision.weights_dtype is not None:
         model = model.to(precision.weights_dtype)
     opt = make_optimizer_factory(TrainSpec(optimizer=optimizer))(model.parameters())
@@ -153,7 +155,8 @@ def _meta_param_bytes(workload: Workload) -> int:
     be built there (the probe then builds it for real)."""
     try:
         with torch.device("meta"):
-            return _nbytes(list(workload.build_model().parameters()))
+            with printed_once():
+                return _nbytes(list(workload.build_model().parameters()))
     except Exception:  # noqa: BLE001 - a model that needs real tensors to build
         return 0
 

@@ -63,6 +63,7 @@ from amdahl.worker.training import (
     target_reached,
     tf32_flags,
 )
+from amdahl.worker.user_output import printed_once
 from amdahl.worker.utilisation import UtilisationSampler
 from amdahl.workload.api import Workload
 
@@ -286,7 +287,8 @@ def build_trial_model(
     """
     settings = trial.settings
     torch.manual_seed(launch.train.seed)
-    model = workload.build_model().to(device)
+    with printed_once():  # the workload's own prints, once per process
+        model = workload.build_model().to(device)
     weights = Precision.of(settings.precision).weights_dtype
     if weights is not None:
         model = model.to(weights)
