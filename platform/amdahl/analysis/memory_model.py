@@ -16,8 +16,10 @@ gradient, optimizer-state and buffer bytes, p the trial's devices and b its per-
   alive beside them at the end of the backward (measured with the tensor ledger at one rank:
   2.0 G on the D2L MLP, whose peak falls there; 1.4 G on a small GPT, whose peak falls
   earlier, where 2G over-predicts by under 5%);
-- held gradients: G (G / p under fsdp) when a step accumulates several micro-batches, whose
-  gradients stay alive while the next forward runs;
+- held gradients: G when a step accumulates several micro-batches (the `accumulate_steps`
+  axis, or `sync: accumulate`), whose gradients stay alive while the next forward runs; under
+  fsdp too, where FSDP2 keeps the unsharded gradients until the step's last backward
+  reduce-scatters them (`set_requires_gradient_sync(False)`);
 - fsdp's gathered: the two largest shard units' full parameters (the one computing and the
   one prefetched), less their shards; and its gradient shards, G / p, the reduce-scatter's
   output held beside a unit's full gradients at the end of its backward (measured: 1 G at one
@@ -35,7 +37,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from amdahl.strategies import STRATEGIES, micro_steps
+from amdahl.strategies import STRATEGIES
 
 #: Share of the device's memory a trial may be predicted to use before the plan refuses it:
 #: the rest covers what the model does not count (allocator fragmentation, the CUDA context).
@@ -103,16 +105,17 @@ def predict_peak(
     sync: str,
     devices: int,
     batch: float,
-    options: dict[str, Any] | None = None,
+    micro_steps: int = 1,
     overhead_bytes: float = 0.0,
 ) -> MemoryPrediction:
-    """The peak tensor bytes one rank of a trial holds (the module docstring's sum)."""
+    """The peak tensor bytes one rank of a trial holds (the module docstring's sum), at
+    `micro_steps` passes per optimizer step (strategies.micro_steps)."""
     shape = STRATEGIES[sync].memory
     p = max(1, devices)
     fsdp = shape.parameters == "sharded"
     shard = (lambda x: x / p) if fsdp else (lambda x: x)
     optimizer = {"replicated": 1.0, "sharded": 1.0 / p, "remote": 0.0}[shape.optimizer]
-    held = shard(facts.grad_bytes) if micro_steps(sync, options or {}) > 1 else 0.0
+    held = float(facts.grad_bytes) if micro_steps > 1 else 0.0
     gathered = sum(u - u / p for u in facts.largest_units[:2]) if fsdp else 0.0
     gathered += facts.grad_bytes / p if fsdp else 0.0
     parts = {
@@ -138,11 +141,11 @@ def largest_batch(
     sync: str,
     devices: int,
     device_memory_gb: float,
-    options: dict[str, Any] | None = None,
+    micro_steps: int = 1,
     overhead_bytes: float = 0.0,
 ) -> int:
     """The largest per-device batch predicted to fit (0: not even one sample)."""
-    fixed = predict_peak(facts, sync, devices, 0, options, overhead_bytes).total
+    fixed = predict_peak(facts, sync, devices, 0, micro_steps, overhead_bytes).total
     room = usable_bytes(device_memory_gb) - fixed
     if facts.step_per_sample <= 0:  # nothing grows with the batch: any fits, or none does
         return 0 if room < 0 else UNBOUNDED_BATCH

@@ -377,10 +377,17 @@ def _new_family(key: tuple, c: Config, inputs: ModelInputs) -> Family:
     if inputs.calibration is not None:
         fam.grad_bytes = inputs.calibration.grad_bytes_for(settings.get("params"))
         fam.shapes = inputs.calibration.shapes_for(settings.get("params"))
-    known = fam.sync in strategies.STRATEGIES
-    options = inputs.options.model_dump()
-    fam.micro = float(strategies.micro_steps(fam.sync, options) if known else 1)
+    fam.micro = float(family_micro_steps(settings, inputs.options.model_dump()))
     return fam
+
+
+def family_micro_steps(settings: dict[str, Any], options: dict[str, Any]) -> int:
+    """Passes per optimizer step of a family's settings (its `accumulate_steps` axis, or sync
+    accumulate's option; 1 for a sync this build does not know): the compute a step holds,
+    while its communication stays one per step, so accumulation divides it per sample."""
+    if settings.get("sync") not in strategies.STRATEGIES:
+        return 1
+    return strategies.micro_steps(settings["sync"], options, settings.get("accumulate_steps") or 1)
 
 
 def _fit_compute(fam: Family, points: list[Point]) -> None:

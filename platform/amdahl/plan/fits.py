@@ -24,7 +24,7 @@ from amdahl.analysis.memory_model import (
 from amdahl.columns import TrialSettings, per_device_batch
 from amdahl.errors import UserError
 from amdahl.spec.schema import SweepSpec
-from amdahl.strategies import STRATEGIES
+from amdahl.strategies import STRATEGIES, micro_steps
 
 #: (workload parameters, precision) -> the probe's facts, or None where it could not run.
 FactsSource = Callable[[dict, str], MemoryFacts | None]
@@ -38,7 +38,7 @@ def predict_trial(
     if found is None:
         return None
     batch = per_device_batch(settings.batch_size, settings.devices, spec.train.scaling)
-    return predict_peak(found, settings.sync, settings.devices, batch, settings.options)
+    return predict_peak(found, settings.sync, settings.devices, batch, _micro(settings))
 
 
 def resolve_max_batches(
@@ -79,7 +79,7 @@ def _max_batch(settings: TrialSettings, facts: FactsSource | None, gb: float) ->
             "grid.batch_size: max needs the model's memory, and the memory probe could not "
             "measure it (see the warning above); list the batch sizes instead"
         )
-    limit = largest_batch(found, settings.sync, settings.devices, gb, settings.options)
+    limit = largest_batch(found, settings.sync, settings.devices, gb, _micro(settings))
     if limit >= UNBOUNDED_BATCH:
         raise UserError(
             "grid.batch_size: max: the model's memory does not grow with its batch, so no "
@@ -103,7 +103,7 @@ def largest_fitting_batch(
     found = facts(settings.params, settings.precision) if facts and gb else None
     if found is None:
         return None
-    return largest_batch(found, settings.sync, settings.devices, gb, settings.options)
+    return largest_batch(found, settings.sync, settings.devices, gb, _micro(settings))
 
 
 def memory_problem(
@@ -139,6 +139,11 @@ def memory_problem(
     )
 
 
+def _micro(settings: TrialSettings, sync: str | None = None) -> int:
+    """The trial's passes per optimizer step (under `sync` instead of its own, if given)."""
+    return micro_steps(sync or settings.sync, settings.options, settings.accumulate_steps)
+
+
 def _size(nbytes: float) -> str:
     """Bytes in the device's own unit (GB, 1e9 bytes) or MB where under one."""
     return f"{nbytes / 1e9:.2f} GB" if nbytes >= 1e9 else f"{nbytes / 1e6:.1f} MB"
@@ -150,13 +155,13 @@ def _what_fits(
     """The nearest changes predicted to fit: a smaller per-device batch, a sharded strategy."""
     p = settings.devices
     out = []
-    limit = largest_batch(facts, settings.sync, p, gb, settings.options)
+    limit = largest_batch(facts, settings.sync, p, gb, _micro(settings))
     if limit >= 1:
         out.append(f"per-device batch <= {limit}")
     batch = per_device_batch(settings.batch_size, p, spec.train.scaling)
     usable = usable_bytes(gb)
     for sync in ("zero1", "fsdp"):
         if sync != settings.sync and p > 1 and STRATEGIES[sync].needs_cuda is None:
-            if predict_peak(facts, sync, p, batch, settings.options).total <= usable:
+            if predict_peak(facts, sync, p, batch, _micro(settings, sync)).total <= usable:
                 out.append(f"sync {sync}")
     return out

@@ -13,6 +13,7 @@ from amdahl.analysis.configs import Config
 from amdahl.analysis.memory_model import predict_peak
 from amdahl.report.build import Report
 from amdahl.report.document import Section, Table, mib
+from amdahl.strategies import micro_steps
 
 #: The breakdown columns (worker/tensor_ledger.py) and how the table names them.
 PARTS = {
@@ -92,11 +93,12 @@ def _savings(r: Report) -> list[str]:
         facts = r.memory_facts.get((params, s["precision"]))
         for sync in ("zero1", "fsdp") if facts and c.devices > 1 else ():
             if sync != s["sync"]:
-                other = predict_peak(facts, sync, c.devices, c.batch_size, _options(c)).total
+                other = predict_peak(facts, sync, c.devices, c.batch_size, _micro(c, sync)).total
                 alternatives.append((f"sync {sync}", other))
         bf16 = r.memory_facts.get((params, "bf16"))
         if bf16 and s["precision"] == "fp32":
-            other = predict_peak(bf16, s["sync"], c.devices, c.batch_size, _options(c)).total
+            micro = _micro(c, s["sync"])
+            other = predict_peak(bf16, s["sync"], c.devices, c.batch_size, micro).total
             alternatives.append(("bf16", other))
         saved = [f"{name} {mib(own - other)} MiB less" for name, other in alternatives]
         if saved:
@@ -104,9 +106,13 @@ def _savings(r: Report) -> list[str]:
     return out
 
 
-def _options(c: Config) -> dict:
-    """The micro-steps a configuration's rows ran, as the option the model reads."""
-    return {"accumulate_steps": c.rows[0].get("micro_steps") or 1}
+def _micro(c: Config, sync: str) -> int:
+    """The passes per optimizer step of the configuration under `sync`: those its rows ran
+    under its own, else its `accumulate_steps` axis's (another sync keeps the axis, not
+    `sync: accumulate`'s option)."""
+    if sync == c.settings["sync"]:
+        return int(c.rows[0].get("micro_steps") or 1)
+    return micro_steps(sync, {}, int(c.settings.get("accumulate_steps") or 1))
 
 
 def _largest_part(c: Config) -> str:
