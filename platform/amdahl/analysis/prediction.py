@@ -19,14 +19,19 @@ from amdahl.analysis.comm import Oversubscribed
 from amdahl.analysis.configs import NO_SYNC, Config, scale_batch
 from amdahl.analysis.cost import cost_per_million, device_hours_per_million
 from amdahl.analysis.memory_model import predict_peak
-from amdahl.analysis.points import FAMILY_SETTINGS, Point, family_key, nodes_of
+from amdahl.analysis.points import (
+    FAMILY_SETTINGS,
+    Point,
+    family_key,
+    family_micro_steps,
+    nodes_of,
+)
 from amdahl.analysis.stats import differs
 from amdahl.analysis.stepmodel import (
     Family,
     ModelInputs,
     Prediction,
     StepModel,
-    family_micro_steps,
     fit,
 )
 

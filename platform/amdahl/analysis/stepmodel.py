@@ -83,7 +83,13 @@ from amdahl.analysis.computefit import (
 from amdahl.analysis.configs import NO_SYNC, Config
 from amdahl.analysis.contention import Contention, HostShare, fit_contention
 from amdahl.analysis.overlapfit import THETA_RANGE, combine, fit_overlap, theta_hit
-from amdahl.analysis.points import FAMILY_SETTINGS, Point, family_key, measured_point
+from amdahl.analysis.points import (
+    FAMILY_SETTINGS,
+    Point,
+    family_key,
+    family_micro_steps,
+    measured_point,
+)
 from amdahl.analysis.stats import minimize_scalar
 from amdahl.spec.schema import OptionsSpec
 
@@ -379,15 +385,6 @@ def _new_family(key: tuple, c: Config, inputs: ModelInputs) -> Family:
         fam.shapes = inputs.calibration.shapes_for(settings.get("params"))
     fam.micro = float(family_micro_steps(settings, inputs.options.model_dump()))
     return fam
-
-
-def family_micro_steps(settings: dict[str, Any], options: dict[str, Any]) -> int:
-    """Passes per optimizer step of a family's settings (its `accumulate_steps` axis, or sync
-    accumulate's option; 1 for a sync this build does not know): the compute a step holds,
-    while its communication stays one per step, so accumulation divides it per sample."""
-    if settings.get("sync") not in strategies.STRATEGIES:
-        return 1
-    return strategies.micro_steps(settings["sync"], options, settings.get("accumulate_steps") or 1)
 
 
 def _fit_compute(fam: Family, points: list[Point]) -> None:

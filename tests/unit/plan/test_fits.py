@@ -142,3 +142,21 @@ def _plan_grid(grid, gb):
     spec = validate_spec({"name": "t", "workload": "mlp", "grid": grid, "resources": resources})
     facts = WorkloadFacts(MLP.defaults, memory=lambda params, precision: FACTS)
     return plan_sweep(spec, NODES, facts)
+
+
+def test_an_accumulating_trial_is_predicted_to_hold_its_gradients_across_micro_batches():
+    spec = validate_spec(
+        {
+            "name": "t",
+            "workload": "mlp",
+            "grid": {"devices": [2], "sync": ["zero1", "fsdp"], "accumulate_steps": [1, 4]},
+            "resources": {"cpus_per_device": 1, "cpus_per_data_worker": 1},
+        }
+    )
+    plan = plan_sweep(spec, NODES, WorkloadFacts(MLP.defaults, memory=lambda p, q: FACTS))
+    peak = {
+        (t.settings.sync, t.settings.accumulate_steps): t.predicted_peak_mem_bytes
+        for t in plan.trials
+    }
+    for sync in ("zero1", "fsdp"):
+        assert peak[(sync, 4)] - peak[(sync, 1)] == FACTS.grad_bytes  # whole, even under fsdp

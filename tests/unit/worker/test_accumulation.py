@@ -6,15 +6,20 @@ Plain processes on gloo over loopback, no Ray."""
 from __future__ import annotations
 
 import collections
+import time
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from gloo_ranks import spawn_ranks
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
+from trial_runner import PARAMS, launch_config, run, trial_config
 
+from amdahl.worker.rows import results_row
 from amdahl.worker.sync import make_strategy, unwrap
+from workloads.mlp import MLP
 
 ACCUMULATE = 4
 STEPS = 2
@@ -97,3 +102,19 @@ def test_accumulation_communicates_once_per_optimizer_step_with_every_strategy()
         torch.testing.assert_close(
             torch.tensor(accumulated), torch.tensor(one), rtol=1e-5, atol=1e-6
         )
+
+
+def test_a_trial_runs_its_axis_value_of_micro_batches_and_its_row_counts_them():
+    """Through the harness: the loop takes `accumulate_steps` batches per optimizer step, and
+    the row's global batch (so its throughput) counts every one of them."""
+    trial = trial_config(accumulate_steps=3)
+    launch = launch_config((trial,))
+    stats, error, _ = run(MLP(**PARAMS), torch.device("cpu"), launch, accumulate_steps=3)
+    assert error is None, error
+    ranks = [{"stats": stats, "error": None, "node": "n"}]
+    row = results_row(launch, trial, 0, ranks, time.perf_counter(), "stamp", torch.device("cpu"))
+    assert (row["accumulate_steps"], row["micro_steps"]) == (3, 3)
+    assert row["global_batch"] == 3 * trial.per_device_batch
+    assert row["throughput"] == pytest.approx(
+        row["global_batch"] * stats["measured_steps"] / stats["window_s"]
+    )
