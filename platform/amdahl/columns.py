@@ -127,7 +127,8 @@ class TrialSettings:
     input: str
     prefetch_batches: int
     sync: str
-    accumulate_steps: int
+    #: Defaulted: settings built by hand before the axis (tests, benchmarks) leave it at 1.
+    accumulate_steps: int = AXIS_TABLE["accumulate_steps"].default
     #: The values of the grid's `params.<name>` axes at this point (also in `params`).
     axis_params: dict[str, Any]
     #: The workload's parameters: its defaults, then the spec's, then `axis_params`.
