@@ -40,6 +40,7 @@ from trial_runner import launch_config, trial_config  # noqa: E402
 
 from amdahl.analysis.memory_model import MemoryFacts, predict_peak  # noqa: E402
 from amdahl.data.storage import arrow_column  # noqa: E402
+from amdahl.strategies import micro_steps  # noqa: E402
 from amdahl.worker.input import LoaderSource, validation_rows  # noqa: E402
 from amdahl.worker.memory_probe import probe_memory  # noqa: E402
 from amdahl.worker.trial import Placement, TrialRun, run_trial_guarded  # noqa: E402
@@ -94,8 +95,8 @@ def measure(rank: int, world: int, port: int, out, quick: bool) -> None:
 def predicted(name: str, sync: str, precision: str, batch: int, ranks: int, cache: Path) -> float:
     workload = WORKLOADS[name]()
     facts = MemoryFacts.from_dict(probe_memory(workload, precision, "sgd", 0, cache))
-    options = {"accumulate_steps": 2, "bucket_cap_mb": 25.0}
-    return predict_peak(facts, sync, ranks, batch, options).total
+    micro = micro_steps(sync, {"accumulate_steps": 2}, 1)
+    return predict_peak(facts, sync, ranks, batch, micro).total
 
 
 def main() -> None:

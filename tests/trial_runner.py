@@ -40,6 +40,7 @@ def settings(**overrides: Any) -> dict[str, Any]:
         "input": "torch_loader",
         "prefetch_batches": 2,
         "sync": "none",
+        "accumulate_steps": 1,
         "options": {
             "compile_mode": "default",
             "bucket_cap_mb": 25.0,

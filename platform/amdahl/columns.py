@@ -90,6 +90,13 @@ AXIS_TABLE: dict[str, Axis] = {
         always_labelled=True,
         snippet="_sync_setup, _loop: the strategy's wrapper, hooks and optimizer",
     ),
+    "accumulate_steps": Axis(
+        default=1,
+        label="a{}",
+        metric=True,
+        snippet="_loop: micro-batches per step, no_sync / set_requires_gradient_sync on all "
+        "but the last",
+    ),
     "activation_checkpointing": Axis(
         default="none",
         label="ac-{}",
@@ -125,7 +132,10 @@ class TrialSettings:
     input: str
     prefetch_batches: int
     sync: str
-    activation_checkpointing: str = "none"
+    #: Defaulted, as the axes after it: settings built by hand before the axis (tests,
+    #: benchmarks) leave it at its default.
+    accumulate_steps: int = AXIS_TABLE["accumulate_steps"].default
+    activation_checkpointing: str = AXIS_TABLE["activation_checkpointing"].default
     #: The values of the grid's `params.<name>` axes at this point (also in `params`).
     axis_params: dict[str, Any]
     #: The workload's parameters: its defaults, then the spec's, then `axis_params`.
@@ -198,6 +208,11 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "input": (pa.string(), "input pipeline: ray_data or torch_loader"),
     "prefetch_batches": (pa.int64(), "batches each device's input prefetches"),
     "sync": (pa.string(), "gradient synchronisation strategy"),
+    "accumulate_steps": (
+        pa.int64(),
+        "accumulate_steps axis: micro-batches per optimizer step, communicated once (1: none; "
+        "sync accumulate's own count is in micro_steps)",
+    ),
     "activation_checkpointing": (
         pa.string(),
         "none, full (every block the workload names recomputes its forward in the backward) or "

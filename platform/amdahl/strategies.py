@@ -66,7 +66,8 @@ class Strategy:
     #: Whether optimizer state or parameters are sharded across ranks (per-device memory then
     #: depends on the device count).
     sharded: bool = False
-    #: The option that sets forward/backward passes per optimizer step, or None for one pass.
+    #: The option that sets forward/backward passes per optimizer step, or None: the
+    #: `accumulate_steps` axis's (`micro_steps`).
     micro_steps_option: str | None = None
     #: False only for `none`, the no-communication ceiling.
     communicates: bool = True
@@ -185,7 +186,10 @@ STRATEGIES: dict[str, Strategy] = {
 NAMES: tuple[str, ...] = tuple(STRATEGIES)
 
 
-def micro_steps(name: str, options: dict[str, Any]) -> int:
-    """Forward/backward passes per optimizer step for `name` with these options."""
+def micro_steps(name: str, options: dict[str, Any], accumulate_steps: int) -> int:
+    """Forward/backward passes per optimizer step for `name` with these options at this value
+    of the `accumulate_steps` axis: the axis's, times the strategy's own (`sync: accumulate`'s
+    option; the planner refuses the two together, so at most one of them is not 1)."""
     option = STRATEGIES[name].micro_steps_option
-    return int(options.get(option, OPTION_DEFAULTS[option])) if option else 1
+    own = int(options.get(option, OPTION_DEFAULTS[option])) if option else 1
+    return accumulate_steps * own

@@ -45,14 +45,26 @@ def _batch(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return x, (x @ teacher).argmax(dim=1)
 
 
-def _train(rank: int, name: str, steps: int, init_scale: float | None = None) -> dict[str, Any]:
-    """The harness's contract (one micro-step): prepare, step, zero_grad, after_step, close."""
+def _train(
+    rank: int, name: str, steps: int, init_scale: float | None = None, accumulate_steps: int = 1
+) -> dict[str, Any]:
+    """The harness's contract: prepare, micro-steps, step, zero_grad, after_step, close."""
     torch.manual_seed(0)
-    strategy = make_strategy(name, {"ps_shards": 2, "bucket_cap_mb": 25.0}, torch.device("cpu"))
+    options = {"ps_shards": 2, "bucket_cap_mb": 25.0}
+    strategy = make_strategy(name, options, torch.device("cpu"), accumulate_steps)
     model, optimizer = strategy.prepare(
         nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)),
         lambda params: torch.optim.AdamW(params, lr=0.05),
     )
+    pushes: list[float | None] = []
+    if isinstance(strategy, ParamServerSync):  # count the pushes the strategy's step makes
+        push_pull = strategy.server.push_pull
+
+        def counted(lr: float | None, **kwargs: Any) -> None:
+            pushes.append(lr)
+            push_pull(lr, **kwargs)
+
+        strategy.server.push_pull = counted
     scaler = torch.amp.GradScaler("cpu", init_scale=init_scale) if init_scale else None
     initial = nn.utils.parameters_to_vector(model.parameters()).detach().clone()
     x_val, y_val = _batch(seed=999)
@@ -60,9 +72,12 @@ def _train(rank: int, name: str, steps: int, init_scale: float | None = None) ->
         before = float(F.cross_entropy(model(x_val), y_val))
     for step in range(steps):
         x, y = _batch(seed=100 * step + rank)
-        with torch.autocast("cpu", dtype=torch.float16, enabled=scaler is not None):
-            loss = F.cross_entropy(model(x), y)
-        (scaler.scale(loss) if scaler else loss).backward()
+        n = strategy.micro_steps
+        for i, (xm, ym) in enumerate(zip(x.chunk(n), y.chunk(n), strict=True)):
+            with strategy.micro_context(model, i):
+                with torch.autocast("cpu", dtype=torch.float16, enabled=scaler is not None):
+                    loss = F.cross_entropy(model(xm), ym) / n
+                (scaler.scale(loss) if scaler else loss).backward()
         strategy.step(optimizer, scaler)
         optimizer.zero_grad(set_to_none=True)
         strategy.after_step(model, step)
@@ -81,6 +96,7 @@ def _train(rank: int, name: str, steps: int, init_scale: float | None = None) ->
         "final": nn.utils.parameters_to_vector(model.parameters()).detach().clone(),
         "scale": scaler.get_scale() if scaler else None,
         "left_alive": left_alive,
+        "pushes": len(pushes),
     }
 
 
@@ -111,6 +127,7 @@ def _worker(rank: int, address: str, port: int, out_dir: Path) -> None:
         out = {
             "ddp": _train(rank, "ddp", STEPS),
             "param_server": _train(rank, "param_server", STEPS),
+            "accumulated": _train(rank, "param_server", STEPS, accumulate_steps=4),
             "overflow": _train(rank, "param_server", 1, init_scale=2.0**40),
         }
         torch.save(out, out_dir / f"rank{rank}.pt")
@@ -127,6 +144,10 @@ def test_param_server_matches_ddp_and_cleans_up(ray_address: str, tmp_path: Path
         assert ps["after"] < 0.8 * ps["before"], f"rank {r}: loss did not go down: {ps}"
         # same optimizer on the same averaged gradients: the same parameters as DDP
         torch.testing.assert_close(ps["final"], ddp["final"], rtol=1e-4, atol=1e-5)
+        # accumulating 4 micro-batches: one push per optimizer step, of their summed gradients
+        accumulated = ranks[r]["accumulated"]
+        assert (ps["pushes"], accumulated["pushes"]) == (STEPS, STEPS)
+        torch.testing.assert_close(accumulated["final"], ddp["final"], rtol=1e-4, atol=1e-5)
         # an fp16 step that overflowed is skipped on the servers for everyone
         overflow = ranks[r]["overflow"]
         torch.testing.assert_close(overflow["final"], overflow["initial"], rtol=0, atol=0)

@@ -30,7 +30,12 @@ def _script(report: Path) -> str:
     return text.rsplit("```python\n", 1)[1].split("```", 1)[0]
 
 
-def test_the_reports_ray_train_script_fits_under_ray_train(ray_cluster, tmp_path):
+@pytest.mark.parametrize(
+    "grid",
+    [{"sync": ["ddp"]}, {"sync": ["fsdp"], "accumulate_steps": [2]}],
+    ids=["ddp", "fsdp-accumulate"],
+)
+def test_the_reports_ray_train_script_fits_under_ray_train(ray_cluster, tmp_path, grid):
     import ray.data
 
     spec = validate_spec(
@@ -39,7 +44,7 @@ def test_the_reports_ray_train_script_fits_under_ray_train(ray_cluster, tmp_path
             "workload": "mlp",
             "params": PARAMS,
             "train": {"steps": 20, "warmup_steps": 2},
-            "grid": {"devices": [1, 2], "batch_size": [32], "sync": ["ddp"]},
+            "grid": {"devices": [1, 2], "batch_size": [32], **grid},
             "resources": {"cpus_per_device": 0.5, "cpus_per_data_worker": 0.5},
             "tracking": {"enabled": False},
         }
@@ -63,4 +68,6 @@ def test_the_reports_ray_train_script_fits_under_ray_train(ray_cluster, tmp_path
     trainer = namespace["trainer"]
     devices = trainer.scaling_config.num_workers
     assert devices in (1, 2)
-    assert len(marks.read_text()) == 30 * devices  # every worker ran every step's loss
+    micro = grid.get("accumulate_steps", [1])[0]
+    # every worker ran every step's loss, once per micro-batch
+    assert len(marks.read_text()) == 30 * devices * micro

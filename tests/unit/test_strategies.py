@@ -67,17 +67,19 @@ def test_a_trial_carries_exactly_the_options_its_strategy_reads():
 
 
 def test_micro_steps():
-    assert micro_steps("accumulate", {}) == OPTION_DEFAULTS["accumulate_steps"] == 4
-    assert micro_steps("accumulate", {"accumulate_steps": 3}) == 3
-    assert micro_steps("ddp", {"accumulate_steps": 3}) == 1
-    assert micro_steps("none", {}) == 1
+    assert micro_steps("accumulate", {}, 1) == OPTION_DEFAULTS["accumulate_steps"] == 4
+    assert micro_steps("accumulate", {"accumulate_steps": 3}, 1) == 3
+    assert micro_steps("ddp", {"accumulate_steps": 3}, 1) == 1
+    assert micro_steps("none", {}, 1) == 1
+    # the accumulate_steps axis sets every strategy's
+    assert all(micro_steps(name, {}, 4) == 4 for name in NAMES if name != "accumulate")
     # The worker's implementation agrees with the table (strategies buildable without a
     # process group: all but the CUDA-only ones).
-    for options in ({}, {"accumulate_steps": 3}):
+    for options, axis in (({}, 1), ({"accumulate_steps": 3}, 1), ({}, 2)):
         for name, cls in IMPLEMENTED.items():
             if STRATEGIES[name].needs_cuda is None:
-                built = cls(options, torch.device("cpu"))
-                assert built.micro_steps == micro_steps(name, options), name
+                built = cls(options, torch.device("cpu"), axis)
+                assert built.micro_steps == micro_steps(name, options, axis), name
 
 
 def test_every_strategy_has_a_step_model_volume_that_agrees_with_the_table():

@@ -146,7 +146,7 @@ def comm_volume(
 
 def _gradient_all_reduce(p: int, g: float, wire: float, options: OptionsSpec) -> CommVolume:
     """DDP and its compression hooks: one ring all-reduce of the gradient per optimizer step
-    (accumulate: after the last of its micro-steps) at the table's `wire_factor` of its bytes
+    (accumulating, after the last of its micro-steps) at the table's `wire_factor` of its bytes
     (the 2-byte hooks: half), per bucket (`ddp_buckets`), each bucket paying the latency."""
     buckets = ddp_buckets(g, options)
     as_sent = "" if wire == 1 else f" at {wire:g} of its bytes"

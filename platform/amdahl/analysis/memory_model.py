@@ -16,8 +16,10 @@ gradient, optimizer-state and buffer bytes, p the trial's devices and b its per-
   alive beside them at the end of the backward (measured with the tensor ledger at one rank:
   2.0 G on the D2L MLP, whose peak falls there; 1.4 G on a small GPT, whose peak falls
   earlier, where 2G over-predicts by under 5%);
-- held gradients: G (G / p under fsdp) when a step accumulates several micro-batches, whose
-  gradients stay alive while the next forward runs;
+- held gradients: G when a step accumulates several micro-batches (the `accumulate_steps`
+  axis, or `sync: accumulate`), whose gradients stay alive while the next forward runs; under
+  fsdp too, where FSDP2 keeps the unsharded gradients until the step's last backward
+  reduce-scatters them (`set_requires_gradient_sync(False)`);
 - fsdp's gathered: the two largest shard units' full parameters (the one computing and the
   one prefetched), less their shards; and its gradient shards, G / p, the reduce-scatter's
   output held beside a unit's full gradients at the end of its backward (measured: 1 G at one
@@ -36,7 +38,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from amdahl.strategies import STRATEGIES, micro_steps
+from amdahl.strategies import STRATEGIES
 
 #: Share of the device's memory a trial may be predicted to use before the plan refuses it:
 #: the rest covers what the model does not count (allocator fragmentation, the CUDA context).
@@ -116,19 +118,20 @@ def predict_peak(
     sync: str,
     devices: int,
     batch: float,
-    options: dict[str, Any] | None = None,
+    micro_steps: int = 1,
     overhead_bytes: float = 0.0,
     checkpointing: str = "none",
 ) -> MemoryPrediction:
-    """The peak tensor bytes one rank of a trial holds (the module docstring's sum), its step
-    line the one measured with its activation `checkpointing`."""
+    """The peak tensor bytes one rank of a trial holds (the module docstring's sum), at
+    `micro_steps` passes per optimizer step (strategies.micro_steps), its step line the one
+    the probe measured with its activation `checkpointing`."""
     shape = STRATEGIES[sync].memory
     intercept, per_sample = facts.step_line(checkpointing)
     p = max(1, devices)
     fsdp = shape.parameters == "sharded"
     shard = (lambda x: x / p) if fsdp else (lambda x: x)
     optimizer = {"replicated": 1.0, "sharded": 1.0 / p, "remote": 0.0}[shape.optimizer]
-    held = shard(facts.grad_bytes) if micro_steps(sync, options or {}) > 1 else 0.0
+    held = float(facts.grad_bytes) if micro_steps > 1 else 0.0
     gathered = sum(u - u / p for u in facts.largest_units[:2]) if fsdp else 0.0
     gathered += facts.grad_bytes / p if fsdp else 0.0
     parts = {
@@ -154,12 +157,13 @@ def largest_batch(
     sync: str,
     devices: int,
     device_memory_gb: float,
-    options: dict[str, Any] | None = None,
+    micro_steps: int = 1,
     overhead_bytes: float = 0.0,
     checkpointing: str = "none",
 ) -> int:
     """The largest per-device batch predicted to fit (0: not even one sample)."""
-    fixed = predict_peak(facts, sync, devices, 0, options, overhead_bytes, checkpointing).total
+    fixed = predict_peak(facts, sync, devices, 0, micro_steps, overhead_bytes, checkpointing)
+    fixed = fixed.total
     room = usable_bytes(device_memory_gb) - fixed
     per_sample = facts.step_line(checkpointing)[1]
     if per_sample <= 0:  # nothing grows with the batch: any fits, or none does
@@ -214,18 +218,18 @@ def alternatives(
     sync: str,
     devices: int,
     batch: float,
-    options: dict[str, Any] | None = None,
+    micro_steps: int = 1,
     checkpointing: str = "none",
 ) -> list[tuple[str, float]]:
     """What the same trial would hold per device another way, largest saving first, as
     (what to change, predicted peak bytes): the sharding strategies at more than one device,
     bf16 where the probe measured it and the trial is fp32, activation checkpointing where the
     probe measured it, and half the batch (the same global batch with twice the micro-steps,
-    or half the samples per step). Only changes that hold less than the trial's own
-    prediction."""
+    or half the samples per step), each at the trial's `micro_steps`. Only changes that hold
+    less than the trial's own prediction."""
 
     def peak(f: MemoryFacts, s: str, b: float, mode: str = checkpointing) -> float:
-        return predict_peak(f, s, devices, b, options, checkpointing=mode).total
+        return predict_peak(f, s, devices, b, micro_steps, checkpointing=mode).total
 
     out = [
         (f"sync {other}", peak(facts, other, batch))

@@ -50,7 +50,7 @@ class MemoryView:
         if facts is None or c.batch_size is None:
             return None
         own = predict_peak(
-            facts, c.sync, c.devices, c.batch_size, micro_options(c), checkpointing=_mode(c)
+            facts, c.sync, c.devices, c.batch_size, micro_steps(c), checkpointing=_mode(c)
         )
         return own.total + self.overhead.bytes
 
@@ -61,10 +61,9 @@ class MemoryView:
         if facts is None or c.batch_size is None:
             return []
         bf16 = self.facts_of(c, "bf16") if c.settings["precision"] == "fp32" else None
-        options = micro_options(c)
-        mode = _mode(c)
-        own = predict_peak(facts, c.sync, c.devices, c.batch_size, options, checkpointing=mode)
-        found = alternatives(facts, bf16, c.sync, c.devices, c.batch_size, options, mode)
+        micro, mode = micro_steps(c), _mode(c)
+        own = predict_peak(facts, c.sync, c.devices, c.batch_size, micro, checkpointing=mode)
+        found = alternatives(facts, bf16, c.sync, c.devices, c.batch_size, micro, mode)
         own = own.total
         return [(name, own - other) for name, other in found]
 
@@ -74,6 +73,6 @@ def _mode(c: Config) -> str:
     return c.settings.get("activation_checkpointing") or "none"
 
 
-def micro_options(c: Config) -> dict:
-    """The micro-steps a configuration's rows ran, as the option the memory model reads."""
-    return {"accumulate_steps": c.rows[0].get("micro_steps") or 1}
+def micro_steps(c: Config) -> int:
+    """The passes per optimizer step a configuration's rows ran (strategies.micro_steps)."""
+    return int(c.rows[0].get("micro_steps") or 1)

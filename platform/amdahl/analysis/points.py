@@ -53,6 +53,15 @@ def family_key(settings: dict[str, Any]) -> tuple:
     return tuple(settings.get(c) for c in FAMILY_SETTINGS)
 
 
+def family_micro_steps(settings: dict[str, Any], options: dict[str, Any]) -> int:
+    """Passes per optimizer step of a family's settings (its `accumulate_steps` axis, or sync
+    accumulate's option; 1 for a sync this build does not know): the compute a step holds,
+    while its communication stays one per step, so accumulation divides it per sample."""
+    if settings.get("sync") not in strategies.STRATEGIES:
+        return 1
+    return strategies.micro_steps(settings["sync"], options, settings.get("accumulate_steps") or 1)
+
+
 def measured_point(c: Config) -> Point | None:
     """The configuration as the model sees it; None when it has no usable ok repeat."""
     if not c.ok or not c.batch_size or c.step_wall is None or c.throughput is None:

@@ -19,9 +19,21 @@ from amdahl.analysis.comm import Oversubscribed
 from amdahl.analysis.configs import NO_SYNC, Config, scale_batch
 from amdahl.analysis.cost import cost_per_million, device_hours_per_million
 from amdahl.analysis.memory_model import predict_peak
-from amdahl.analysis.points import FAMILY_SETTINGS, Point, family_key, nodes_of
+from amdahl.analysis.points import (
+    FAMILY_SETTINGS,
+    Point,
+    family_key,
+    family_micro_steps,
+    nodes_of,
+)
 from amdahl.analysis.stats import differs
-from amdahl.analysis.stepmodel import Family, ModelInputs, Prediction, StepModel, fit
+from amdahl.analysis.stepmodel import (
+    Family,
+    ModelInputs,
+    Prediction,
+    StepModel,
+    fit,
+)
 
 # --------------------------------------------------------------------------- leave one out
 
@@ -456,13 +468,13 @@ def _memory_of(inputs: ModelInputs, settings: dict[str, Any]) -> Callable[[int, 
     """(devices, per-device batch) -> the family's predicted peak bytes per device, or None
     where plan.json holds no probe facts for its parameters and precision."""
     facts = inputs.memory_facts.get((settings.get("params") or "{}", settings.get("precision")))
-    options = {"accumulate_steps": inputs.options.accumulate_steps}
     if facts is None:
         return lambda devices, batch: None
+    micro = family_micro_steps(settings, inputs.options.model_dump())
     overhead = inputs.memory_overhead_bytes
     mode = settings.get("activation_checkpointing") or "none"
     return lambda devices, batch: (
-        predict_peak(facts, settings["sync"], devices, batch, options, overhead, mode).total
+        predict_peak(facts, settings["sync"], devices, batch, micro, overhead, mode).total
     )
 
 

@@ -83,7 +83,13 @@ from amdahl.analysis.computefit import (
 from amdahl.analysis.configs import NO_SYNC, Config
 from amdahl.analysis.contention import Contention, HostShare, fit_contention
 from amdahl.analysis.overlapfit import THETA_RANGE, combine, fit_overlap, theta_hit
-from amdahl.analysis.points import FAMILY_SETTINGS, Point, family_key, measured_point
+from amdahl.analysis.points import (
+    FAMILY_SETTINGS,
+    Point,
+    family_key,
+    family_micro_steps,
+    measured_point,
+)
 from amdahl.analysis.stats import minimize_scalar
 from amdahl.spec.schema import OptionsSpec
 
@@ -339,8 +345,7 @@ class ModelInputs:
     #: The memory probe's facts by (workload parameters as JSON, precision), from plan.json:
     #: `platform predict`'s memory per device (analysis/memory_model.py).
     memory_facts: dict[tuple[str, str], Any] = field(default_factory=dict)
-    #: The fixed overhead per device the sweep's rows show beyond the memory model
-    #: (analysis.memory_model.overhead_from_rows), added to every memory prediction.
+    #: Bytes per device the rows hold beyond the memory model (memory_model.Overhead).
     memory_overhead_bytes: float = 0.0
 
     def points(self) -> list[Point]:
@@ -380,9 +385,7 @@ def _new_family(key: tuple, c: Config, inputs: ModelInputs) -> Family:
     if inputs.calibration is not None:
         fam.grad_bytes = inputs.calibration.grad_bytes_for(settings.get("params"))
         fam.shapes = inputs.calibration.shapes_for(settings.get("params"))
-    known = fam.sync in strategies.STRATEGIES
-    options = inputs.options.model_dump()
-    fam.micro = float(strategies.micro_steps(fam.sync, options) if known else 1)
+    fam.micro = float(family_micro_steps(settings, inputs.options.model_dump()))
     return fam
 
 

@@ -58,4 +58,23 @@ def capability_problem(spec: SweepSpec, settings: TrialSettings) -> str | None:
     for (a, b), reason in INCOMPATIBLE.items():
         if getattr(settings, a[0]) == a[1] and getattr(settings, b[0]) == b[1]:
             return f"{a[0]}={a[1]} with {b[0]}={b[1]}: {reason}"
+    own = STRATEGIES[settings.sync].micro_steps_option
+    if own and settings.accumulate_steps != 1:
+        return (
+            f"sync={settings.sync} with accumulate_steps={settings.accumulate_steps}: "
+            f"{settings.sync} accumulates options.{own} micro-batches itself; use sync ddp "
+            "with grid.accumulate_steps"
+        )
     return None
+
+
+def alias_note(spec: SweepSpec) -> str | None:
+    """The line `platform plan` prints for a sweep that uses a strategy which is only an older
+    spelling of another's with the `accumulate_steps` axis (`sync: accumulate`), or None."""
+    old = [n for n in spec.grid.sync if STRATEGIES[n].micro_steps_option]
+    if not old:
+        return None
+    return (
+        f"sync {', '.join(old)}: still runs as before; grid.accumulate_steps with sync ddp "
+        "does the same, and with any other sync too"
+    )

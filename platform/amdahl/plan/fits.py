@@ -24,7 +24,7 @@ from amdahl.analysis.memory_model import (
 from amdahl.columns import TrialSettings, per_device_batch
 from amdahl.errors import UserError
 from amdahl.spec.schema import SweepSpec
-from amdahl.strategies import STRATEGIES
+from amdahl.strategies import STRATEGIES, micro_steps
 
 #: (workload parameters, precision) -> the probe's facts, or None where it could not run.
 FactsSource = Callable[[dict, str], MemoryFacts | None]
@@ -43,7 +43,7 @@ def predict_trial(
         settings.sync,
         settings.devices,
         batch,
-        settings.options,
+        _micro(settings),
         checkpointing=settings.activation_checkpointing,
     )
 
@@ -91,7 +91,7 @@ def _max_batch(settings: TrialSettings, facts: FactsSource | None, gb: float) ->
         settings.sync,
         settings.devices,
         gb,
-        settings.options,
+        _micro(settings),
         checkpointing=settings.activation_checkpointing,
     )
     if limit >= UNBOUNDED_BATCH:
@@ -122,7 +122,7 @@ def largest_fitting_batch(
         settings.sync,
         settings.devices,
         gb,
-        settings.options,
+        _micro(settings),
         checkpointing=settings.activation_checkpointing,
     )
 
@@ -160,6 +160,11 @@ def memory_problem(
     )
 
 
+def _micro(settings: TrialSettings, sync: str | None = None) -> int:
+    """The trial's passes per optimizer step (under `sync` instead of its own, if given)."""
+    return micro_steps(sync or settings.sync, settings.options, settings.accumulate_steps)
+
+
 def _size(nbytes: float) -> str:
     """Bytes in the device's own unit (GB, 1e9 bytes) or MB where under one."""
     return f"{nbytes / 1e9:.2f} GB" if nbytes >= 1e9 else f"{nbytes / 1e6:.1f} MB"
@@ -172,14 +177,15 @@ def _what_fits(
     p = settings.devices
     out = []
     mode = settings.activation_checkpointing
-    limit = largest_batch(facts, settings.sync, p, gb, settings.options, checkpointing=mode)
+    limit = largest_batch(facts, settings.sync, p, gb, _micro(settings), checkpointing=mode)
     if limit >= 1:
         out.append(f"per-device batch <= {limit}")
     batch = per_device_batch(settings.batch_size, p, spec.train.scaling)
     usable = usable_bytes(gb)
 
     def fits(sync: str, checkpointing: str) -> bool:
-        peak = predict_peak(facts, sync, p, batch, settings.options, checkpointing=checkpointing)
+        micro = _micro(settings, sync)
+        peak = predict_peak(facts, sync, p, batch, micro, checkpointing=checkpointing)
         return peak.total <= usable
 
     for sync in ("zero1", "fsdp"):

@@ -22,7 +22,7 @@ from typing import Any
 from amdahl.analysis.configs import group_configs
 from amdahl.analysis.memory_model import MemoryFacts
 from amdahl.columns import TrialSettings
-from amdahl.plan.checks import capability_problem
+from amdahl.plan.checks import alias_note, capability_problem
 from amdahl.plan.fits import (
     FactsSource,
     device_memory_gb,
@@ -71,7 +71,8 @@ class SweepPlan:
     nodes: list[Node] = field(default_factory=list)
     #: the workload preprocesses its rows in the input pipeline (Ray Train's streaming split)
     preprocesses: bool = False
-    #: what `resources: auto` chose and why (resources.auto_resources), None when nothing was auto
+    #: what `resources: auto` chose and why (resources.auto_resources), what `batch_size: max`
+    #: resolved to, and an older spelling's pointer (checks.alias_note); None: nothing to say
     resource_note: str | None = None
     #: The memory probe's facts the plan used, as (workload parameters, precision, facts):
     #: plan.json keeps them, so the report can say what another strategy would hold.
@@ -185,7 +186,7 @@ def plan_sweep(
         spec, expand_grid(spec, facts.defaults), facts.memory, facts.device_memory_gb
     )
     spec, note = auto_resources(spec, grid, nodes, facts.host_cpus_per_device)
-    note = "\n".join(n for n in (note, batch_note) if n) or None
+    note = "\n".join(n for n in (note, batch_note, alias_note(spec)) if n) or None
     trials = [_make_trial(spec, settings, nodes, facts) for settings in grid]
     if facts.input_key is not None:
         key = facts.input_key

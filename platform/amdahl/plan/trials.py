@@ -249,6 +249,13 @@ def trial_id(spec: SweepSpec, settings: TrialSettings) -> str:
     return stable_hash(identity)
 
 
+def shown_settings(settings: TrialSettings) -> dict[str, Any]:
+    """A trial's settings as plan.json shows them: an axis added after identity schema 1 only
+    where it leaves its default, as its id hashes them (so a sweep that leaves it there plans
+    to the same plan.json as before it existed)."""
+    return _identity_fields(settings.as_dict(), ID_SCHEMA_1_SETTINGS, _axis_default)
+
+
 def stable_hash(obj: Any) -> str:
     """A short hash of `obj` as JSON (keys sorted): the same on every machine and run."""
     blob = json.dumps(obj, sort_keys=True, default=str).encode()

@@ -68,7 +68,8 @@ class TrialConfig:
     @property
     def micro_steps(self) -> int:
         """Forward/backward passes per optimizer step (strategies.micro_steps)."""
-        return strategies.micro_steps(self.settings.sync, self.settings.options)
+        s = self.settings
+        return strategies.micro_steps(s.sync, s.options, s.accumulate_steps)
 
     @property
     def compile_cache(self) -> str | None:

@@ -67,7 +67,8 @@ BF16_TIP = "precision: bf16 (autocast) for faster matmuls"
 ADVICE: dict[str, list[str]] = {
     COMMUNICATION: [
         "raise batch_size: more compute per all-reduce",
-        "compress or thin the traffic: sync ddp_fp16, powersgd, or accumulate (fewer all-reduces)",
+        "compress the traffic: sync ddp_fp16 or powersgd; or thin it: grid.accumulate_steps "
+        "[2, 4] communicates once per that many micro-batches (with any sync)",
         "tune options.bucket_cap_mb so all-reduce overlaps backward",
         "if the speedup stays below 1, fewer devices train faster",
     ],
@@ -92,7 +93,8 @@ ADVICE: dict[str, list[str]] = {
     ],
     MEMORY: [
         "precision: bf16 or bf16_weights to halve activations/weights",
-        "sync: accumulate (smaller micro-batches, same global batch)",
+        "grid.accumulate_steps with a smaller batch_size (smaller micro-batches, same samples "
+        "per optimizer step)",
         "sync: zero1 or fsdp to shard optimizer state and parameters",
         "activation_checkpointing: full or selective (the workload's blocks) to recompute "
         "activations in the backward instead of keeping them",

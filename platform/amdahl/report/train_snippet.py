@@ -1,7 +1,8 @@
 """One configuration as the lines a Ray Train (V2) script needs: `ScalingConfig`, precision
 (autocast, fp16's GradScaler, TF32, bf16 weights), `torch.jit.script` or `torch.compile`, the
 sync strategy's torch call (DDP and its communication hook, ZeroRedundancyOptimizer, FSDP2's
-`fully_shard`, `no_sync` accumulation, local SGD's periodic averaging) and the input.
+`fully_shard`, local SGD's periodic averaging), gradient accumulation (DDP's `no_sync`, FSDP2's
+`set_requires_gradient_sync`) and the input.
 
 The report prints it under best.yaml (report/best.py) so that the configuration amdahl measured
 can be carried into a user's own training script. Every line is what the worker side does for
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from amdahl.columns import AXIS_TABLE
-from amdahl.strategies import OPTION_DEFAULTS
+from amdahl.strategies import OPTION_DEFAULTS, micro_steps
 
 #: The DDP family: DistributedDataParallel with bucket_cap_mb, and what each adds.
 _DDP_FAMILY = ("ddp", "ddp_fp16", "ddp_bf16", "powersgd", "accumulate", "zero1")
@@ -43,6 +44,7 @@ class RunSettings:
     input: str = AXIS_TABLE["input"].default
     data_workers: int = AXIS_TABLE["data_workers"].default
     prefetch_batches: int = AXIS_TABLE["prefetch_batches"].default
+    accumulate_steps: int = AXIS_TABLE["accumulate_steps"].default
     optimizer: str = "sgd"
     lr: float = 0.05
     use_gpu: bool = False
@@ -52,6 +54,20 @@ class RunSettings:
 
     def option(self, name: str) -> Any:
         return self.options.get(name, OPTION_DEFAULTS[name])
+
+    @property
+    def micro_steps(self) -> int:
+        """Forward/backward passes per optimizer step (strategies.micro_steps)."""
+        return micro_steps(self.sync, self.options, self.accumulate_steps)
+
+    @property
+    def skips_sync(self) -> str | None:
+        """The module whose call skips the gradient's communication on all but a step's last
+        micro-batch, kept as a name before torch.compile wraps it: `ddp` (no_sync) or `fsdp`
+        (set_requires_gradient_sync); None: one pass, or no per-step communication to skip."""
+        if self.micro_steps == 1:
+            return None
+        return "ddp" if self.sync in _DDP_FAMILY else "fsdp" if self.sync == "fsdp" else None
 
 
 class _Lines:
@@ -136,7 +152,7 @@ _CHECKPOINT_IMPORT = (
 def _imports(s: RunSettings) -> list[str]:
     checkpointing = s.activation_checkpointing != "none"
     standard = [
-        *(["import contextlib"] if s.sync == "accumulate" else []),
+        *(["import contextlib"] if s.skips_sync == "ddp" else []),
         *(["import functools"] if checkpointing else []),
     ]
     lines = [*standard, *([""] if standard else []), "import torch"]
@@ -225,8 +241,6 @@ def _sync_setup(s: RunSettings, out: _Lines) -> None:
             ")",
             "model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)",
         )
-    elif s.sync == "accumulate":
-        out.add("ddp = model  # its no_sync() skips the all-reduce of all but the last micro-batch")
     elif s.sync == "fsdp":
         out.add(
             "mesh = init_device_mesh(device.type, (dist.get_world_size(),))",
@@ -248,6 +262,13 @@ def _sync_setup(s: RunSettings, out: _Lines) -> None:
             "# sync none: each worker trains its own model (no gradient communication)"
             if s.devices > 1
             else "# one worker: no gradient communication"
+        )
+    if s.skips_sync == "ddp":
+        out.add("ddp = model  # its no_sync() skips the all-reduce of all but the last micro-batch")
+    elif s.skips_sync == "fsdp":
+        out.add(
+            "fsdp = model  # set_requires_gradient_sync(False): no reduce-scatter of all but the",
+            "# last micro-batch (FSDP2 keeps the unsharded gradients until then)",
         )
     _optimizer_setup(s, out)
 
@@ -299,9 +320,10 @@ def _input(s: RunSettings, out: _Lines) -> None:
 
 
 def _loop(s: RunSettings, out: _Lines) -> None:
-    """The step: micro-batches (accumulate: no_sync on all but the last), autocast around
-    forward and loss, backward through the scaler, the strategy's step, local SGD's average."""
-    micro = int(s.option("accumulate_steps")) if s.sync == "accumulate" else 1
+    """The step: micro-batches (accumulating: each backward adds its share of the step's loss,
+    communicated on the last only: `skips_sync`), autocast around forward and loss, backward
+    through the scaler, the strategy's step, local SGD's average."""
+    micro = s.micro_steps
     out.add('for step in range(config["steps"]):')
     out.depth += 1
     if micro > 1:
@@ -311,7 +333,9 @@ def _loop(s: RunSettings, out: _Lines) -> None:
     out.add('x, y = batch["x"].to(device), batch["y"].to(device)')
     if s.precision == "bf16_weights":
         out.add("x = x.to(torch.bfloat16) if x.is_floating_point() else x")
-    if micro > 1:
+    if s.skips_sync == "fsdp":
+        out.add(f"fsdp.set_requires_gradient_sync(micro == {micro - 1})")
+    if s.skips_sync == "ddp":
         out.add(f"with ddp.no_sync() if micro < {micro - 1} else contextlib.nullcontext():")
         out.depth += 1
     divide = f" / {micro}" if micro > 1 else ""
@@ -321,7 +345,7 @@ def _loop(s: RunSettings, out: _Lines) -> None:
     else:
         out.add(f'loss = config["loss_fn"](model(x), y){divide}')
     out.add("scaler.scale(loss).backward()" if s.precision == "fp16" else "loss.backward()")
-    out.depth -= 2 if micro > 1 else 0
+    out.depth -= (micro > 1) + (s.skips_sync == "ddp")
     if s.sync == "param_server":
         out.add("strategy.step(optimizer, " + ("scaler)" if s.precision == "fp16" else "None)"))
     elif s.precision == "fp16":

@@ -156,6 +156,14 @@ class GridSpec(_Section):
     sync: list[Sync] = Field(
         [AXIS_TABLE["sync"].default], min_length=1, description="Gradient synchronisation."
     )
+    accumulate_steps: list[_Positive] = Field(
+        [AXIS_TABLE["accumulate_steps"].default],
+        min_length=1,
+        description="Micro-batches per optimizer step (gradient accumulation), with any sync "
+        "but accumulate: the gradients are communicated once per step, after the last (DDP's "
+        "no_sync, FSDP2's set_requires_gradient_sync); the step's samples are batch_size x "
+        "this, and every step holds its gradients across the micro-batches.",
+    )
     activation_checkpointing: list[Checkpointing] = Field(
         [AXIS_TABLE["activation_checkpointing"].default],
         min_length=1,
@@ -191,7 +199,8 @@ class OptionsSpec(_Section):
     accumulate_steps: int = Field(
         OPTION_DEFAULTS["accumulate_steps"],
         ge=1,
-        description="Micro-batches per optimizer step (sync=accumulate).",
+        description="Micro-batches per optimizer step (sync=accumulate; with any other sync, "
+        "use grid.accumulate_steps).",
     )
     local_sgd_every: int = Field(
         OPTION_DEFAULTS["local_sgd_every"],

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from amdahl.files import write_private
+from amdahl.plan.trials import shown_settings
 from amdahl.sweepdir.layout import SweepDir
 from amdahl.sweepdir.resume import write_fingerprint
 
@@ -39,7 +40,7 @@ def plan_summary(plan: SweepPlan) -> dict[str, Any]:
         return {
             "trial_id": t.trial_id,
             "label": plan.labels[t.trial_id],
-            "settings": t.settings.as_dict(),
+            "settings": shown_settings(t.settings),
             "resources": t.resources.describe(),
             "predicted_peak_mem_bytes": t.predicted_peak_mem_bytes,
             "largest_batch_fits": t.largest_batch_fits,

@@ -4,8 +4,8 @@ Worker side. Each strategy is a small object the harness drives with the same ca
 timed loop reads the same whatever the strategy:
 
     model, optimizer = strategy.prepare(model, make_optimizer)
-    for micro in range(strategy.micro_steps):
-        with strategy.micro_context(model, micro):    # e.g. DDP no_sync while accumulating
+    for micro in range(strategy.micro_steps):         # the accumulate_steps axis's count
+        with strategy.micro_context(model, micro):    # DDP no_sync, FSDP2 no reduce-scatter
             ...forward / backward...
     strategy.step(optimizer, scaler)                  # e.g. push/pull to a parameter server
     optimizer.zero_grad(set_to_none=True)
@@ -20,12 +20,20 @@ The strategies (`IMPLEMENTATIONS` maps the sweep's `sync` value to its class, ea
 - `ddp`: DistributedDataParallel, bucketed all-reduce overlapped with backward.
 - `ddp_fp16` / `ddp_bf16`: DDP whose buckets travel as fp16 / bf16 (half the bytes).
 - `powersgd`: DDP with rank-r PowerSGD compression of the gradient matrices.
-- `accumulate`: DDP that all-reduces once per `accumulate_steps` micro-batches (`no_sync`).
+- `accumulate`: DDP that all-reduces once per `options.accumulate_steps` micro-batches
+  (`no_sync`): the older form of `ddp` with the `accumulate_steps` axis, kept so old sweep
+  files run with their trial ids.
 - `local_sgd`: no per-step communication; parameters averaged every `local_sgd_every` steps.
 - `zero1`: DDP + ZeroRedundancyOptimizer: optimizer state sharded over ranks (ZeRO stage 1).
 - `fsdp`: FSDP2 `fully_shard`: parameters, gradients and optimizer state sharded (ZeRO-3).
 - `param_server`: parameter shards held by Ray actors, synchronous push/pull each step
   (the server itself: worker/param_server.py).
+
+Gradient accumulation (the `accumulate_steps` axis) is every strategy's: `micro_steps` passes
+per optimizer step, each backward adding its share to the gradients, communicated once. The
+DDP family (and zero1) skips the all-reduce on all but the last pass with `no_sync`, fsdp the
+reduce-scatter with `set_requires_gradient_sync(False)`; none and local_sgd have no per-step
+communication to skip, and param_server pushes the accumulated gradients once, in `step`.
 
 The gradient every rank applies is the equal-weight mean over ranks of each rank's mean-loss
 gradient: the per-sample mean only because every rank of a trial gets an equal shard (input.py).
@@ -43,7 +51,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from amdahl.strategies import OPTION_DEFAULTS
+from amdahl.strategies import OPTION_DEFAULTS, micro_steps
 from amdahl.worker.param_server import ParamServer, PushPullOptimizer
 
 MakeOptimizer = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
@@ -95,12 +103,18 @@ class SyncStrategy:
     """Base: no communication at all (the `none` ceiling)."""
 
     name = "none"
-    #: forward/backward passes per optimizer step
-    micro_steps = 1
 
-    def __init__(self, options: dict[str, Any], device: torch.device):
+    def __init__(self, options: dict[str, Any], device: torch.device, accumulate_steps: int = 1):
         self.options = options
         self.device = device
+        if accumulate_steps < 1:
+            raise ValueError(f"accumulate_steps: must be >= 1, got {accumulate_steps}")
+        #: forward/backward passes per optimizer step (strategies.micro_steps)
+        self.micro_steps = micro_steps(self.name, options, accumulate_steps)
+
+    def last_micro(self, micro: int) -> bool:
+        """Whether pass `micro` is the step's last, the one whose backward communicates."""
+        return micro == self.micro_steps - 1
 
     def prepare(
         self, model: nn.Module, make_optimizer: MakeOptimizer
@@ -141,6 +155,13 @@ class DDPSync(SyncStrategy):
         self._register_hook(ddp)
         return ddp, make_optimizer(ddp.parameters())
 
+    def micro_context(self, model: nn.Module, micro: int) -> contextlib.AbstractContextManager:
+        """No all-reduce (nor comm hook) on all but the step's last pass: the gradients
+        accumulate locally and the last backward reduces their sum."""
+        if not self.last_micro(micro):
+            return _compiled_inner(model).no_sync()
+        return contextlib.nullcontext()
+
     def _register_hook(self, ddp: nn.parallel.DistributedDataParallel) -> None:
         """Subclasses replace DDP's all-reduce of each bucket with a communication hook."""
 
@@ -163,8 +184,8 @@ class DDPBF16Sync(DDPSync):
 
     name = "ddp_bf16"
 
-    def __init__(self, options: dict[str, Any], device: torch.device):
-        super().__init__(options, device)
+    def __init__(self, options: dict[str, Any], device: torch.device, accumulate_steps: int = 1):
+        super().__init__(options, device, accumulate_steps)
         backend = dist.get_backend()
         if device.type != "cuda" or backend != "nccl":
             raise ValueError(
@@ -204,18 +225,14 @@ class PowerSGDSync(DDPSync):
 
 @implements("accumulate")
 class AccumulateSync(DDPSync):
-    """DDP with gradient accumulation: all-reduce only on the last of `accumulate_steps` passes."""
+    """DDP with gradient accumulation: all-reduce only on the last of `options.accumulate_steps`
+    passes (DDPSync's no_sync; strategies.micro_steps reads the option)."""
 
     name = "accumulate"
 
-    def __init__(self, options: dict[str, Any], device: torch.device):
-        super().__init__(options, device)
-        self.micro_steps = _positive(options, "accumulate_steps")
-
-    def micro_context(self, model: nn.Module, micro: int) -> contextlib.AbstractContextManager:
-        if micro < self.micro_steps - 1:
-            return _compiled_inner(model).no_sync()
-        return contextlib.nullcontext()
+    def __init__(self, options: dict[str, Any], device: torch.device, accumulate_steps: int = 1):
+        _positive(options, "accumulate_steps")
+        super().__init__(options, device, accumulate_steps)
 
 
 @implements("local_sgd")
@@ -229,8 +246,8 @@ class LocalSGDSync(SyncStrategy):
 
     name = "local_sgd"
 
-    def __init__(self, options: dict[str, Any], device: torch.device):
-        super().__init__(options, device)
+    def __init__(self, options: dict[str, Any], device: torch.device, accumulate_steps: int = 1):
+        super().__init__(options, device, accumulate_steps)
         self.every = _positive(options, "local_sgd_every")
 
     def prepare(
@@ -289,6 +306,13 @@ class FSDPSync(SyncStrategy):
         fully_shard(model, mesh=mesh)
         return model, make_optimizer(model.parameters())
 
+    def micro_context(self, model: nn.Module, micro: int) -> contextlib.AbstractContextManager:
+        """Accumulating, no reduce-scatter on all but the step's last pass: FSDP2 keeps the
+        unsharded gradients and the last backward reduces their sum."""
+        if self.micro_steps > 1:
+            _compiled_inner(model).set_requires_gradient_sync(self.last_micro(micro))
+        return contextlib.nullcontext()
+
 
 @implements("param_server")
 class ParamServerSync(SyncStrategy):
@@ -304,8 +328,8 @@ class ParamServerSync(SyncStrategy):
 
     name = "param_server"
 
-    def __init__(self, options: dict[str, Any], device: torch.device):
-        super().__init__(options, device)
+    def __init__(self, options: dict[str, Any], device: torch.device, accumulate_steps: int = 1):
+        super().__init__(options, device, accumulate_steps)
         self.n_shards = _positive(options, "ps_shards")
         #: The trial's shards, from `prepare` on.
         self.server: ParamServer | None = None
@@ -336,15 +360,18 @@ class ParamServerSync(SyncStrategy):
             self.server.close(clean)
 
 
-def make_strategy(name: str, options: dict[str, Any], device: torch.device) -> SyncStrategy:
-    """The strategy object for one trial (fresh per trial: no state leaks between trials)."""
+def make_strategy(
+    name: str, options: dict[str, Any], device: torch.device, accumulate_steps: int = 1
+) -> SyncStrategy:
+    """The strategy object for one trial (fresh per trial: no state leaks between trials), at
+    its value of the `accumulate_steps` axis."""
     if name not in IMPLEMENTATIONS:
         raise ValueError(
             f"unknown sync strategy {name!r}; known: {', '.join(sorted(IMPLEMENTATIONS))}"
         )
     if name != "none" and not dist.is_initialized():
         raise RuntimeError(f"sync={name} needs torch.distributed to be initialised")
-    return IMPLEMENTATIONS[name](options, device)
+    return IMPLEMENTATIONS[name](options, device, accumulate_steps)
 
 
 def unwrap(model: nn.Module) -> nn.Module:

@@ -298,7 +298,7 @@ def build_trial_model(
         start = time.perf_counter()
         model = torch.jit.script(model)
         wrap_s = time.perf_counter() - start
-    strategy = make_strategy(settings.sync, settings.options, device)
+    strategy = make_strategy(settings.sync, settings.options, device, settings.accumulate_steps)
     model, optimizer = strategy.prepare(model, make_optimizer_factory(launch.train))
     if trial.inductor:
         start = time.perf_counter()

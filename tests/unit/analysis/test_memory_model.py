@@ -24,8 +24,8 @@ FACTS = MemoryFacts(
 )
 
 
-def _parts(sync, devices=4, batch=10, options=None):
-    return predict_peak(FACTS, sync, devices, batch, options).parts
+def _parts(sync, devices=4, batch=10, micro_steps=1):
+    return predict_peak(FACTS, sync, devices, batch, micro_steps).parts
 
 
 def test_replicated_strategies_hold_the_whole_state_and_ddp_its_buckets_too():
@@ -50,8 +50,12 @@ def test_the_parameter_server_keeps_the_optimizer_state_off_the_workers():
 
 
 def test_accumulation_holds_the_gradients_across_micro_batches():
-    assert _parts("accumulate", options={"accumulate_steps": 4})["held gradients"] == 100 * MB
+    assert _parts("accumulate", micro_steps=4)["held gradients"] == 100 * MB
     assert _parts("ddp")["held gradients"] == 0
+    assert _parts("zero1", micro_steps=2)["held gradients"] == 100 * MB
+    # FSDP2 without gradient sync keeps the unsharded gradients, not their shards
+    assert _parts("fsdp", micro_steps=4)["held gradients"] == 100 * MB
+    assert _parts("fsdp")["held gradients"] == 0
 
 
 def test_the_largest_batch_fits_and_one_more_does_not():

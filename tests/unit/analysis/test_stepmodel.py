@@ -632,3 +632,41 @@ def test_gloo_within_the_nodes_cores_has_no_oversubscribed_law():
     gloo = comm_model(Calibration.from_dict(raw), host_cores=16)
     assert gloo.oversubscribed is None and set(gloo.by_devices) == {2, 3, 4}
     assert not gloo.queueing_measured(32)
+
+
+def test_accumulation_divides_the_communication_per_sample():
+    """A family at accumulate_steps 4 runs 4 passes of compute per all-reduce: the same
+    communication per step over 4 times the samples; a family not measured yet (its rows
+    failed) takes its passes per step from its axis value."""
+    link = Link(ALPHA, BANDWIDTH, "intra-node")
+    a, b, wait = 2e-3, 5e-5, 1e-3
+    rows = []
+    for micro in (1, 4):
+        for p in (1, 2, 4, 8):
+            for bs in (32, 64, 128, 256):
+                tn = comm_volume("ddp", p, 4e6, BUCKETS).seconds(link)
+                wall = combine(micro * (a + b * bs), tn, 2.5) + wait
+                rows.append(
+                    row(
+                        p,
+                        bs,
+                        "ddp",
+                        bs * p * micro / wall,
+                        wall=wall,
+                        data_wait_s=wait,
+                        trial_id=f"d{p}b{bs}a{micro}",
+                        global_batch=bs * p * micro,
+                        micro_steps=micro,
+                        accumulate_steps=micro,
+                    )
+                )
+    failed = row(2, 64, "ddp", trial_id="a2", accumulate_steps=2, status="oom", micro_steps=None)
+    model = fit(_inputs(conform([*rows, failed])))
+    fams = {f.settings["accumulate_steps"]: f for f in model.families.values()}
+    assert (fams[1].micro, fams[2].micro, fams[4].micro) == (1, 2, 4)
+    one, four = model.predict(fams[1], 32, 128.0), model.predict(fams[4], 32, 128.0)
+    tn = comm_volume("ddp", 32, 4e6, BUCKETS).seconds(link)
+    assert four.comm_s == pytest.approx(one.comm_s)  # per optimizer step: once
+    expected = 128 * 32 * 4 / (combine(4 * (a + b * 128), tn, 2.5) + wait)
+    assert four.throughput == pytest.approx(expected, rel=1e-2)
+    assert four.throughput > one.throughput

@@ -48,7 +48,7 @@ def test_none_keeps_the_trial_id_and_each_mode_is_its_own_trial():
         mode = t.settings.activation_checkpointing
         assert (
             t.predicted_peak_mem_bytes
-            == predict_peak(FACTS, "ddp", 1, 64, t.settings.options, checkpointing=mode).total
+            == predict_peak(FACTS, "ddp", 1, 64, checkpointing=mode).total
         )
     assert [t.predicted_peak_mem_bytes for t in modes.trials] == sorted(
         (t.predicted_peak_mem_bytes for t in modes.trials), reverse=True

@@ -5,6 +5,7 @@ from amdahl.analysis.memory_model import MemoryFacts, predict_peak, usable_bytes
 from amdahl.plan.launches import WorkloadFacts, plan_sweep
 from amdahl.plan.resources import Node
 from amdahl.spec.load import validate_spec
+from amdahl.strategies import micro_steps
 from amdahl.sweepdir.driver_files import plan_summary
 from workloads.mlp import MLP
 
@@ -38,7 +39,8 @@ def test_every_trial_shows_its_predicted_peak_and_nothing_is_refused_without_a_d
     assert not plan.refused
     for t in plan.trials:
         s = t.settings
-        expected = predict_peak(FACTS, s.sync, s.devices, s.batch_size, s.options).total
+        micro = micro_steps(s.sync, s.options, s.accumulate_steps)
+        expected = predict_peak(FACTS, s.sync, s.devices, s.batch_size, micro).total
         assert t.predicted_peak_mem_bytes == expected
     assert all("predicted_peak_mem_bytes" in t for t in plan_summary(plan)["trials"])
 
@@ -142,3 +144,21 @@ def _plan_grid(grid, gb):
     spec = validate_spec({"name": "t", "workload": "mlp", "grid": grid, "resources": resources})
     facts = WorkloadFacts(MLP.defaults, memory=lambda params, precision: FACTS)
     return plan_sweep(spec, NODES, facts)
+
+
+def test_an_accumulating_trial_is_predicted_to_hold_its_gradients_across_micro_batches():
+    spec = validate_spec(
+        {
+            "name": "t",
+            "workload": "mlp",
+            "grid": {"devices": [2], "sync": ["zero1", "fsdp"], "accumulate_steps": [1, 4]},
+            "resources": {"cpus_per_device": 1, "cpus_per_data_worker": 1},
+        }
+    )
+    plan = plan_sweep(spec, NODES, WorkloadFacts(MLP.defaults, memory=lambda p, q: FACTS))
+    peak = {
+        (t.settings.sync, t.settings.accumulate_steps): t.predicted_peak_mem_bytes
+        for t in plan.trials
+    }
+    for sync in ("zero1", "fsdp"):
+        assert peak[(sync, 4)] - peak[(sync, 1)] == FACTS.grad_bytes  # whole, even under fsdp

@@ -24,7 +24,7 @@ from amdahl.spec.schema import (
     TargetSpec,
     TrainSpec,
 )
-from amdahl.sweepdir.driver_files import ray_storage
+from amdahl.sweepdir.driver_files import plan_summary, ray_storage
 from workloads.mlp import MLP
 
 TWO_CPUS = [Node(cpus=2.0)]
@@ -542,3 +542,47 @@ def test_resources_auto_fits_eight_simulated_ranks_on_two_cpus():
     assert plan.spec.resources.cpus_per_device <= 0.2
     mlp = plan_sweep(validate_spec({"workload": "mlp", "grid": {"devices": [8]}}), TWO_CPUS)
     assert mlp.trials[0].refused  # a CPU rank's default does not fit 8 on 2 CPUs
+
+
+def test_accumulate_steps_crosses_every_strategy_and_keeps_the_ids_at_one():
+    grid = {"devices": [2], "sync": ["ddp", "fsdp", "param_server"]}
+    before = _plan(grid=grid)
+    plan = _plan(grid={**grid, "accumulate_steps": [1, 4]})
+    assert not plan.refused
+    got = [(t.settings.sync, t.settings.accumulate_steps) for t in plan.trials]
+    assert got == [(s, a) for s in grid["sync"] for a in (1, 4)]
+    at_one = [t.trial_id for t in plan.trials if t.settings.accumulate_steps == 1]
+    assert at_one == [t.trial_id for t in before.trials]
+    assert len({t.trial_id for t in plan.trials}) == 6
+    for t in plan.trials:
+        config = TrialConfig.from_settings(t.trial_id, t.settings, plan.spec.train.scaling)
+        assert config.micro_steps == t.settings.accumulate_steps
+        assert plan.labels[t.trial_id].endswith(f"{t.settings.sync} a{config.micro_steps}")
+    # plan.json names the axis only where it leaves its default, as the id hashes it
+    shown = [t["settings"] for t in plan_summary(plan)["trials"]]
+    assert [s.get("accumulate_steps") for s in shown] == [None, 4] * 3
+    assert plan.resource_note is None or "accumulate" not in plan.resource_note
+
+
+def test_sync_accumulate_still_plans_with_a_note_and_refuses_the_axis_beside_it():
+    plan = _plan(
+        grid={"devices": [2], "sync": ["accumulate"], "accumulate_steps": [1, 4]},
+        options={"accumulate_steps": 2},
+    )
+    old, crossed = plan.trials
+    assert old.refused is None
+    config = TrialConfig.from_settings(old.trial_id, old.settings, plan.spec.train.scaling)
+    assert config.micro_steps == 2
+    assert crossed.refused == (
+        "sync=accumulate with accumulate_steps=4: accumulate accumulates "
+        "options.accumulate_steps micro-batches itself; use sync ddp with grid.accumulate_steps"
+    )
+    (note,) = [n for n in plan.resource_note.splitlines() if "accumulate" in n]
+    assert "grid.accumulate_steps with sync ddp" in note
+    # the old spelling's trial keeps the id it was recorded under
+    assert (
+        old.trial_id
+        == _plan(grid={"devices": [2], "sync": ["accumulate"]}, options={"accumulate_steps": 2})
+        .trials[0]
+        .trial_id
+    )

@@ -180,6 +180,7 @@ OTHER_VALUE = {
     "input": "torch_loader",
     "prefetch_batches": 8,
     "sync": "fsdp",
+    "accumulate_steps": 2,
     "activation_checkpointing": "full",
 }
 
@@ -267,6 +268,35 @@ def test_the_training_loop_runs_on_a_real_process_group(
 ):
     """The script's own train_loop_per_worker, with Ray Train's device and dataset shard
     answered in-process: every torch call is the real one on a one-rank gloo group."""
+    micro = 3 if sync == "accumulate" else 1
+    _run_loop(monkeypatch, _settings(sync, precision, compile_), micro)
+
+
+#: What skips the communication of all but a step's last micro-batch, per strategy.
+ACCUMULATION_CALLS = {
+    **dict.fromkeys(("ddp", "ddp_fp16", "powersgd", "zero1"), "ddp.no_sync"),
+    "fsdp": "fsdp.set_requires_gradient_sync",
+    "local_sgd": None,
+    "none": None,
+}
+
+
+@pytest.mark.parametrize("sync", ACCUMULATION_CALLS)
+def test_the_accumulate_steps_axis_runs_its_micro_batches_with_every_strategy(
+    one_rank_group, monkeypatch, sync
+):
+    s = _settings(sync, "fp32", "eager", accumulate_steps=2)
+    text = ray_train_snippet(s)
+    call = ACCUMULATION_CALLS[sync]
+    calls = {"ddp.no_sync", "fsdp.set_requires_gradient_sync"}
+    assert _names(ast.parse(text)) & calls == ({call} if call else set())
+    assert "for micro in range(2):" in text and "/ 2" in text
+    _run_loop(monkeypatch, s, 2)
+
+
+def _run_loop(monkeypatch: pytest.MonkeyPatch, settings: RunSettings, micro: int) -> None:
+    """Run the script's train_loop_per_worker for 4 steps: `micro` losses per step, finite,
+    and the optimizer stepped."""
     import ray.train
     import ray.train.torch
     import torch
@@ -288,10 +318,7 @@ def test_the_training_loop_runs_on_a_real_process_group(
         return built[-1]
 
     namespace: dict[str, Any] = {"__name__": "snippet"}
-    exec(
-        compile(ray_train_snippet(_settings(sync, precision, compile_)), "snippet", "exec"),
-        namespace,
-    )
+    exec(compile(ray_train_snippet(settings), "snippet", "exec"), namespace)
     before = [p.detach().float().clone() for p in build_model().parameters()]
     built.clear()
     torch.manual_seed(0)
@@ -303,7 +330,6 @@ def test_the_training_loop_runs_on_a_real_process_group(
         return loss
 
     namespace["train_loop_per_worker"]({"build_model": build_model, "loss_fn": loss_fn, "steps": 4})
-    micro = 3 if sync == "accumulate" else 1
     assert len(losses) == 4 * micro and all(map(torch.isfinite, map(torch.tensor, losses)))
     assert shard.asked == {"batch_size": 8, "prefetch_batches": 4, "drop_last": True}
     after = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in built[0].parameters()]

@@ -284,4 +284,6 @@ def test_make_strategy_rejects_unknown_and_invalid_options() -> None:
     with pytest.raises(ValueError, match="accumulate_steps: must be >= 1"):
         AccumulateSync({"accumulate_steps": 0}, torch.device("cpu"))
     assert AccumulateSync({"accumulate_steps": 3}, torch.device("cpu")).micro_steps == 3
+    with pytest.raises(ValueError, match="accumulate_steps: must be >= 1, got 0"):
+        make_strategy("none", {}, torch.device("cpu"), 0)
     assert set(IMPLEMENTATIONS) >= {*OPTIONS, "ddp_bf16", "param_server"}
