@@ -192,6 +192,11 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "input": (pa.string(), "input pipeline: ray_data or torch_loader"),
     "prefetch_batches": (pa.int64(), "batches each device's input prefetches"),
     "sync": (pa.string(), "gradient synchronisation strategy"),
+    "options": (
+        pa.string(),
+        "the `options` the trial's compile and sync values read that are away from their "
+        "default, as JSON (a grid.options value, or the spec's); null: all at their default",
+    ),
     "scaling": (pa.string(), "weak or strong"),
     "status": (
         pa.string(),

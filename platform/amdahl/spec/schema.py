@@ -9,11 +9,21 @@ amdahl's base only. Pure: imports neither ray nor torch.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    create_model,
+    field_validator,
+)
+from pydantic.fields import FieldInfo
 
 from amdahl.columns import AXIS_TABLE, COLUMNS
 from amdahl.strategies import NAMES, OPTION_DEFAULTS
@@ -25,6 +35,8 @@ Sync = Literal[NAMES]
 Input = Literal["ray_data", "torch_loader"]
 Isolation = Literal["exclusive", "shared"]
 Scaling = Literal["weak", "strong"]
+#: A dtype of FSDP2's MixedPrecisionPolicy; null leaves the field unset (FSDP2's default).
+FsdpDtype = Literal[None, "fp32", "bf16", "fp16"]
 _Positive = Annotated[int, Field(ge=1)]
 _NonNegative = Annotated[int, Field(ge=0)]
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://.")
@@ -109,6 +121,101 @@ class TrainSpec(_Section):
     )
 
 
+class OptionsSpec(_Section):
+    """Settings of individual axis values (each applies only where its axis value is used)."""
+
+    compile_mode: Literal[
+        "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"
+    ] = Field(
+        "default",
+        description="torch.compile mode for compile=inductor (reduce-overhead uses CUDA "
+        "graphs: GPU only).",
+    )
+    compile_cache: Literal["cold", "warm"] = Field(
+        "cold",
+        description="compile=inductor: cold gives every trial empty inductor/Triton caches, so "
+        "compile_s counts every compilation; warm reuses the on-disk caches of earlier trials "
+        "and runs (what a user's second run pays).",
+    )
+    bucket_cap_mb: float = Field(
+        OPTION_DEFAULTS["bucket_cap_mb"], gt=0, description="DDP gradient bucket size (ddp*)."
+    )
+    powersgd_rank: int = Field(
+        OPTION_DEFAULTS["powersgd_rank"], ge=1, description="PowerSGD matrix rank (sync=powersgd)."
+    )
+    accumulate_steps: int = Field(
+        OPTION_DEFAULTS["accumulate_steps"],
+        ge=1,
+        description="Micro-batches per optimizer step (sync=accumulate).",
+    )
+    local_sgd_every: int = Field(
+        OPTION_DEFAULTS["local_sgd_every"],
+        ge=1,
+        description="Steps between parameter averages (sync=local_sgd).",
+    )
+    ps_shards: int = Field(
+        OPTION_DEFAULTS["ps_shards"],
+        ge=1,
+        description="Parameter-server actors (sync=param_server).",
+    )
+    fsdp_reshard_after_forward: bool = Field(
+        OPTION_DEFAULTS["fsdp_reshard_after_forward"],
+        description="sync=fsdp: free each block's gathered parameters after its forward and "
+        "gather them again for backward (false keeps them: less communication, more memory).",
+    )
+    fsdp_param_dtype: FsdpDtype = Field(
+        OPTION_DEFAULTS["fsdp_param_dtype"],
+        description="sync=fsdp: dtype FSDP2 casts the gathered parameters to for compute "
+        "(MixedPrecisionPolicy.param_dtype); null: the parameters' own.",
+    )
+    fsdp_reduce_dtype: FsdpDtype = Field(
+        OPTION_DEFAULTS["fsdp_reduce_dtype"],
+        description="sync=fsdp: dtype gradients are reduce-scattered in "
+        "(MixedPrecisionPolicy.reduce_dtype); null: the compute dtype.",
+    )
+
+
+def options_column(options: dict[str, Any]) -> str | None:
+    """The results' `options` column for a trial's options (TrialSettings.options): those away
+    from their default, as JSON, or null, so that the rows of every trial at the defaults read
+    as rows did before the column existed."""
+    fields = OptionsSpec.model_fields
+    moved = {k: v for k, v in options.items() if k not in fields or v != fields[k].default}
+    return json.dumps(moved, sort_keys=True) if moved else None
+
+
+def _distinct(values: list[Any]) -> list[Any]:
+    """A list of option values with no value twice (a repeat would plan one trial twice)."""
+    for i, v in enumerate(values):
+        if v in values[:i]:
+            raise ValueError(f"lists {v!r} twice; give each value once")
+    return values
+
+
+def _checked_as(info: FieldInfo) -> Any:
+    """A field's type with its constraints (ge, gt, ...), to check one list item by."""
+    return Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+
+
+#: `grid.options`: each field of OptionsSpec as an optional non-empty list, each value checked
+#: exactly as OptionsSpec checks that field (its type and bounds), unknown names refused.
+GridOptionsSpec = create_model(
+    "GridOptionsSpec",
+    __base__=_Section,
+    __doc__="Option lists: the sweep crosses each with the axes (grid.options.<name>).",
+    **{
+        name: (
+            Annotated[
+                list[_checked_as(info)] | None,
+                AfterValidator(lambda v: v if v is None else _distinct(v)),
+            ],
+            Field(None, min_length=1, description=f"Values of options.{name} to sweep."),
+        )
+        for name, info in OptionsSpec.model_fields.items()
+    },
+)
+
+
 class GridSpec(_Section):
     """Lists of values; the sweep runs their cartesian product (minus `exclude`)."""
 
@@ -155,45 +262,19 @@ class GridSpec(_Section):
     sync: list[Sync] = Field(
         [AXIS_TABLE["sync"].default], min_length=1, description="Gradient synchronisation."
     )
+    options: GridOptionsSpec = Field(
+        GridOptionsSpec(),
+        description="Lists of `options` values to sweep (grid.options.bucket_cap_mb: [10, "
+        "100]); a value a trial does not read makes no extra trial.",
+    )
 
     def param_axes(self) -> dict[str, list[Any]]:
         """The `params.<name>` axes, keyed by parameter name."""
         return {k.removeprefix("params."): v for k, v in (self.model_extra or {}).items()}
 
-
-class OptionsSpec(_Section):
-    """Settings of individual axis values (each applies only where its axis value is used)."""
-
-    compile_mode: Literal["default", "reduce-overhead", "max-autotune"] = Field(
-        "default", description="torch.compile mode for compile=inductor."
-    )
-    compile_cache: Literal["cold", "warm"] = Field(
-        "cold",
-        description="compile=inductor: cold gives every trial empty inductor/Triton caches, so "
-        "compile_s counts every compilation; warm reuses the on-disk caches of earlier trials "
-        "and runs (what a user's second run pays).",
-    )
-    bucket_cap_mb: float = Field(
-        OPTION_DEFAULTS["bucket_cap_mb"], gt=0, description="DDP gradient bucket size (ddp*)."
-    )
-    powersgd_rank: int = Field(
-        OPTION_DEFAULTS["powersgd_rank"], ge=1, description="PowerSGD matrix rank (sync=powersgd)."
-    )
-    accumulate_steps: int = Field(
-        OPTION_DEFAULTS["accumulate_steps"],
-        ge=1,
-        description="Micro-batches per optimizer step (sync=accumulate).",
-    )
-    local_sgd_every: int = Field(
-        OPTION_DEFAULTS["local_sgd_every"],
-        ge=1,
-        description="Steps between parameter averages (sync=local_sgd).",
-    )
-    ps_shards: int = Field(
-        OPTION_DEFAULTS["ps_shards"],
-        ge=1,
-        description="Parameter-server actors (sync=param_server).",
-    )
+    def option_axes(self) -> dict[str, list[Any]]:
+        """The `options.<name>` lists, keyed by option name, in OptionsSpec's order."""
+        return {k: v for k, v in self.options.model_dump().items() if v is not None}
 
 
 class ResourcesSpec(_Section):
