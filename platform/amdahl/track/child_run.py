@@ -158,8 +158,9 @@ def config_label_in(row: dict[str, Any], spec: SweepSpec) -> str:
     the row arrives: the report's own function over the row and, for each axis, `params.` axis
     and `options.` list of the sweep's grid, the row with it at each of its values (a label
     names an optional axis, a workload parameter or an option when the sweep varies it). An
-    `exclude` that takes every other value of an axis away, or rows of an earlier spec, can make the report's label
-    differ: the tracker puts the report's on the run when the sweep ends (`config_labels`)."""
+    `exclude` that takes every other value of an axis away, or rows of an earlier spec, can make
+    the report's label differ: the tracker puts the report's on the run when the sweep ends
+    (`config_labels`)."""
     variants = [row]
     for axis in SETTING_COLUMNS:
         variants += [{**row, axis: v} for v in getattr(spec.grid, axis, ())]
