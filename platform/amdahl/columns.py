@@ -140,8 +140,9 @@ class TrialSettings:
         of protocol.identity.row_identity. The axis columns, a null (a table from before the
         axis existed) as the axis's default; the `batch_size` axis from the per-device column
         (times the devices under strong scaling); the parameters from their JSON. A row holds
-        neither the options nor which parameters were axes: `options` are the caller's (the
-        spec's), `axis_params` is empty."""
+        only the options away from their defaults (its `options` column) and not which
+        parameters were axes: `options` are the caller's (report/best.py: the spec's with the
+        column's), `axis_params` is empty."""
         axes = {
             name: axis.default if _absent(row.get(name)) else type(axis.default)(row.get(name))
             for name, axis in AXIS_TABLE.items()
