@@ -90,8 +90,12 @@ def expand_grid(
         point = dict(zip(names, combo, strict=True))
         if any(all(point.get(k) == v for k, v in ex.items()) for ex in spec.exclude):
             continue
-        axis_params = {k.removeprefix("params."): v for k, v in point.items() if k[:7] == "params."}
-        swept = {k.removeprefix("options."): v for k, v in point.items() if k[:8] == "options."}
+        axis_params = {
+            k.removeprefix("params."): v for k, v in point.items() if k.startswith("params.")
+        }
+        swept = {
+            k.removeprefix("options."): v for k, v in point.items() if k.startswith("options.")
+        }
         settings = TrialSettings(
             **{a: point[a] for a in AXES},
             axis_params=axis_params,

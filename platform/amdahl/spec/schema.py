@@ -20,8 +20,10 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    SerializerFunctionWrapHandler,
     create_model,
     field_validator,
+    model_serializer,
 )
 from pydantic.fields import FieldInfo
 
@@ -121,6 +123,67 @@ class TrainSpec(_Section):
     )
 
 
+class GridSpec(_Section):
+    """Lists of values; the sweep runs their cartesian product (minus `exclude`)."""
+
+    model_config = ConfigDict(extra="allow", validate_default=True)
+
+    devices: list[_Positive] = Field(
+        [AXIS_TABLE["devices"].default],
+        min_length=1,
+        description="Train workers (GPUs or CPU slots).",
+    )
+    batch_size: list[_Positive | Literal["max"]] = Field(
+        [AXIS_TABLE["batch_size"].default],
+        min_length=1,
+        description="Batch size (see train.scaling). `max`: the largest power of two per "
+        "device predicted to fit the device's memory (resources.device_memory_gb, or what a "
+        "simulated device's workload states), resolved per configuration and printed at plan "
+        "time (weak scaling only).",
+    )
+    precision: list[Precision] = Field(
+        [AXIS_TABLE["precision"].default], min_length=1, description="Numeric precision."
+    )
+    compile: list[Compile] = Field(
+        [AXIS_TABLE["compile"].default], min_length=1, description="Graph compilation."
+    )
+    data_workers: list[_NonNegative] = Field(
+        [AXIS_TABLE["data_workers"].default],
+        min_length=1,
+        description="Concurrency of the input pipeline's preprocessing: Ray Data map tasks "
+        "(input ray_data), or DataLoader workers per device (input torch_loader; 0 loads in "
+        "the training process).",
+    )
+    input: list[Input] = Field(
+        [AXIS_TABLE["input"].default],
+        min_length=1,
+        description="Input pipeline: ray_data (blocks in Ray's object store; with "
+        "preprocessing, Ray Data map_batches and Arrow chunks through iter_batches) or "
+        "torch_loader (a torch DataLoader per device), with the same preprocessing.",
+    )
+    prefetch_batches: list[_NonNegative] = Field(
+        [AXIS_TABLE["prefetch_batches"].default],
+        min_length=1,
+        description="Batches each device's input prefetches ahead of the step.",
+    )
+    sync: list[Sync] = Field(
+        [AXIS_TABLE["sync"].default], min_length=1, description="Gradient synchronisation."
+    )
+    options: GridOptionsSpec = Field(
+        default_factory=lambda: GridOptionsSpec(),
+        description="Lists of `options` values to sweep (grid.options.bucket_cap_mb: [10, "
+        "100]); a value a trial does not read makes no extra trial.",
+    )
+
+    def param_axes(self) -> dict[str, list[Any]]:
+        """The `params.<name>` axes, keyed by parameter name."""
+        return {k.removeprefix("params."): v for k, v in (self.model_extra or {}).items()}
+
+    def option_axes(self) -> dict[str, list[Any]]:
+        """The `options.<name>` lists, keyed by option name, in OptionsSpec's order."""
+        return self.options.model_dump()
+
+
 class OptionsSpec(_Section):
     """Settings of individual axis values (each applies only where its axis value is used)."""
 
@@ -197,11 +260,18 @@ def _checked_as(info: FieldInfo) -> Any:
     return Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
 
 
+class _OptionLists(_Section):
+    @model_serializer(mode="wrap")
+    def _listed_only(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Only the options swept: spec.yaml and best.yaml say `options: {}` for none."""
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+
 #: `grid.options`: each field of OptionsSpec as an optional non-empty list, each value checked
 #: exactly as OptionsSpec checks that field (its type and bounds), unknown names refused.
 GridOptionsSpec = create_model(
     "GridOptionsSpec",
-    __base__=_Section,
+    __base__=_OptionLists,
     __doc__="Option lists: the sweep crosses each with the axes (grid.options.<name>).",
     **{
         name: (
@@ -214,67 +284,7 @@ GridOptionsSpec = create_model(
         for name, info in OptionsSpec.model_fields.items()
     },
 )
-
-
-class GridSpec(_Section):
-    """Lists of values; the sweep runs their cartesian product (minus `exclude`)."""
-
-    model_config = ConfigDict(extra="allow", validate_default=True)
-
-    devices: list[_Positive] = Field(
-        [AXIS_TABLE["devices"].default],
-        min_length=1,
-        description="Train workers (GPUs or CPU slots).",
-    )
-    batch_size: list[_Positive | Literal["max"]] = Field(
-        [AXIS_TABLE["batch_size"].default],
-        min_length=1,
-        description="Batch size (see train.scaling). `max`: the largest power of two per "
-        "device predicted to fit the device's memory (resources.device_memory_gb, or what a "
-        "simulated device's workload states), resolved per configuration and printed at plan "
-        "time (weak scaling only).",
-    )
-    precision: list[Precision] = Field(
-        [AXIS_TABLE["precision"].default], min_length=1, description="Numeric precision."
-    )
-    compile: list[Compile] = Field(
-        [AXIS_TABLE["compile"].default], min_length=1, description="Graph compilation."
-    )
-    data_workers: list[_NonNegative] = Field(
-        [AXIS_TABLE["data_workers"].default],
-        min_length=1,
-        description="Concurrency of the input pipeline's preprocessing: Ray Data map tasks "
-        "(input ray_data), or DataLoader workers per device (input torch_loader; 0 loads in "
-        "the training process).",
-    )
-    input: list[Input] = Field(
-        [AXIS_TABLE["input"].default],
-        min_length=1,
-        description="Input pipeline: ray_data (blocks in Ray's object store; with "
-        "preprocessing, Ray Data map_batches and Arrow chunks through iter_batches) or "
-        "torch_loader (a torch DataLoader per device), with the same preprocessing.",
-    )
-    prefetch_batches: list[_NonNegative] = Field(
-        [AXIS_TABLE["prefetch_batches"].default],
-        min_length=1,
-        description="Batches each device's input prefetches ahead of the step.",
-    )
-    sync: list[Sync] = Field(
-        [AXIS_TABLE["sync"].default], min_length=1, description="Gradient synchronisation."
-    )
-    options: GridOptionsSpec = Field(
-        GridOptionsSpec(),
-        description="Lists of `options` values to sweep (grid.options.bucket_cap_mb: [10, "
-        "100]); a value a trial does not read makes no extra trial.",
-    )
-
-    def param_axes(self) -> dict[str, list[Any]]:
-        """The `params.<name>` axes, keyed by parameter name."""
-        return {k.removeprefix("params."): v for k, v in (self.model_extra or {}).items()}
-
-    def option_axes(self) -> dict[str, list[Any]]:
-        """The `options.<name>` lists, keyed by option name, in OptionsSpec's order."""
-        return {k: v for k, v in self.options.model_dump().items() if v is not None}
+GridSpec.model_rebuild()  # its `options` field, made above from OptionsSpec
 
 
 class ResourcesSpec(_Section):
