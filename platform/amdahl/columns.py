@@ -156,8 +156,9 @@ class TrialSettings:
         of protocol.identity.row_identity. The axis columns, a null (a table from before the
         axis existed) as the axis's default; the `batch_size` axis from the per-device column
         (times the devices under strong scaling); the parameters from their JSON. A row holds
-        neither the options nor which parameters were axes: `options` are the caller's (the
-        spec's), `axis_params` is empty."""
+        only the options away from their defaults (its `options` column) and not which
+        parameters were axes: `options` are the caller's (report/best.py: the spec's with the
+        column's), `axis_params` is empty."""
         axes = {
             name: axis.default if _absent(row.get(name)) else type(axis.default)(row.get(name))
             for name, axis in AXIS_TABLE.items()
@@ -217,6 +218,11 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
         pa.string(),
         "none, full (every block the workload names recomputes its forward in the backward) or "
         "selective (every other block)",
+    ),
+    "options": (
+        pa.string(),
+        "the `options` the trial's compile and sync values read that are away from their "
+        "default, as JSON (a grid.options value, or the spec's); null: all at their default",
     ),
     "scaling": (pa.string(), "weak or strong"),
     "status": (

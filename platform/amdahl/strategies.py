@@ -25,7 +25,13 @@ OPTION_DEFAULTS: dict[str, Any] = {
     "accumulate_steps": 4,
     "local_sgd_every": 4,
     "ps_shards": 2,
+    "fsdp_reshard_after_forward": True,
+    "fsdp_param_dtype": None,
+    "fsdp_reduce_dtype": None,
 }
+
+#: The options each `compile` value reads (the sync strategies' are their rows' `options`).
+COMPILE_OPTIONS: dict[str, tuple[str, ...]] = {"inductor": ("compile_mode", "compile_cache")}
 
 #: The timed phases of a step, in order.
 ALL_PHASES = ("forward_s", "backward_s", "optimizer_s")
@@ -153,6 +159,7 @@ STRATEGIES: dict[str, Strategy] = {
         Strategy(
             "fsdp",
             "FSDP2 fully_shard: parameters, gradients and optimizer state sharded",
+            options=("fsdp_reshard_after_forward", "fsdp_param_dtype", "fsdp_reduce_dtype"),
             comm_phases=("forward_s", "backward_s"),
             sharded=True,
             incompatible=(
@@ -184,6 +191,12 @@ STRATEGIES: dict[str, Strategy] = {
 
 #: Strategy names in table order (the schema's `grid.sync` values).
 NAMES: tuple[str, ...] = tuple(STRATEGIES)
+
+
+def options_read(compile: str, sync: str) -> tuple[str, ...]:
+    """The `options` a trial with these compile and sync values reads, in that order."""
+    strategy = STRATEGIES.get(sync)
+    return (*COMPILE_OPTIONS.get(compile, ()), *(strategy.options if strategy else ()))
 
 
 def micro_steps(name: str, options: dict[str, Any], accumulate_steps: int) -> int:

@@ -60,6 +60,8 @@ def test_a_trial_carries_exactly_the_options_its_strategy_reads():
     # Every option away from its default, so that none is left out for being at it.
     options = {"bucket_cap_mb": 1, "powersgd_rank": 3, "accumulate_steps": 2}
     options |= {"local_sgd_every": 7, "ps_shards": 5}
+    options |= {"fsdp_reshard_after_forward": False, "fsdp_param_dtype": "fp32"}
+    options |= {"fsdp_reduce_dtype": "fp32"}
     assert set(options) == set(OPTION_DEFAULTS)
     plan = _plan(grid={"sync": list(NAMES)}, options=options)
     for t in plan.trials:

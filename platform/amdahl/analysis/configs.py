@@ -13,6 +13,8 @@ from typing import Any
 
 from amdahl.analysis.stats import Stat, is_number
 from amdahl.columns import AXIS_TABLE, SETTING_COLUMNS
+from amdahl.spec.schema import OptionsSpec
+from amdahl.strategies import options_read
 
 #: What rows were measured under besides their axis values, set apart only where a sweep
 #: directory holds rows of the same axis values measured under different settings (one resumed
@@ -26,6 +28,7 @@ SETTINGS = (
     "scaling",
     "batch_size",
     *(c for c in SETTING_COLUMNS if c != "devices"),
+    "options",
     *MEASURED_UNDER,
 )
 #: The no-communication ceiling's sync value.
@@ -33,6 +36,20 @@ NO_SYNC = "none"
 #: Axes every label names, in axis order (devices and batch lead it); `_optional_axes` adds
 #: the others.
 LABELLED_AXES = tuple(name for name, axis in AXIS_TABLE.items() if axis.always_labelled)
+#: Each option's label prefix (`ddp bucket100`), named where a sweep varies the option; an
+#: option not listed is named `<name>=`.
+OPTION_LABELS = {
+    "compile_mode": "mode-",
+    "compile_cache": "cache-",
+    "bucket_cap_mb": "bucket",
+    "powersgd_rank": "rank",
+    "accumulate_steps": "acc",
+    "local_sgd_every": "every",
+    "ps_shards": "shards",
+    "fsdp_reshard_after_forward": "reshard-",
+    "fsdp_param_dtype": "param-",
+    "fsdp_reduce_dtype": "reduce-",
+}
 
 
 class SyncAndScaling:
@@ -142,9 +159,46 @@ def group_configs(rows: list[dict[str, Any]]) -> list[Config]:
     configs = sorted(groups.values(), key=_order)
     varying = _varying_params(configs)
     optional = _optional_axes(configs)
+    options = _varying_options(configs)
     for c in configs:
-        c.label = config_label(c.settings, varying, optional)
+        c.label = config_label(c.settings, varying, optional, options)
     return configs
+
+
+def config_options(settings: dict[str, Any]) -> dict[str, Any]:
+    """Every option a configuration's compile and sync values read, at the value it ran with
+    (its `options` column, else the option's default)."""
+    given = _params(settings.get("options"))
+    read = options_read(str(settings.get("compile")), str(settings.get("sync")))
+    defaults = {k: f.default for k, f in OptionsSpec.model_fields.items()}
+    return {
+        **{k: given.get(k, defaults[k]) for k in read if k in defaults},
+        **{k: v for k, v in given.items() if k not in read},
+    }
+
+
+def _varying_options(configs: list[Config]) -> list[str]:
+    """The options that differ between the configurations that read them (only those go into
+    labels), in OptionsSpec's order."""
+    values: dict[str, set[str]] = {}
+    for c in configs:
+        for k, v in config_options(c.settings).items():
+            values.setdefault(k, set()).add(json.dumps(v))
+    order = [*OptionsSpec.model_fields, *sorted(values.keys() - OptionsSpec.model_fields.keys())]
+    return [k for k in order if len(values.get(k, ())) > 1]
+
+
+def _option_text(name: str, value: Any) -> str:
+    """`bucket100`, `reshard-false`, `param-default`: one option's label fragment."""
+    if value is None:
+        text = "default"
+    elif isinstance(value, bool):
+        text = json.dumps(value)
+    elif isinstance(value, float):
+        text = f"{value:g}"
+    else:
+        text = str(value)
+    return OPTION_LABELS.get(name, f"{name}=") + text
 
 
 def _optional_axes(configs: list[Config]) -> list[str]:
@@ -249,11 +303,15 @@ def _params(text: Any) -> dict[str, Any]:
 
 
 def config_label(
-    settings: dict[str, Any], varying_params: list[str] = (), optional_axes: list[str] = ()
+    settings: dict[str, Any],
+    varying_params: list[str] = (),
+    optional_axes: list[str] = (),
+    varying_options: list[str] = (),
 ) -> str:
     """Short label like the plan's: `d2 b256 fp32 eager w1 ddp` (strong: `gb512` = global),
-    then each of `optional_axes` (`p4`, `torch_loader`), defaults included, then the varying
-    workload parameters."""
+    then each of `optional_axes` (`p4`, `torch_loader`), defaults included, then each of
+    `varying_options` the configuration reads (`bucket100`), then the varying workload
+    parameters."""
     s = settings
     if s.get("scaling") == "strong" and s.get("batch_size") is not None:
         batch = f"gb{scale_batch(s)}"
@@ -267,6 +325,8 @@ def config_label(
         value = s.get(axis)
         value = AXIS_TABLE[axis].default if value is None else value
         parts.append(AXIS_TABLE[axis].label.format(value))
+    options = config_options(s)
+    parts += [_option_text(k, options[k]) for k in varying_options if k in options]
     params = _params(s.get("params"))
     parts += [f"{k}={json.dumps(params.get(k), separators=(',', ':'))}" for k in varying_params]
     # Set only where rows of equal axis values were measured under other settings.

@@ -19,6 +19,13 @@ NEEDS_CUDA: dict[tuple[str, str], str] = {
     **{("sync", n): s.needs_cuda for n, s in STRATEGIES.items() if s.needs_cuda},
 }
 
+#: Option values that need a CUDA device, refused on CPU with this reason (only in a trial that
+#: reads the option: its settings hold only those).
+OPTIONS_NEEDING_CUDA: dict[tuple[str, object], str] = {
+    ("compile_mode", "reduce-overhead"): "reduce-overhead records CUDA graphs, which need a "
+    "CUDA device; set resources.use_gpu: true, or use max-autotune-no-cudagraphs on CPU",
+}
+
 #: Combinations of axis values that cannot run together, with the reason; the sync strategies'
 #: come from their table (seen on an H100: FSDP2's `fully_shard` registers forward pre-hooks,
 #: which TorchScript modules refuse).
@@ -55,6 +62,9 @@ def capability_problem(spec: SweepSpec, settings: TrialSettings) -> str | None:
     for (axis, value), reason in NEEDS_CUDA.items():
         if not spec.resources.use_gpu and getattr(settings, axis) == value:
             return f"{axis}={value}: {reason}"
+    for (option, value), reason in OPTIONS_NEEDING_CUDA.items():
+        if not spec.resources.use_gpu and settings.options.get(option) == value:
+            return f"options.{option}={value}: {reason}"
     for (a, b), reason in INCOMPATIBLE.items():
         if getattr(settings, a[0]) == a[1] and getattr(settings, b[0]) == b[1]:
             return f"{a[0]}={a[1]} with {b[0]}={b[1]}: {reason}"

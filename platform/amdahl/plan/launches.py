@@ -72,7 +72,8 @@ class SweepPlan:
     #: the workload preprocesses its rows in the input pipeline (Ray Train's streaming split)
     preprocesses: bool = False
     #: what `resources: auto` chose and why (resources.auto_resources), what `batch_size: max`
-    #: resolved to, and an older spelling's pointer (checks.alias_note); None: nothing to say
+    #: resolved to, the duplicate trials `grid.options` dropped, and an older spelling's
+    #: pointer (checks.alias_note); None: nothing to say
     resource_note: str | None = None
     #: The memory probe's facts the plan used, as (workload parameters, precision, facts):
     #: plan.json keeps them, so the report can say what another strategy would hold.
@@ -182,11 +183,12 @@ def plan_sweep(
     facts = workload if workload is not None else WorkloadFacts.of(spec)
     used: list[tuple[dict[str, Any], str, MemoryFacts]] = []
     facts = dataclasses.replace(facts, memory=_recording(facts.memory, used))
+    duplicates: list[str] = []
     grid, batch_note = resolve_max_batches(
-        spec, expand_grid(spec, facts.defaults), facts.memory, facts.device_memory_gb
+        spec, expand_grid(spec, facts.defaults, duplicates), facts.memory, facts.device_memory_gb
     )
     spec, note = auto_resources(spec, grid, nodes, facts.host_cpus_per_device)
-    note = "\n".join(n for n in (note, batch_note, alias_note(spec)) if n) or None
+    note = "\n".join(n for n in (note, batch_note, *duplicates, alias_note(spec)) if n) or None
     trials = [_make_trial(spec, settings, nodes, facts) for settings in grid]
     if facts.input_key is not None:
         key = facts.input_key

@@ -21,8 +21,8 @@ from pydantic import BaseModel
 
 from amdahl.columns import AXES, AXIS_TABLE, SETTING_COLUMNS, TrialSettings, per_device_batch
 from amdahl.plan.resources import ResourcePlan
-from amdahl.spec.schema import SweepSpec
-from amdahl.strategies import STRATEGIES
+from amdahl.spec.schema import SweepSpec, options_column
+from amdahl.strategies import COMPILE_OPTIONS, STRATEGIES
 
 
 @dataclass(frozen=True)
@@ -65,38 +65,67 @@ class Trial:
             "workload": spec.workload,
             "params": json.dumps(s.params, sort_keys=True),
             **{k: getattr(s, k) for k in SETTING_COLUMNS},
+            "options": options_column(s.options),
             "batch_size": int(per_device_batch(s.batch_size, s.devices, spec.train.scaling)),
             "scaling": spec.train.scaling,
         }
 
 
-def expand_grid(spec: SweepSpec, workload_defaults: dict[str, Any]) -> list[TrialSettings]:
-    """Cartesian product of all axes, in file order, minus entries matching an `exclude`."""
+def expand_grid(
+    spec: SweepSpec, workload_defaults: dict[str, Any], notes: list[str] | None = None
+) -> list[TrialSettings]:
+    """Cartesian product of all axes and `grid.options` lists, in file order, minus entries
+    matching an `exclude`. A point whose settings equal an earlier one's (an option value its
+    trial does not read) is dropped, and `notes` gets one line per option saying so."""
     axes: dict[str, list[Any]] = {a: list(getattr(spec.grid, a)) for a in AXES}
     param_axes = spec.grid.param_axes()
-    names = [*axes, *(f"params.{k}" for k in param_axes)]
-    values = [*axes.values(), *param_axes.values()]
-    out = []
+    option_axes = spec.grid.option_axes()
+    names = [*axes, *(f"params.{k}" for k in param_axes), *(f"options.{k}" for k in option_axes)]
+    values = [*axes.values(), *param_axes.values(), *option_axes.values()]
+    out: list[TrialSettings] = []
+    kept: dict[str, dict[str, Any]] = {}
+    dropped: dict[str, set[str]] = {}  # option name -> the axis values of the trials dropped
+    counts: dict[str, int] = {}
     for combo in itertools.product(*values):
         point = dict(zip(names, combo, strict=True))
         if any(all(point.get(k) == v for k, v in ex.items()) for ex in spec.exclude):
             continue
-        axis_params = {k.removeprefix("params."): v for k, v in point.items() if "." in k}
-        out.append(
-            TrialSettings(
-                **{a: point[a] for a in AXES},
-                axis_params=axis_params,
-                params={**workload_defaults, **spec.params, **axis_params},
-                options=_relevant_options(spec, (point["compile"], point["sync"])),
-            )
+        axis_params = {
+            k.removeprefix("params."): v for k, v in point.items() if k.startswith("params.")
+        }
+        swept = {
+            k.removeprefix("options."): v for k, v in point.items() if k.startswith("options.")
+        }
+        settings = TrialSettings(
+            **{a: point[a] for a in AXES},
+            axis_params=axis_params,
+            params={**workload_defaults, **spec.params, **axis_params},
+            options=_relevant_options(spec, (point["compile"], point["sync"]), swept),
         )
+        key = json.dumps(settings.as_dict(), sort_keys=True, default=str)
+        first = kept.setdefault(key, point)
+        if first is point:
+            out.append(settings)
+            continue
+        for name in option_axes:  # the options whose values alone set it apart: unread
+            if point[f"options.{name}"] != first[f"options.{name}"]:
+                axis = "compile" if any(name in o for o in COMPILE_OPTIONS.values()) else "sync"
+                dropped.setdefault(name, set()).add(f"{axis} {point[axis]}")
+                counts[name] = counts.get(name, 0) + 1
+    if notes is not None:
+        for name, where in dropped.items():
+            n = counts[name]
+            notes.append(
+                f"grid.options.{name} does not change {', '.join(sorted(where))} trials (they "
+                f"do not read it): {n} duplicate trial{'s' if n > 1 else ''} dropped"
+            )
     return out
 
 
 #: Which `options` fields each axis value reads; only those enter a trial's settings and id.
 #: The sync strategies' come from their table (strategies.py).
 OPTIONS_USED_BY: dict[str, tuple[str, ...]] = {
-    "inductor": ("compile_mode", "compile_cache"),
+    **COMPILE_OPTIONS,
     **{n: s.options for n, s in STRATEGIES.items()},
 }
 
@@ -197,13 +226,17 @@ def _section_identity(
     return _identity_fields(fields, schema_1, partial(_default, type(section)))
 
 
-def _relevant_options(spec: SweepSpec, values: tuple[str, ...]) -> dict[str, Any]:
-    """The options a trial's axis `values` (its compile and sync) read: schema 1's, then later
-    ones where set to something other than their default (compile_cache: cold is left out, as
-    before the rule)."""
+def _relevant_options(
+    spec: SweepSpec, values: tuple[str, ...], swept: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The options a trial's axis `values` (its compile and sync) read, the spec's unless
+    `swept` (its point's `grid.options` values) sets them: schema 1's, then later ones where
+    set to something other than their default (compile_cache: cold is left out, as before the
+    rule)."""
     read = [(v, n) for v in values for n in OPTIONS_USED_BY.get(v, ())]
     default = partial(_default, type(spec.options))
-    values = {n: getattr(spec.options, n) for _, n in read}
+    given = {**spec.options.model_dump(), **(swept or {})}
+    values = {n: given[n] for _, n in read}
     # Schema 1's first, in the order they are read, so the settings stay as they were.
     first = [n for v, n in read if (v, n) in ID_SCHEMA_1_OPTIONS]
     later = [n for v, n in read if (v, n) not in ID_SCHEMA_1_OPTIONS and values[n] != default(n)]

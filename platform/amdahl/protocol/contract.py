@@ -171,7 +171,9 @@ def collective_timeout_s(trials: Iterable[TrialConfig]) -> int:
     longest = COLLECTIVE_TIMEOUT_S["eager"]
     for trial in trials:
         kind = trial.settings.compile
-        if kind == "inductor" and trial.settings.options.get("compile_mode") == "max-autotune":
+        if kind == "inductor" and str(trial.settings.options.get("compile_mode")).startswith(
+            "max-autotune"
+        ):
             kind = "max-autotune"
         longest = max(longest, COLLECTIVE_TIMEOUT_S[kind])
     return longest

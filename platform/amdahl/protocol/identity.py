@@ -12,7 +12,7 @@ from typing import Any
 
 from amdahl.columns import SETTING_COLUMNS
 from amdahl.protocol.contract import LaunchConfig, TrialConfig
-from amdahl.spec.schema import TargetSpec
+from amdahl.spec.schema import TargetSpec, options_column
 
 
 def row_identity(
@@ -31,6 +31,7 @@ def row_identity(
         "params": json.dumps(trial.settings.params, sort_keys=True),
         **{k: getattr(trial.settings, k) for k in SETTING_COLUMNS},
         "batch_size": trial.per_device_batch,
+        "options": options_column(trial.settings.options),
         "compile_cache": trial.compile_cache,
         "predicted_peak_mem_bytes": trial.predicted_peak_mem_bytes,
         "scaling": train.scaling,

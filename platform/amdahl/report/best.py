@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from amdahl.analysis.configs import Config, scale_batch
+from amdahl.analysis.configs import Config, config_options, scale_batch
 from amdahl.analysis.stats import Stat
 from amdahl.columns import AXES, SETTING_COLUMNS, TrialSettings
 from amdahl.errors import UserError
@@ -157,6 +157,9 @@ def _pinned_spec(report: Report, c: Config) -> dict[str, Any]:
             train[column] = c.settings[column]
     spec["train"] = train
     spec["grid"] = _pinned_grid(raw.get("grid") or {}, c)
+    ran = _options_ran(raw, c)
+    if ran:
+        spec["options"] = {**(raw.get("options") or {}), **ran}
     spec["resources"] = dict(report.planned_resources or raw.get("resources") or {})
     return spec
 
@@ -182,6 +185,20 @@ def _pinned_grid(grid: dict[str, Any], c: Config) -> dict[str, Any]:
     return pinned
 
 
+def _options_ran(raw: dict[str, Any], c: Config) -> dict[str, Any]:
+    """The options `c` ran at that the spec's options section may not say: those its rows
+    record (its `options` column) and those the sweep swept (`grid.options`), so that a swept
+    option is pinned, in the options section, to the configuration's value."""
+    try:
+        recorded = json.loads(c.settings.get("options") or "{}")
+    except ValueError:
+        recorded = {}
+    lists = (raw.get("grid") or {}).get("options") or {}
+    pinned = {k for k, v in lists.items() if v is not None}
+    pinned |= set(recorded) if isinstance(recorded, dict) else set()
+    return {k: v for k, v in config_options(c.settings).items() if k in pinned}
+
+
 def _params(c: Config) -> dict[str, Any]:
     try:
         value = json.loads(c.settings.get("params") or "{}")
@@ -193,9 +210,11 @@ def _params(c: Config) -> dict[str, Any]:
 def run_settings(report: Report, c: Config) -> RunSettings:
     """What the Ray Train script needs of configuration `c`: its axis values as its rows were
     measured under them (`TrialSettings.from_row`: an axis its rows do not record at its
-    default), the spec's options, train and resources."""
+    default), the spec's options (with those it ran at: `_options_ran`), train and
+    resources."""
     raw = report.spec or {}
     options = {k: v for k, v in (raw.get("options") or {}).items() if v is not None}
+    options.update(_options_ran(raw, c))
     resources = report.planned_resources or raw.get("resources") or {}
     train = raw.get("train") or {}
     lr = c.stat("lr")  # the rate after linear scaling, where the sweep scaled it

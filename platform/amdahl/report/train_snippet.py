@@ -132,7 +132,6 @@ _SYNC_IMPORTS: dict[str, tuple[str, ...]] = {
     "fsdp": (
         "import torch.distributed as dist",
         "from torch.distributed.device_mesh import init_device_mesh",
-        "from torch.distributed.fsdp import fully_shard",
     ),
     "local_sgd": (
         "import torch.distributed as dist",
@@ -157,6 +156,9 @@ def _imports(s: RunSettings) -> list[str]:
     ]
     lines = [*standard, *([""] if standard else []), "import torch"]
     lines += _SYNC_IMPORTS.get(s.sync, ())
+    if s.sync == "fsdp":
+        policy = "MixedPrecisionPolicy, " if _fsdp_policy(s) is not None else ""
+        lines.append(f"from torch.distributed.fsdp import {policy}fully_shard")
     lines += [_CHECKPOINT_IMPORT] if checkpointing else []
     lines += ["", "import ray.train", "import ray.train.torch"]
     lines += ["from ray.train import ScalingConfig", "from ray.train.torch import TorchTrainer"]
@@ -220,6 +222,37 @@ def _checkpointing(s: RunSettings, out: _Lines) -> None:
     )
 
 
+def _fsdp_policy(s: RunSettings) -> str | None:
+    """The MixedPrecisionPolicy arguments of fsdp's dtype options, or None where both are
+    null (FSDP2's default policy)."""
+    dtypes = {"fp32": "torch.float32", "bf16": "torch.bfloat16", "fp16": "torch.float16"}
+    given = [
+        f"{field}={dtypes[s.option(f'fsdp_{field}')]}"
+        for field in ("param_dtype", "reduce_dtype")
+        if s.option(f"fsdp_{field}") is not None
+    ]
+    return ", ".join(given) if given else None
+
+
+def _fsdp_setup(s: RunSettings, out: _Lines) -> None:
+    """FSDP2's `fully_shard` on each child with parameters, then the root, with the trial's
+    fsdp options where they are not FSDP2's defaults (worker/sync.py, FSDPSync)."""
+    out.add("mesh = init_device_mesh(device.type, (dist.get_world_size(),))")
+    settings = ""
+    if not s.option("fsdp_reshard_after_forward"):
+        settings += ", reshard_after_forward=False"
+    policy = _fsdp_policy(s)
+    if policy is not None:
+        out.add(f"mp_policy = MixedPrecisionPolicy({policy})")
+        settings += ", mp_policy=mp_policy"
+    out.add(
+        "for child in model.children():  # FSDP2: each child with parameters, then the root",
+        "    if any(True for _ in child.parameters()):",
+        f"        fully_shard(child, mesh=mesh{settings})",
+        f"fully_shard(model, mesh=mesh{settings})",
+    )
+
+
 def _sync_setup(s: RunSettings, out: _Lines) -> None:
     """`model` wrapped and `optimizer` made as sync strategy `s.sync` does it (worker/sync.py)."""
     if s.sync in _DDP_FAMILY:
@@ -242,13 +275,7 @@ def _sync_setup(s: RunSettings, out: _Lines) -> None:
             "model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)",
         )
     elif s.sync == "fsdp":
-        out.add(
-            "mesh = init_device_mesh(device.type, (dist.get_world_size(),))",
-            "for child in model.children():  # FSDP2: each child with parameters, then the root",
-            "    if any(True for _ in child.parameters()):",
-            "        fully_shard(child, mesh=mesh)",
-            "fully_shard(model, mesh=mesh)",
-        )
+        _fsdp_setup(s, out)
     elif s.sync == "local_sgd":
         out.add(
             "for tensor in model.state_dict().values():  # every replica starts from rank 0's",

@@ -162,7 +162,8 @@ def _check_grid_keys(spec: SweepSpec) -> None:
             raise _SpecProblem(
                 ("grid", key),
                 f"unknown axis {key!r}{_did_you_mean(key, known)}; "
-                f"axes are {', '.join(AXES)} and params.<name>",
+                f"axes are {', '.join(AXES)} and params.<name>; option lists go under "
+                "grid.options (options: {bucket_cap_mb: [10, 100]})",
             )
         values = spec.grid.model_extra[key]
         if not isinstance(values, list) or not values:
@@ -174,6 +175,7 @@ def _check_cross_fields(spec: SweepSpec) -> None:
     axes = {
         **{a: getattr(spec.grid, a) for a in AXES},
         **{f"params.{k}": v for k, v in spec.grid.param_axes().items()},
+        **{f"options.{k}": v for k, v in spec.grid.option_axes().items()},
     }
     for i, entry in enumerate(spec.exclude):
         for key, value in entry.items():

@@ -9,11 +9,23 @@ amdahl's base only. Pure: imports neither ray nor torch.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    create_model,
+    field_validator,
+    model_serializer,
+)
+from pydantic.fields import FieldInfo
 
 from amdahl.columns import AXIS_TABLE, COLUMNS
 from amdahl.strategies import NAMES, OPTION_DEFAULTS
@@ -26,6 +38,8 @@ Input = Literal["ray_data", "torch_loader"]
 Checkpointing = Literal["none", "full", "selective"]
 Isolation = Literal["exclusive", "shared"]
 Scaling = Literal["weak", "strong"]
+#: A dtype of FSDP2's MixedPrecisionPolicy; null leaves the field unset (FSDP2's default).
+FsdpDtype = Literal[None, "fp32", "bf16", "fp16"]
 _Positive = Annotated[int, Field(ge=1)]
 _NonNegative = Annotated[int, Field(ge=0)]
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://.")
@@ -172,17 +186,30 @@ class GridSpec(_Section):
         "forward in the backward: about a third more compute for most of the activation "
         "memory); selective (every other block: about half of each).",
     )
+    options: GridOptionsSpec = Field(
+        default_factory=lambda: GridOptionsSpec(),
+        description="Lists of `options` values to sweep (grid.options.bucket_cap_mb: [10, "
+        "100]); a value a trial does not read makes no extra trial.",
+    )
 
     def param_axes(self) -> dict[str, list[Any]]:
         """The `params.<name>` axes, keyed by parameter name."""
         return {k.removeprefix("params."): v for k, v in (self.model_extra or {}).items()}
 
+    def option_axes(self) -> dict[str, list[Any]]:
+        """The `options.<name>` lists, keyed by option name, in OptionsSpec's order."""
+        return self.options.model_dump()
+
 
 class OptionsSpec(_Section):
     """Settings of individual axis values (each applies only where its axis value is used)."""
 
-    compile_mode: Literal["default", "reduce-overhead", "max-autotune"] = Field(
-        "default", description="torch.compile mode for compile=inductor."
+    compile_mode: Literal[
+        "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"
+    ] = Field(
+        "default",
+        description="torch.compile mode for compile=inductor (reduce-overhead uses CUDA "
+        "graphs: GPU only).",
     )
     compile_cache: Literal["cold", "warm"] = Field(
         "cold",
@@ -212,6 +239,70 @@ class OptionsSpec(_Section):
         ge=1,
         description="Parameter-server actors (sync=param_server).",
     )
+    fsdp_reshard_after_forward: bool = Field(
+        OPTION_DEFAULTS["fsdp_reshard_after_forward"],
+        description="sync=fsdp: free each block's gathered parameters after its forward and "
+        "gather them again for backward (false keeps them: less communication, more memory).",
+    )
+    fsdp_param_dtype: FsdpDtype = Field(
+        OPTION_DEFAULTS["fsdp_param_dtype"],
+        description="sync=fsdp: dtype FSDP2 casts the gathered parameters to for compute "
+        "(MixedPrecisionPolicy.param_dtype); null: the parameters' own.",
+    )
+    fsdp_reduce_dtype: FsdpDtype = Field(
+        OPTION_DEFAULTS["fsdp_reduce_dtype"],
+        description="sync=fsdp: dtype gradients are reduce-scattered in "
+        "(MixedPrecisionPolicy.reduce_dtype); null: the compute dtype.",
+    )
+
+
+def options_column(options: dict[str, Any]) -> str | None:
+    """The results' `options` column for a trial's options (TrialSettings.options): those away
+    from their default, as JSON, or null, so that the rows of every trial at the defaults read
+    as rows did before the column existed."""
+    fields = OptionsSpec.model_fields
+    moved = {k: v for k, v in options.items() if k not in fields or v != fields[k].default}
+    return json.dumps(moved, sort_keys=True) if moved else None
+
+
+def _distinct(values: list[Any]) -> list[Any]:
+    """A list of option values with no value twice (a repeat would plan one trial twice)."""
+    for i, v in enumerate(values):
+        if v in values[:i]:
+            raise ValueError(f"lists {v!r} twice; give each value once")
+    return values
+
+
+def _checked_as(info: FieldInfo) -> Any:
+    """A field's type with its constraints (ge, gt, ...), to check one list item by."""
+    return Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+
+
+class _OptionLists(_Section):
+    @model_serializer(mode="wrap")
+    def _listed_only(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Only the options swept: spec.yaml and best.yaml say `options: {}` for none."""
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+
+#: `grid.options`: each field of OptionsSpec as an optional non-empty list, each value checked
+#: exactly as OptionsSpec checks that field (its type and bounds), unknown names refused.
+GridOptionsSpec = create_model(
+    "GridOptionsSpec",
+    __base__=_OptionLists,
+    __doc__="Option lists: the sweep crosses each with the axes (grid.options.<name>).",
+    **{
+        name: (
+            Annotated[
+                list[_checked_as(info)] | None,
+                AfterValidator(lambda v: v if v is None else _distinct(v)),
+            ],
+            Field(None, min_length=1, description=f"Values of options.{name} to sweep."),
+        )
+        for name, info in OptionsSpec.model_fields.items()
+    },
+)
+GridSpec.model_rebuild()  # its `options` field, made above from OptionsSpec
 
 
 class ResourcesSpec(_Section):

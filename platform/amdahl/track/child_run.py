@@ -19,10 +19,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from amdahl.analysis.configs import group_configs
+from amdahl.analysis.configs import config_options, group_configs
 from amdahl.analysis.stats import is_number
 from amdahl.columns import AXIS_TABLE, SETTING_COLUMNS
-from amdahl.spec.schema import SweepSpec
+from amdahl.spec.schema import SweepSpec, options_column
 from amdahl.track.records import Metric, is_metric_value, now_ms
 
 if TYPE_CHECKING:
@@ -155,17 +155,22 @@ def config_labels(rows: list[dict[str, Any]]) -> dict[str, str]:
 
 def config_label_in(row: dict[str, Any], spec: SweepSpec) -> str:
     """`row`'s configuration label as the report will write it once the sweep is done, known as
-    the row arrives: the report's own function over the row and, for each axis and `params.`
-    axis of the sweep's grid, the row with that axis at each of its values (a label names an
-    optional axis, or a workload parameter, when the sweep varies it). An `exclude` that takes
-    every other value of an axis away, or rows of an earlier spec, can make the report's label
-    differ: the tracker puts the report's on the run when the sweep ends (`config_labels`)."""
+    the row arrives: the report's own function over the row and, for each axis, `params.` axis
+    and `options.` list of the sweep's grid, the row with it at each of its values (a label
+    names an optional axis, a workload parameter or an option when the sweep varies it). An
+    `exclude` that takes every other value of an axis away, or rows of an earlier spec, can make
+    the report's label differ: the tracker puts the report's on the run when the sweep ends
+    (`config_labels`)."""
     variants = [row]
     for axis in SETTING_COLUMNS:
         variants += [{**row, axis: v} for v in getattr(spec.grid, axis, ())]
     params = _params(row)
     for name, values in spec.grid.param_axes().items():
         variants += [{**row, "params": json.dumps({**params, name: v})} for v in values]
+    options = config_options(row)
+    for name, values in spec.grid.option_axes().items():
+        if name in options:
+            variants += [{**row, "options": options_column({**options, name: v})} for v in values]
     for config in group_configs(variants):
         if any(r is row for r in config.rows):
             return config.label
@@ -189,10 +194,14 @@ def _run_name(row: dict[str, Any]) -> str:
 
 
 def _row_params(row: dict[str, Any]) -> dict[str, str]:
-    """A row's settings (and its workload's params, `params.<name>`) as its run's params."""
+    """A row's settings (and its workload's params, `params.<name>`, and the options its
+    compile and sync read, `options.<name>`) as its run's params."""
     params = {c: str(row.get(c))[:6000] for c in _PARAM_COLUMNS if row.get(c) is not None}
     for k, v in _params(row).items():
         params[f"params.{k}"] = str(v)[:6000]
+    if row.get("sync") is not None:
+        for k, v in config_options(row).items():
+            params[f"options.{k}"] = str(v)
     return params
 
 

@@ -289,6 +289,9 @@ class FSDPSync(SyncStrategy):
     Parameters, gradients and optimizer state are sharded over ranks (ZeRO stage 3); each
     child's parameters are all-gathered for its forward and backward, and gradients
     reduce-scattered. The model stays a plain module (every rank must run its forwards).
+    Options: `fsdp_reshard_after_forward` (false keeps each child's gathered parameters from
+    its forward to its backward: one all-gather fewer, more memory) and `fsdp_param_dtype` /
+    `fsdp_reduce_dtype` (the MixedPrecisionPolicy; null leaves FSDP2's default).
     """
 
     name = "fsdp"
@@ -300,10 +303,11 @@ class FSDPSync(SyncStrategy):
         from torch.distributed.fsdp import fully_shard
 
         mesh = init_device_mesh(self.device.type, (dist.get_world_size(),))
+        settings = fsdp_settings(self.options)
         for child in model.children():
             if any(True for _ in child.parameters()):
-                fully_shard(child, mesh=mesh)
-        fully_shard(model, mesh=mesh)
+                fully_shard(child, mesh=mesh, **settings)
+        fully_shard(model, mesh=mesh, **settings)
         return model, make_optimizer(model.parameters())
 
     def micro_context(self, model: nn.Module, micro: int) -> contextlib.AbstractContextManager:
@@ -312,6 +316,24 @@ class FSDPSync(SyncStrategy):
         if self.micro_steps > 1:
             _compiled_inner(model).set_requires_gradient_sync(self.last_micro(micro))
         return contextlib.nullcontext()
+
+
+#: `options.fsdp_param_dtype` / `fsdp_reduce_dtype` values as torch dtypes (null: unset).
+FSDP_DTYPES = {None: None, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def fsdp_settings(options: dict[str, Any]) -> dict[str, Any]:
+    """`fully_shard`'s keyword arguments for a trial's fsdp options (its defaults where the
+    trial's settings leave them out)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    return {
+        "reshard_after_forward": bool(_option(options, "fsdp_reshard_after_forward")),
+        "mp_policy": MixedPrecisionPolicy(
+            param_dtype=FSDP_DTYPES[_option(options, "fsdp_param_dtype")],
+            reduce_dtype=FSDP_DTYPES[_option(options, "fsdp_reduce_dtype")],
+        ),
+    }
 
 
 @implements("param_server")
