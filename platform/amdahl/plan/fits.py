@@ -70,13 +70,21 @@ def resolve_max_batches(
     for s in grid:
         if s.batch_size == "max":
             s = dataclasses.replace(s, batch_size=_max_batch(s, facts, gb))
-            chosen[f"d{s.devices} {s.precision} {s.sync}"] = s.batch_size
+            chosen[_memory_label(s)] = s.batch_size
         key = repr(s.as_dict())
         if key not in seen:
             seen.add(key)
             out.append(s)
     resolved = ", ".join(f"{k} -> {v}" for k, v in chosen.items())
     return out, f"grid.batch_size max (fits {gb:g} GB): {resolved}"
+
+
+def _memory_label(s: TrialSettings) -> str:
+    """The settings that decide a trial's memory, as the `max` line names a configuration."""
+    extra = [f"a{s.accumulate_steps}"] if s.accumulate_steps != 1 else []
+    if s.activation_checkpointing != "none":
+        extra.append(f"ac-{s.activation_checkpointing}")
+    return " ".join([f"d{s.devices}", s.precision, s.sync, *extra])
 
 
 def _max_batch(settings: TrialSettings, facts: FactsSource | None, gb: float) -> int:

@@ -82,3 +82,15 @@ def test_facts_without_a_measured_line_predict_the_plain_one():
         predict_peak(plain, "ddp", 1, 64).total
     )
     assert MemoryFacts.from_dict(FACTS.as_dict()) == FACTS
+
+
+def test_batch_size_max_is_resolved_per_checkpointing_mode_and_says_so():
+    gb = predict_peak(FACTS, "ddp", 1, 64).total / 0.9 / 1e9
+    plan = _plan(
+        {"batch_size": ["max"], "activation_checkpointing": ["none", "full"]},
+        device_memory_gb=gb,
+    )
+    batches = {t.settings.activation_checkpointing: t.settings.batch_size for t in plan.trials}
+    assert batches["none"] == 64 and batches["full"] > 64
+    note = plan.resource_note
+    assert f"d1 fp32 ddp -> 64, d1 fp32 ddp ac-full -> {batches['full']}" in note, note
