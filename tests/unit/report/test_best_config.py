@@ -495,6 +495,12 @@ def test_best_yaml_plans_exactly_the_recommended_trial(tmp_path):
     snippet = md.split("```python\n", 1)[1].split("```", 1)[0]
     compile(snippet, "report.md", "exec")
     assert "matrix_approximation_rank=2" in snippet and "num_workers=2" in snippet
+    # the winner's workload and params (its params.hidden axis value among them), the seed
+    namespace: dict[str, Any] = {"__name__": "report"}  # its definitions, not its launch
+    exec(compile(snippet, "report.md", "exec"), namespace)
+    assert namespace["WORKLOAD"] == "mlp"
+    assert namespace["PARAMS"] == winner.settings.params
+    assert "train_rows(workload, WORKLOAD, seed=0)" in snippet
 
 
 def test_strong_scaling_pins_the_global_batch(tmp_path):
