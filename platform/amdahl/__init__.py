@@ -39,6 +39,9 @@ _LAZY = {
     # A sync strategy as the trials run it (the report's Ray Train script uses the parameter
     # server's: amdahl's own, with no torch equivalent).
     "make_strategy": "amdahl.worker.sync",
+    # The user's workload and the rows a sweep of it read (the Ray Train script's).
+    "make_workload": "amdahl.workload.code",
+    "train_rows": "amdahl.data.prepare",
 }
 
 __all__ = [
@@ -56,6 +59,7 @@ __all__ = [
     "latest_sweep_dir",
     "load_spec",
     "make_strategy",
+    "make_workload",
     "plan_for",
     "plan_summary",
     "plan_sweep",
@@ -64,6 +68,7 @@ __all__ = [
     "read_results",
     "run_calibration",
     "run_sweep",
+    "train_rows",
     "validate_spec",
     "write_reports",
 ]

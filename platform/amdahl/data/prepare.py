@@ -18,7 +18,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from amdahl.data.storage import ROWS_PER_BLOCK, is_uri, read_table, table_columns
+from amdahl.data.storage import (
+    ROWS_PER_BLOCK,
+    dataset_path,
+    is_uri,
+    read_table,
+    table_columns,
+)
 from amdahl.workload.api import Workload
 
 #: Most epochs one pass of a launch's input streams (each adds a block reference per block);
@@ -44,6 +50,17 @@ def ray_dataset(path: str | Path, cpus_per_read_task: float) -> Any:
     return ray.data.from_blocks(
         [table.slice(i, ROWS_PER_BLOCK) for i in range(0, max(1, len(table)), ROWS_PER_BLOCK)]
     )
+
+
+def train_rows(workload: Workload, name: str, seed: int = 0) -> Any:
+    """The training rows a sweep of `workload` (its sweep file's `workload:` reference `name`,
+    its `train.seed`) read, generating them if no copy is stored: a Ray Dataset whose numpy
+    batches hold the columns as `Workload.preprocess` receives them in a sweep (a column of
+    two or more dimensions as a (rows, width) array). For the report's Ray Train script."""
+    import ray.data
+
+    table = read_table(dataset_path(workload, name, "train", seed))
+    return ray.data.from_arrow(table).map_batches(table_columns, batch_format="pyarrow")
 
 
 def rank_shards(base: Any, world: int) -> list[Any]:

@@ -232,6 +232,9 @@ def run_settings(report: Report, c: Config) -> RunSettings:
         cpus_per_device=resources.get("cpus_per_device"),
         gpus_per_device=float(resources.get("gpus_per_device") or 1.0),
         placement=str(resources.get("placement") or "pack"),
+        workload=str(raw.get("workload") or "mlp"),
+        params=settings.params,
+        seed=int(train.get("seed") or 0),
     )
 
 

@@ -2,7 +2,10 @@
 (autocast, fp16's GradScaler, TF32, bf16 weights), `torch.jit.script` or `torch.compile`, the
 sync strategy's torch call (DDP and its communication hook, ZeroRedundancyOptimizer, FSDP2's
 `fully_shard`, local SGD's periodic averaging), gradient accumulation (DDP's `no_sync`, FSDP2's
-`set_requires_gradient_sync`) and the input.
+`set_requires_gradient_sync`) and the input, around the user's own Workload: built with the
+sweep's params (`amdahl.make_workload`), trained on the rows the sweep read (`amdahl.train_rows`:
+its generated copy or `params.data`, through `preprocess` where the workload has one), each
+step through its `split_batch` and `forward`, its `blocks` checkpointed.
 
 The report prints it under best.yaml (report/best.py) so that the configuration amdahl measured
 can be carried into a user's own training script. Every line is what the worker side does for
@@ -51,6 +54,12 @@ class RunSettings:
     cpus_per_device: float | None = None
     gpus_per_device: float = 1.0
     placement: str = "pack"
+    #: the sweep file's `workload:` reference (`mlp`, `package.module:Class`)
+    workload: str = "mlp"
+    #: the workload's parameters this configuration ran with
+    params: dict[str, Any] = field(default_factory=dict)
+    #: train.seed: which generated rows the sweep read
+    seed: int = 0
 
     def option(self, name: str) -> Any:
         return self.options.get(name, OPTION_DEFAULTS[name])
@@ -82,19 +91,16 @@ class _Lines:
 
 
 def ray_train_snippet(s: RunSettings) -> str:
-    """A complete script: imports, `train_loop_per_worker`, the TorchTrainer that runs it.
-    `build_model`, `loss_fn` and `train_dataset` are the user's (named in its first lines)."""
+    """A complete script: imports, the workload, `train_loop_per_worker`, the TorchTrainer
+    that runs it on the workload's rows."""
     out = _Lines()
     out.add(
-        f"# {s.label} as a Ray Train (V2) script. Yours: build_model() -> nn.Module,",
-        "# loss_fn(output, target), and train_dataset with 'x' and 'y' columns (a Ray Dataset;",
-        "# a torch Dataset of such dicts for input torch_loader).",
-        *(
-            ["# And blocks(model) -> the modules to checkpoint (your Workload.blocks)."]
-            if s.activation_checkpointing != "none"
-            else []
-        ),
+        f"# {s.label} as a Ray Train (V2) script around your Workload, built with the sweep's",
+        "# params; run it where the sweep found your workload's code (its folder, or PYTHONPATH).",
         *_imports(s),
+        "",
+        f"WORKLOAD = {s.workload!r}",
+        f"PARAMS = {_literal(s.params)}",
         "",
         "",
         "def endless(make_batches):",
@@ -103,6 +109,7 @@ def ray_train_snippet(s: RunSettings) -> str:
         "        yield from make_batches()",
         "",
         "",
+        *_helpers(s),
         "def train_loop_per_worker(config):",
     )
     out.depth = 1
@@ -114,6 +121,41 @@ def ray_train_snippet(s: RunSettings) -> str:
     out.add("", "")
     _launcher(s, out)
     return "\n".join(out.lines) + "\n"
+
+
+def _literal(params: dict[str, Any]) -> str:
+    """`params` as a Python literal, one per line where they do not fit on one."""
+    one_line = repr(params)
+    if len(one_line) <= 80:
+        return one_line
+    return "{\n" + "".join(f"    {k!r}: {v!r},\n" for k, v in params.items()) + "}"
+
+
+def _helpers(s: RunSettings) -> list[str]:
+    """Functions the loop calls: torch_loader's batch of rows through `preprocess`, and
+    bf16_weights' cast of float inputs (a tensor, or each tensor of a dict)."""
+    lines = []
+    if s.input == "torch_loader":
+        lines += [
+            "def preprocessed(workload, rows):",
+            '    """Stored rows as columns through your preprocess (in the loader\'s workers)."""',
+            "    columns = {k: np.stack([row[k] for row in rows]) for k in rows[0]}",
+            "    columns = workload.preprocess(columns, training=True)",
+            "    return {k: torch.as_tensor(v) for k, v in columns.items()}",
+            "",
+            "",
+        ]
+    if s.precision == "bf16_weights":
+        lines += [
+            "def bf16(inputs):",
+            '    """bf16_weights: float inputs in the weights\' dtype (each tensor of a dict)."""',
+            "    if isinstance(inputs, dict):",
+            "        return {k: bf16(v) for k, v in inputs.items()}",
+            "    return inputs.to(torch.bfloat16) if inputs.is_floating_point() else inputs",
+            "",
+            "",
+        ]
+    return lines
 
 
 #: The imports each sync strategy's lines need, beyond torch's.
@@ -152,9 +194,11 @@ def _imports(s: RunSettings) -> list[str]:
     checkpointing = s.activation_checkpointing != "none"
     standard = [
         *(["import contextlib"] if s.skips_sync == "ddp" else []),
-        *(["import functools"] if checkpointing else []),
+        *(["import functools"] if checkpointing or s.input == "torch_loader" else []),
     ]
-    lines = [*standard, *([""] if standard else []), "import torch"]
+    lines = [*standard, *([""] if standard else [])]
+    lines += ["import numpy as np"] if s.input == "torch_loader" else []
+    lines.append("import torch")
     lines += _SYNC_IMPORTS.get(s.sync, ())
     if s.sync == "fsdp":
         policy = "MixedPrecisionPolicy, " if _fsdp_policy(s) is not None else ""
@@ -162,10 +206,9 @@ def _imports(s: RunSettings) -> list[str]:
     lines += [_CHECKPOINT_IMPORT] if checkpointing else []
     lines += ["", "import ray.train", "import ray.train.torch"]
     lines += ["from ray.train import ScalingConfig", "from ray.train.torch import TorchTrainer"]
-    if s.sync == "param_server":
-        lines.append("")
-        lines.append("from amdahl import make_strategy  # amdahl's parameter server")
-    return lines
+    if s.sync == "param_server":  # amdahl's parameter server
+        return [*lines, "", "from amdahl import make_strategy, make_workload, train_rows"]
+    return [*lines, "", "from amdahl import make_workload, train_rows"]
 
 
 def _optimizer(s: RunSettings, params: str) -> str:
@@ -177,13 +220,13 @@ def _optimizer(s: RunSettings, params: str) -> str:
 def _setup(s: RunSettings, out: _Lines) -> None:
     """Device, precision, compilation and the sync strategy, in the harness's order
     (worker/trial.py's build: weights cast, script, strategy, then torch.compile around it)."""
-    out.add("device = ray.train.torch.get_device()")
+    out.add("workload = make_workload(WORKLOAD, PARAMS)", "device = ray.train.torch.get_device()")
     if s.precision == "tf32":
         out.add(
             "torch.backends.cuda.matmul.allow_tf32 = True  # tf32: float32 matmuls on tensor cores",
             "torch.backends.cudnn.allow_tf32 = True",
         )
-    out.add('model = config["build_model"]().to(device)')
+    out.add("model = workload.build_model().to(device)")
     if s.precision == "bf16_weights":
         out.add("model = model.to(torch.bfloat16)  # bf16_weights: weights and float inputs")
     _checkpointing(s, out)
@@ -211,7 +254,7 @@ def _checkpointing(s: RunSettings, out: _Lines) -> None:
     out.add(
         f"# activation checkpointing {s.activation_checkpointing}: these blocks keep only their",
         "# inputs and run their forward again in the backward",
-        f'checkpointed = {{id(b) for b in config["blocks"](model){every}}}',
+        f"checkpointed = {{id(b) for b in workload.blocks(model){every}}}",
         "apply_activation_checkpointing(",
         "    model,",
         "    checkpoint_wrapper_fn=functools.partial(",
@@ -329,8 +372,9 @@ def _input(s: RunSettings, out: _Lines) -> None:
         out.add(
             "loader = ray.train.torch.prepare_data_loader(  # a DistributedSampler per worker",
             "    torch.utils.data.DataLoader(",
-            f'        config["train_dataset"], batch_size={s.batch_size}, shuffle=True,',
-            f"        num_workers={s.data_workers}, drop_last=True,",
+            f'        config["rows"], batch_size={s.batch_size}, shuffle=True, drop_last=True,',
+            f"        num_workers={s.data_workers}, "
+            "collate_fn=functools.partial(preprocessed, workload),",
             "    )",
             ")",
             "batches = endless(lambda: loader)",
@@ -356,21 +400,25 @@ def _loop(s: RunSettings, out: _Lines) -> None:
     if micro > 1:
         out.add(f"for micro in range({micro}):")
         out.depth += 1
-    out.add("batch = next(batches)")
-    out.add('x, y = batch["x"].to(device), batch["y"].to(device)')
+    out.add(
+        "batch = {k: v.to(device) for k, v in next(batches).items()}",
+        "inputs, targets = workload.split_batch(batch)",
+    )
     if s.precision == "bf16_weights":
-        out.add("x = x.to(torch.bfloat16) if x.is_floating_point() else x")
+        out.add("inputs = bf16(inputs)")
     if s.skips_sync == "fsdp":
         out.add(f"fsdp.set_requires_gradient_sync(micro == {micro - 1})")
     if s.skips_sync == "ddp":
         out.add(f"with ddp.no_sync() if micro < {micro - 1} else contextlib.nullcontext():")
         out.depth += 1
-    divide = f" / {micro}" if micro > 1 else ""
+    forward = "output, loss = workload.forward(model, inputs, targets)  # (output, mean loss)"
     if s.precision in _AUTOCAST:
         out.add(f"with torch.autocast(device.type, dtype={_AUTOCAST[s.precision]}):")
-        out.add(f'    loss = config["loss_fn"](model(x), y){divide}')
+        out.add(f"    {forward}")
     else:
-        out.add(f'loss = config["loss_fn"](model(x), y){divide}')
+        out.add(forward)
+    if micro > 1:
+        out.add(f"loss = loss / {micro}  # this micro-batch's share of the step's loss")
     out.add("scaler.scale(loss).backward()" if s.precision == "fp16" else "loss.backward()")
     out.depth -= (micro > 1) + (s.skips_sync == "ddp")
     if s.sync == "param_server":
@@ -386,37 +434,43 @@ def _loop(s: RunSettings, out: _Lines) -> None:
 
 
 def _launcher(s: RunSettings, out: _Lines) -> None:
-    """`ScalingConfig` with the workers, their resources and placement amdahl measured."""
+    """The workload's rows (through its preprocess as the sweep's input ran it) and
+    `ScalingConfig` with the workers, their resources and placement amdahl measured."""
     per_worker = []
     if s.cpus_per_device is not None:
         per_worker.append(f'"CPU": {s.cpus_per_device!r}')
     if s.use_gpu:
         per_worker.append(f'"GPU": {s.gpus_per_device!r}')
-    config = '"build_model": build_model, "loss_fn": loss_fn, "steps": 1000'
-    if s.activation_checkpointing != "none":
-        config += ', "blocks": blocks'
-    datasets = ""
-    if s.input == "torch_loader":
-        config += ',\n            "train_dataset": train_dataset,\n        '
-    else:
-        datasets = '    datasets={"train": train_dataset},'
     out.add(
         'if __name__ == "__main__":',
+        "    workload = make_workload(WORKLOAD, PARAMS)",
+        "    # the rows the sweep read: its generated copy (amdahl's data cache) or params.data",
+        f"    train = train_rows(workload, WORKLOAD, seed={s.seed})",
+    )
+    if s.input == "torch_loader":
+        config = '{"steps": 1000, "rows": train.take_all()}'
+        datasets = []
+    else:
+        config = '{"steps": 1000}'
+        datasets = ['        datasets={"train": train},']
+        out.add(
+            "    if workload.preprocesses:  # in Ray Data tasks, as the sweep's input pipeline",
+            "        train = train.map_batches(",
+            '            workload.preprocess, fn_kwargs={"training": True}, batch_format="numpy",',
+            f"            concurrency={s.data_workers},",
+            "        )",
+        )
+    out.add(
         "    trainer = TorchTrainer(",
         "        train_loop_per_worker,",
-        f"        train_loop_config={{{config}}},",
+        f"        train_loop_config={config},",
         "        scaling_config=ScalingConfig(",
         f"            num_workers={s.devices},",
         f"            use_gpu={s.use_gpu},",
         *([f"            resources_per_worker={{{', '.join(per_worker)}}},"] if per_worker else []),
         f'            placement_strategy="{s.placement.upper()}",',
         "        ),",
-        *(["    " + datasets] if datasets else []),
+        *datasets,
         "    )",
         "    trainer.fit()",
     )
-    if s.input == "ray_data" and s.data_workers > 1:
-        out.add(
-            f"# input: Ray Data preprocessing ran with concurrency {s.data_workers} "
-            "(train_dataset.map_batches(..., concurrency=...))"
-        )

@@ -24,7 +24,7 @@ import pytest
 from click.testing import CliRunner
 from report_rows import row, write_sweep
 
-from amdahl import load_spec, plan_sweep, validate_spec, write_reports
+from amdahl import Workload, load_spec, plan_sweep, validate_spec, write_reports
 from amdahl.columns import AXIS_TABLE, per_device_batch
 from amdahl.plan.resources import Node
 from amdahl.report import train_snippet
@@ -294,9 +294,49 @@ def test_the_accumulate_steps_axis_runs_its_micro_batches_with_every_strategy(
     _run_loop(monkeypatch, s, 2)
 
 
+class _DictInputs(Workload):
+    """A workload the script must run through its own methods: columns that are not x/y, a
+    dict of inputs, a forward that computes the loss (counted in `losses`)."""
+
+    defaults = {"width": 16}
+
+    def __init__(self, **params: Any):
+        super().__init__(**params)
+        self.built: list[Any] = []
+        self.losses: list[float] = []
+
+    def build_model(self) -> Any:
+        import torch
+
+        width = self.params["width"]
+        self.built.append(
+            torch.nn.Sequential(
+                torch.nn.Linear(6, width), torch.nn.ReLU(), torch.nn.Linear(width, 3)
+            )
+        )
+        return self.built[-1]
+
+    def generate(self, split: str, num_rows: int, seed: int) -> dict[str, Any]:
+        raise AssertionError("the loop reads the batches it is given")
+
+    def split_batch(self, batch: dict[str, Any]) -> tuple[Any, Any]:
+        return {"features": batch["features"]}, batch["label"]
+
+    def loss(self, output: Any, target: Any) -> Any:
+        raise AssertionError("forward computes the loss")
+
+    def forward(self, model: Any, inputs: Any, targets: Any) -> tuple[Any, Any]:
+        import torch
+
+        output = model(inputs["features"])
+        loss = torch.nn.functional.cross_entropy(output.float(), targets)
+        self.losses.append(float(loss.detach()))
+        return output, loss
+
+
 def _run_loop(monkeypatch: pytest.MonkeyPatch, settings: RunSettings, micro: int) -> None:
-    """Run the script's train_loop_per_worker for 4 steps: `micro` losses per step, finite,
-    and the optimizer stepped."""
+    """Run the script's train_loop_per_worker for 4 steps through the workload it builds (the
+    sweep's reference and params): `micro` losses per step, finite, and the optimizer stepped."""
     import ray.train
     import ray.train.torch
     import torch
@@ -305,36 +345,64 @@ def _run_loop(monkeypatch: pytest.MonkeyPatch, settings: RunSettings, micro: int
 
     reset_process_state()  # TorchScript's plans of earlier runs bake in their autocast dtype
     torch.manual_seed(0)
-    batches = [{"x": torch.randn(8, 6), "y": torch.randint(0, 3, (8,))} for _ in range(40)]
+    batches = [
+        {"features": torch.randn(8, 6), "label": torch.randint(0, 3, (8,))} for _ in range(40)
+    ]
     shard = _Shard(batches)
     monkeypatch.setattr(ray.train.torch, "get_device", lambda: torch.device("cpu"))
     monkeypatch.setattr(ray.train, "get_dataset_shard", lambda name: shard)
-    built: list[torch.nn.Module] = []
+    settings = replace(settings, workload="my_model:DictInputs", params={"width": 12})
+    workload = _DictInputs(width=12)
+    made: list[tuple[str, dict[str, Any]]] = []
 
-    def build_model() -> torch.nn.Module:
-        built.append(
-            torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
-        )
-        return built[-1]
+    def make_workload(name: str, params: dict[str, Any]) -> Workload:
+        made.append((name, params))
+        return workload
 
     namespace: dict[str, Any] = {"__name__": "snippet"}
     exec(compile(ray_train_snippet(settings), "snippet", "exec"), namespace)
-    before = [p.detach().float().clone() for p in build_model().parameters()]
-    built.clear()
+    namespace["make_workload"] = make_workload
+    before = [p.detach().float().clone() for p in workload.build_model().parameters()]
+    workload.built.clear()
     torch.manual_seed(0)
-    losses: list[float] = []
-
-    def loss_fn(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        loss = torch.nn.functional.cross_entropy(out.float(), y)
-        losses.append(float(loss.detach()))
-        return loss
-
-    namespace["train_loop_per_worker"]({"build_model": build_model, "loss_fn": loss_fn, "steps": 4})
+    namespace["train_loop_per_worker"]({"steps": 4})
+    assert made == [("my_model:DictInputs", {"width": 12})]
+    losses = workload.losses
     assert len(losses) == 4 * micro and all(map(torch.isfinite, map(torch.tensor, losses)))
     assert shard.asked == {"batch_size": 8, "prefetch_batches": 4, "drop_last": True}
-    after = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in built[0].parameters()]
+    after = [
+        p.full_tensor() if hasattr(p, "full_tensor") else p for p in workload.built[0].parameters()
+    ]
     moved = [not torch.equal(a.detach().float(), b) for a, b in zip(after, before, strict=True)]
     assert any(moved), "the optimizer never stepped"
+
+
+class _Preprocessed(_DictInputs):
+    """Stored rows whose columns `preprocess` makes model-ready."""
+
+    def preprocess(self, batch: dict[str, Any], training: bool) -> dict[str, Any]:
+        assert training
+        return {"features": batch["raw"].astype("float32"), "label": batch["label"]}
+
+
+def test_the_torch_loader_input_runs_the_rows_through_preprocess(one_rank_group, monkeypatch):
+    """Input torch_loader: the rows the launcher passes, batched in a DataLoader worker
+    through the workload's preprocess, then its split_batch and forward."""
+    import numpy as np
+    import ray.train.torch
+    import torch
+
+    monkeypatch.setattr(ray.train.torch, "get_device", lambda: torch.device("cpu"))
+    monkeypatch.setattr(ray.train.torch, "prepare_data_loader", lambda loader: loader)
+    rng = np.random.default_rng(0)
+    rows = [{"raw": rng.standard_normal(6), "label": i % 3} for i in range(64)]
+    workload = _Preprocessed()
+    settings = replace(_settings("ddp", "fp32", "eager"), input="torch_loader", data_workers=1)
+    namespace: dict[str, Any] = {"__name__": "snippet"}
+    exec(compile(ray_train_snippet(settings), "snippet", "exec"), namespace)
+    namespace["make_workload"] = lambda name, params: workload
+    namespace["train_loop_per_worker"]({"steps": 10, "rows": rows})
+    assert len(workload.losses) == 10 and all(np.isfinite(workload.losses))
 
 
 def test_the_launcher_builds_a_real_torch_trainer(monkeypatch):
@@ -342,17 +410,29 @@ def test_the_launcher_builds_a_real_torch_trainer(monkeypatch):
 
     made = []
     monkeypatch.setattr(ray.train.torch.TorchTrainer, "fit", lambda self: made.append(self))
+    rows = object()  # a Ray Dataset to Ray Train, which does not read it before fit()
+    asked = []
+    monkeypatch.setattr(
+        "amdahl.data.prepare.train_rows", lambda *a, **kw: asked.append((a, kw)) or rows
+    )
     s = _settings("ddp", "bf16", "eager", cpus_per_device=1.5, placement="spread")
-    namespace = {"__name__": "__main__", "build_model": object, "loss_fn": object}
-    namespace["train_dataset"] = object()
+    s = replace(s, workload="mlp", params={"hidden": [8]}, seed=7)
+    namespace = {"__name__": "__main__"}
     exec(compile(ray_train_snippet(s), "snippet", "exec"), namespace)
+    ((workload, name), kw) = asked[0]
+    assert (type(workload).__name__, workload.params["hidden"], name, kw) == (
+        "MLP",
+        [8],
+        "mlp",
+        {"seed": 7},
+    )
     (trainer,) = made
     assert trainer.scaling_config.num_workers == 2
     assert trainer.scaling_config.use_gpu is False
     assert trainer.scaling_config.resources_per_worker == {"CPU": 1.5}
     assert trainer.scaling_config.placement_strategy == "SPREAD"
     assert trainer.train_loop_config["steps"] == 1000
-    assert set(trainer.datasets) == {"train"}
+    assert trainer.datasets == {"train": rows}
 
 
 # --------------------------------------------------------------------------- best.yaml
@@ -443,6 +523,12 @@ def test_best_yaml_plans_exactly_the_recommended_trial(tmp_path):
     snippet = md.split("```python\n", 1)[1].split("```", 1)[0]
     compile(snippet, "report.md", "exec")
     assert "matrix_approximation_rank=2" in snippet and "num_workers=2" in snippet
+    # the winner's workload and params (its params.hidden axis value among them), the seed
+    namespace: dict[str, Any] = {"__name__": "report"}  # its definitions, not its launch
+    exec(compile(snippet, "report.md", "exec"), namespace)
+    assert namespace["WORKLOAD"] == "mlp"
+    assert namespace["PARAMS"] == winner.settings.params
+    assert "train_rows(workload, WORKLOAD, seed=0)" in snippet
 
 
 def test_strong_scaling_pins_the_global_batch(tmp_path):

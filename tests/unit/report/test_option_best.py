@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from report_rows import row, write_sweep
 
-from amdahl import load_spec, plan_sweep, validate_spec, write_reports
+from amdahl import Workload, load_spec, plan_sweep, validate_spec, write_reports
 from amdahl.plan.resources import Node
 from amdahl.report.train_snippet import RunSettings, ray_train_snippet
 from amdahl.sweepdir.driver_files import write_sweep_files
@@ -145,20 +145,29 @@ def test_the_fsdp_script_with_its_options_trains_on_a_real_process_group(monkeyp
         monkeypatch.setattr(ray.train, "get_dataset_shard", lambda name: Shard())
         dtypes: list[torch.dtype] = []
 
-        def loss_fn(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            dtypes.append(out.dtype)
-            return torch.nn.functional.cross_entropy(out.float(), y)
+        class Classifier(Workload):
+            """The user's workload, as the script builds it (make_workload)."""
 
-        def build_model() -> torch.nn.Module:
-            return torch.nn.Sequential(
-                torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3)
-            )
+            def build_model(self) -> torch.nn.Module:
+                return torch.nn.Sequential(
+                    torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3)
+                )
+
+            def generate(self, split: str, num_rows: int, seed: int) -> dict[str, Any]:
+                raise AssertionError("the loop reads the batches it is given")
+
+            def split_batch(self, batch: dict[str, Any]) -> tuple[Any, Any]:
+                return batch["x"], batch["y"]
+
+            def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+                dtypes.append(output.dtype)
+                return torch.nn.functional.cross_entropy(output.float(), target)
 
         settings = _fsdp(fsdp_reshard_after_forward=False, fsdp_param_dtype="bf16")
         namespace: dict[str, Any] = {"__name__": "snippet"}
         exec(compile(ray_train_snippet(settings), "snippet", "exec"), namespace)
-        config = {"build_model": build_model, "loss_fn": loss_fn, "steps": 3}
-        namespace["train_loop_per_worker"](config)
+        namespace["make_workload"] = lambda name, params: Classifier(**params)
+        namespace["train_loop_per_worker"]({"steps": 3})
     finally:
         dist.destroy_process_group()
     assert dtypes == [torch.bfloat16] * 3  # the policy's compute dtype
