@@ -278,8 +278,9 @@ def _fsdp_policy(s: RunSettings) -> str | None:
 
 
 def _fsdp_setup(s: RunSettings, out: _Lines) -> None:
-    """FSDP2's `fully_shard` on each child with parameters, then the root, with the trial's
-    fsdp options where they are not FSDP2's defaults (worker/sync.py, FSDPSync)."""
+    """FSDP2's `fully_shard` on each shard unit (worker.sync.shard_units: a child with
+    parameters, a container's children in its place), then the root, with the trial's fsdp
+    options where they are not FSDP2's defaults (worker/sync.py, FSDPSync)."""
     out.add("mesh = init_device_mesh(device.type, (dist.get_world_size(),))")
     settings = ""
     if not s.option("fsdp_reshard_after_forward"):
@@ -289,9 +290,18 @@ def _fsdp_setup(s: RunSettings, out: _Lines) -> None:
         out.add(f"mp_policy = MixedPrecisionPolicy({policy})")
         settings += ", mp_policy=mp_policy"
     out.add(
-        "for child in model.children():  # FSDP2: each child with parameters, then the root",
-        "    if any(True for _ in child.parameters()):",
-        f"        fully_shard(child, mesh=mesh{settings})",
+        "",
+        "def shard_units(module):",
+        '    """Each child with parameters; a ModuleList\'s or ModuleDict\'s children in its',
+        '    place (fully_shard refuses containers without a forward)."""',
+        "    for child in module.children():",
+        "        if isinstance(child, (torch.nn.ModuleList, torch.nn.ModuleDict)):",
+        "            yield from shard_units(child)",
+        "        elif any(True for _ in child.parameters()):",
+        "            yield child",
+        "",
+        "for unit in list(shard_units(model)):  # FSDP2: each unit, then the root",
+        f"    fully_shard(unit, mesh=mesh{settings})",
         f"fully_shard(model, mesh=mesh{settings})",
     )
 

@@ -27,6 +27,7 @@ import torch
 from amdahl.data.storage import DEFAULT_CACHE, read_table, resolve_source, table_columns
 from amdahl.spec.schema import TrainSpec
 from amdahl.worker.checkpointing import STRIDE, apply_checkpointing
+from amdahl.worker.sync import shard_units
 from amdahl.worker.tensor_ledger import tracked_step
 from amdahl.worker.training import Precision, make_optimizer_factory
 from amdahl.worker.user_output import printed_once
@@ -37,7 +38,7 @@ from amdahl.workload.api import Workload
 #: lower from 2 to 8 than from 16 on, and steady from there to 256).
 PROBE_BATCHES = (8, 32)
 #: Bumped when what the probe measures changes, so older cached answers are not read.
-PROBE_VERSION = 3
+PROBE_VERSION = 4
 #: Parameter bytes above which the probe does not build the model on the driver's CPU (it would
 #: hold them several times over: parameters, gradients, optimizer state).
 PROBE_MAX_PARAM_BYTES = 2 * 2**30
@@ -175,11 +176,11 @@ def _batch(workload: Workload, batch: int, seed: int) -> dict[str, torch.Tensor]
 
 
 def _largest_units(model: torch.nn.Module) -> list[int]:
-    """FSDP2's shard units as the fsdp strategy makes them (each child with parameters, then
-    the root's own): the two largest units' parameter bytes, largest first."""
-    units = [_nbytes(list(c.parameters())) for c in model.children()]
-    own = _nbytes(list(model.parameters(recurse=False)))
-    return sorted([u for u in (*units, own) if u > 0], reverse=True)[:2]
+    """FSDP2's shard units as the fsdp strategy makes them (worker.sync.shard_units, then the
+    root with what they leave): the two largest units' parameter bytes, largest first."""
+    units = [_nbytes(list(u.parameters())) for u in shard_units(model)]
+    rest = _nbytes(list(model.parameters())) - sum(units)
+    return sorted([u for u in (*units, rest) if u > 0], reverse=True)[:2]
 
 
 def _nbytes(tensors: list[torch.Tensor]) -> int:

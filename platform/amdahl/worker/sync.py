@@ -284,7 +284,7 @@ class ZeRO1Sync(DDPSync):
 
 @implements("fsdp")
 class FSDPSync(SyncStrategy):
-    """FSDP2 `fully_shard` on each child module that has parameters, then on the root.
+    """FSDP2 `fully_shard` on each shard unit (`shard_units`), then on the root.
 
     Parameters, gradients and optimizer state are sharded over ranks (ZeRO stage 3); each
     child's parameters are all-gathered for its forward and backward, and gradients
@@ -304,9 +304,8 @@ class FSDPSync(SyncStrategy):
 
         mesh = init_device_mesh(self.device.type, (dist.get_world_size(),))
         settings = fsdp_settings(self.options)
-        for child in model.children():
-            if any(True for _ in child.parameters()):
-                fully_shard(child, mesh=mesh, **settings)
+        for unit in shard_units(model):
+            fully_shard(unit, mesh=mesh, **settings)
         fully_shard(model, mesh=mesh, **settings)
         return model, make_optimizer(model.parameters())
 
@@ -316,6 +315,20 @@ class FSDPSync(SyncStrategy):
         if self.micro_steps > 1:
             _compiled_inner(model).set_requires_gradient_sync(self.last_micro(micro))
         return contextlib.nullcontext()
+
+
+def shard_units(module: nn.Module) -> list[nn.Module]:
+    """The modules FSDP2 shards apart from the root: each child with parameters, and in place
+    of a container (`nn.ModuleList`, `nn.ModuleDict`: no forward, which `fully_shard` refuses)
+    its own children, so a model's list of blocks (nanoGPT's `transformer.h`, most Hugging
+    Face models) becomes a unit per block, as torchtitan shards it."""
+    units = []
+    for child in module.children():
+        if isinstance(child, (nn.ModuleList, nn.ModuleDict)):
+            units += shard_units(child)
+        elif any(True for _ in child.parameters()):
+            units.append(child)
+    return units
 
 
 #: `options.fsdp_param_dtype` / `fsdp_reduce_dtype` values as torch dtypes (null: unset).

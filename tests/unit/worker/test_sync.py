@@ -287,3 +287,22 @@ def test_make_strategy_rejects_unknown_and_invalid_options() -> None:
     with pytest.raises(ValueError, match="accumulate_steps: must be >= 1, got 0"):
         make_strategy("none", {}, torch.device("cpu"), 0)
     assert set(IMPLEMENTATIONS) >= {*OPTIONS, "ddp_bf16", "param_server"}
+
+
+def test_fsdp_shards_each_block_of_a_module_list_not_the_list():
+    """nanoGPT and most Hugging Face models keep their blocks in an nn.ModuleList, which
+    fully_shard refuses (no forward): the list's blocks are the units instead."""
+    from torch import nn
+
+    from amdahl.worker.sync import shard_units
+
+    class Blocks(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(10, 4)
+            self.h = nn.ModuleList(nn.Linear(4, 4) for _ in range(3))
+            self.heads = nn.ModuleDict({"a": nn.Linear(4, 2)})
+            self.act = nn.ReLU()  # no parameters: no unit
+
+    model = Blocks()
+    assert shard_units(model) == [model.embed, *model.h, model.heads["a"]]
