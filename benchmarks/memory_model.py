@@ -68,10 +68,12 @@ FSDP_OPTIONS = {
 
 def cases(quick: bool, fsdp_options: bool = False) -> list[tuple[str, str, str, int, str]]:
     """(workload, sync, precision, batch, FSDP_OPTIONS label) of every case to run (with
-    `fsdp_options`, fsdp's alone, its default included)."""
+    `fsdp_options`, fsdp's alone, its default included; `quick` alone: one of its options)."""
     if quick:
         plain = [("gpt", sync, "fp32", 64, "-") for sync in SYNCS]
         fsdp = [("gpt", "fsdp", "fp32", 64, label) for label in FSDP_OPTIONS]
+        if not fsdp_options:
+            fsdp = fsdp[-1:]
     else:
         plain = [(*c, "-") for c in itertools.product(WORKLOADS, SYNCS, PRECISIONS, BATCHES)]
         fsdp = list(itertools.product(WORKLOADS, ["fsdp"], PRECISIONS, BATCHES, FSDP_OPTIONS))

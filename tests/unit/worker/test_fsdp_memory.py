@@ -26,7 +26,6 @@ BATCH = 16
 CASES = (
     {},
     {"fsdp_reshard_after_forward": False},
-    {"fsdp_param_dtype": "bf16"},
     {"fsdp_reshard_after_forward": False, "fsdp_param_dtype": "bf16"},
 )
 
@@ -68,15 +67,15 @@ def _ranks(rank: int, world: int, port: int, out) -> None:
 
 def test_fsdp_options_change_the_measured_peak_as_predicted(tmp_path):
     procs, out = spawn_ranks(_ranks, 2)
+    facts = MemoryFacts.from_dict(probe_memory(_workload(), "fp32", "sgd", 0, tmp_path))
     ranks = dict(out.get(timeout=300) for _ in procs)
     for p in procs:
         p.join(timeout=60)
     assert all(error is None for peaks in ranks.values() for _, error in peaks), ranks
     measured = [max(ranks[r][i][0] for r in ranks) for i in range(len(CASES))]
-    facts = MemoryFacts.from_dict(probe_memory(_workload(), "fp32", "sgd", 0, tmp_path))
     predicted = [predict_peak(facts, "fsdp", 2, BATCH, options=o).total for o in CASES]
     # the knobs count: resharding off holds more, bf16 parameters less, measured and predicted
     assert measured[1] > measured[0] and predicted[1] > predicted[0]
-    assert measured[2] < measured[0] / 1.5 and predicted[2] < predicted[0] / 1.5
+    assert measured[2] < measured[1] / 1.5 and predicted[2] < predicted[1] / 1.5
     for options, guess, peak in zip(CASES, predicted, measured, strict=True):
         assert guess == pytest.approx(peak, rel=0.10), options
