@@ -53,10 +53,12 @@ from amdahl.strategies import OPTION_DEFAULTS, STRATEGIES
 DEVICE_MEMORY_MARGIN = 0.1
 #: `largest_batch` where no batch size changes the memory.
 UNBOUNDED_BATCH = 2**31
-#: Bytes per element of each `options.fsdp_param_dtype` value; the model's own parameters
-#: are fp32 (the `precision` axis autocasts, it does not cast them).
+#: Bytes per element of each `options.fsdp_param_dtype` value.
 FSDP_DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
-PARAM_BYTES = 4
+#: Bytes per element of the model's parameters, and of what its forward computes in, by
+#: `precision` (bf16/fp16 autocast the forward, bf16_weights casts the model; others fp32).
+PARAM_BYTES = {"bf16_weights": 2}
+COMPUTE_BYTES = {"bf16": 2, "fp16": 2, "bf16_weights": 2}
 
 
 @dataclass(frozen=True)
@@ -147,7 +149,8 @@ def predict_peak(  # noqa: PLR0913 - a trial's settings, each but the first four
     shard = (lambda x: x / p) if fsdp else (lambda x: x)
     optimizer = {"replicated": 1.0, "sharded": 1.0 / p, "remote": 0.0}[shape.optimizer]
     held = float(facts.grad_bytes) if micro_steps > 1 else 0.0
-    gathered = _fsdp_gathered(facts, p, {**OPTION_DEFAULTS, **(options or {})}) if fsdp else 0.0
+    knobs = {**OPTION_DEFAULTS, **(options or {})}
+    gathered = _fsdp_gathered(facts, p, knobs, precision) if fsdp else 0.0
     step = max(0.0, intercept + per_sample * batch) * _step_scale(sync, options, precision)
     parts = {
         "parameters": shard(facts.param_bytes),
@@ -162,14 +165,14 @@ def predict_peak(  # noqa: PLR0913 - a trial's settings, each but the first four
     return MemoryPrediction(sum(parts.values()), parts)
 
 
-def _fsdp_gathered(facts: MemoryFacts, p: int, options: dict[str, Any]) -> float:
+def _fsdp_gathered(facts: MemoryFacts, p: int, options: dict[str, Any], precision: str) -> float:
     """fsdp's gathered parameters and gradient shards (the module docstring's term) under
     its options: the units gathered at the peak are the two largest, or every one where
     `fsdp_reshard_after_forward` is false (each stays gathered from its forward to its
     backward), held at `fsdp_param_dtype`'s size (FSDP2 casts the gathered copy; its sharded
-    fp32 parameters stay)."""
+    parameters stay in their own dtype)."""
     dtype = options["fsdp_param_dtype"]
-    ratio = FSDP_DTYPE_BYTES[dtype] / PARAM_BYTES if dtype else 1.0
+    ratio = FSDP_DTYPE_BYTES[dtype] / PARAM_BYTES.get(precision, 4) if dtype else 1.0
     reshard = options["fsdp_reshard_after_forward"]
     units = facts.largest_units[:2] if reshard else (facts.param_bytes,)
     return sum(ratio * (u - u / p) for u in units) + facts.grad_bytes / p
@@ -178,13 +181,12 @@ def _fsdp_gathered(facts: MemoryFacts, p: int, options: dict[str, Any]) -> float
 def _step_scale(sync: str, options: Mapping[str, Any] | None, precision: str) -> float:
     """What fsdp's `fsdp_param_dtype` makes of the probe's step line (1 elsewhere): the
     forward computes in that dtype, so its activations shrink by its size over the probe's
-    compute dtype (fp32, or half under a bf16/fp16 `precision`, whose autocast already
+    compute dtype (`COMPUTE_BYTES`: fp32, or half under a half `precision`, which already
     computes in half); never grows (autocast keeps its own casts under an fp32 param dtype)."""
     dtype = (options or {}).get("fsdp_param_dtype")
     if STRATEGIES[sync].memory.parameters != "sharded" or dtype is None:
         return 1.0
-    compute = PARAM_BYTES if precision == "fp32" else 2
-    return min(1.0, FSDP_DTYPE_BYTES[dtype] / compute)
+    return min(1.0, FSDP_DTYPE_BYTES[dtype] / COMPUTE_BYTES.get(precision, 4))
 
 
 def usable_bytes(device_memory_gb: float) -> float:

@@ -78,6 +78,9 @@ def test_fsdp_param_dtype_halves_the_gathered_copy_and_an_fp32_steps_activations
     assert parts["step"] == pytest.approx(25 * MB / 2)
     autocast = predict_peak(FACTS, "fsdp", 4, 10, options=bf16, precision="bf16").parts
     assert autocast["step"] == 25 * MB
+    # bf16_weights: the parameters are bf16 already, nothing to cast
+    halved = predict_peak(FACTS, "fsdp", 4, 10, options=bf16, precision="bf16_weights")
+    assert halved.parts == _parts("fsdp")
     both = {**bf16, "fsdp_reshard_after_forward": False}
     kept = predict_peak(FACTS, "fsdp", 4, 10, options=both).parts
     assert kept["gathered parameters"] == pytest.approx(100 * 0.75 * MB / 2 + 25 * MB)
