@@ -2,7 +2,8 @@
 
 Cases: workloads (the D2L MLP, the small GPT, the memory tests' two-layer encoder) x sync
 (none, ddp, zero1, fsdp, accumulate) x precision (fp32, bf16) x per-device batch (16, 64, 256)
-x ranks (1, 2), SGD with momentum. For each:
+x ranks (1, 2), SGD with momentum; and fsdp with its options (reshard_after_forward false,
+param_dtype bf16, both) over the same workloads, precisions and batches. For each:
   predicted  analysis.memory_model.predict_peak over the memory probe's facts
              (worker/memory_probe.py: the plain model at batches 2 and 8), what `platform plan`
              shows
@@ -14,7 +15,8 @@ Prints each case's predicted and measured MiB and the error (predicted / measure
 median and p90 of |error| and the worst under-prediction (an under-prediction is an OOM). Goal:
 median <= 10%, p90 <= 20%, none under by more than 10%.
 
-    python benchmarks/memory_model.py [--quick]     # --quick: the GPT, fp32, batch 64
+    python benchmarks/memory_model.py [--quick] [--fsdp-options]
+        # --quick: the GPT, fp32, batch 64; --fsdp-options: only fsdp's option cases
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from _harness import add_smoke_flag, print_stamp  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "unit" / "worker"))
 from encoder_workload import TinyEncoder  # noqa: E402
 from gloo_ranks import spawn_ranks  # noqa: E402
-from trial_runner import launch_config, trial_config  # noqa: E402
+from trial_runner import launch_config, settings, trial_config  # noqa: E402
 
 from amdahl.analysis.memory_model import MemoryFacts, predict_peak  # noqa: E402
 from amdahl.data.storage import arrow_column  # noqa: E402
@@ -55,80 +57,104 @@ WORKLOADS = {
 SYNCS = ("none", "ddp", "zero1", "fsdp", "accumulate")
 PRECISIONS = ("fp32", "bf16")
 BATCHES = (16, 64, 256)
+#: fsdp's option cases, by label (each beside the default "-").
+FSDP_OPTIONS = {
+    "-": {},
+    "noreshard": {"fsdp_reshard_after_forward": False},
+    "param-bf16": {"fsdp_param_dtype": "bf16"},
+    "noreshard,param-bf16": {"fsdp_reshard_after_forward": False, "fsdp_param_dtype": "bf16"},
+}
 
 
-def cases(quick: bool) -> list[tuple[str, str, str, int]]:
+def cases(quick: bool, fsdp_options: bool = False) -> list[tuple[str, str, str, int, str]]:
+    """(workload, sync, precision, batch, FSDP_OPTIONS label) of every case to run (with
+    `fsdp_options`, fsdp's alone, its default included; `quick` alone: one of its options)."""
     if quick:
-        return [("gpt", sync, "fp32", 64) for sync in SYNCS]
-    return list(itertools.product(WORKLOADS, SYNCS, PRECISIONS, BATCHES))
+        plain = [("gpt", sync, "fp32", 64, "-") for sync in SYNCS]
+        fsdp = [("gpt", "fsdp", "fp32", 64, label) for label in FSDP_OPTIONS]
+        if not fsdp_options:
+            fsdp = fsdp[-1:]
+    else:
+        plain = [(*c, "-") for c in itertools.product(WORKLOADS, SYNCS, PRECISIONS, BATCHES)]
+        fsdp = list(itertools.product(WORKLOADS, ["fsdp"], PRECISIONS, BATCHES, FSDP_OPTIONS))
+    return fsdp if fsdp_options else plain + [c for c in fsdp if c[4] != "-"]
 
 
-def measure(rank: int, world: int, port: int, out, quick: bool) -> None:
+def measure(rank: int, world: int, port: int, out, quick: bool, fsdp_options: bool) -> None:
     """One rank: every case in order, in one gloo world of `world` ranks."""
     torch.set_num_threads(1)
     store = dist.TCPStore("127.0.0.1", port, world, rank == 0)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
     where = Placement(torch.device("cpu"), rank, world)
-    for name, sync, precision, batch in cases(quick):
+    for name, sync, precision, batch, label in cases(quick, fsdp_options):
         workload = WORKLOADS[name]()
         rows = workload.generate("train", workload.params["train_rows"], seed=0)
         import pyarrow as pa
 
         table = pa.table({k: arrow_column(v) for k, v in rows.items()})
         source = LoaderSource(table, workload, rank=rank, world=world, workers=0)
-        settings = dict(
+        trial_settings = dict(
             devices=world,
             batch_size=batch,
             per_device_batch=batch,
             precision=precision,
             sync=sync,
             params=workload.params,
+            options={**settings()["options"], **FSDP_OPTIONS[label]},
         )
-        trial = trial_config(**settings)
+        trial = trial_config(**trial_settings)
         launch = launch_config((trial,), steps=3, warmup_steps=3, profile_steps=0)
         val = validation_rows(workload, None, seed=0)
         stats, error, _ = run_trial_guarded(TrialRun(workload, trial, launch, source, val, where))
-        out.put((rank, (name, sync, precision, batch), stats.get("peak_mem_bytes"), error))
+        case = (name, sync, precision, batch, label)
+        out.put((rank, case, stats.get("peak_mem_bytes"), error))
     dist.destroy_process_group()
 
 
-def predicted(name: str, sync: str, precision: str, batch: int, ranks: int, cache: Path) -> float:
+def predicted(
+    name: str, sync: str, precision: str, batch: int, label: str, ranks: int, cache: Path
+) -> float:
     workload = WORKLOADS[name]()
     facts = MemoryFacts.from_dict(probe_memory(workload, precision, "sgd", 0, cache))
     micro = micro_steps(sync, {"accumulate_steps": 2}, 1)
-    return predict_peak(facts, sync, ranks, batch, micro).total
+    options = FSDP_OPTIONS[label]
+    peak = predict_peak(facts, sync, ranks, batch, micro, options=options, precision=precision)
+    return peak.total
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_smoke_flag(ap)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--fsdp-options", action="store_true", help="only fsdp's option cases")
     args = ap.parse_args()
     args.quick = args.quick or args.smoke
     print_stamp()
     print("gloo ranks on loopback, one thread each")
     cache = Path(tempfile.mkdtemp(prefix="amdahl-probe-"))
     errors: list[float] = []
-    print(f"{'case':36s} {'predicted MiB':>13s} {'measured MiB':>12s} {'error':>7s}")
+    print(f"{'case':56s} {'predicted MiB':>13s} {'measured MiB':>12s} {'error':>7s}")
+    chosen = cases(args.quick, args.fsdp_options)
     for ranks in (1, 2):
-        procs, out = spawn_ranks(functools.partial(measure, quick=args.quick), ranks)
-        n = len(cases(args.quick))
+        run = functools.partial(measure, quick=args.quick, fsdp_options=args.fsdp_options)
+        procs, out = spawn_ranks(run, ranks)
+        n = len(chosen)
         got: dict[tuple, list] = {}
         for _ in range(n * ranks):
             rank, case, peak, error = out.get(timeout=1800)
             got.setdefault(case, []).append((peak, error))
         for p in procs:
             p.join(timeout=60)
-        for case in cases(args.quick):
+        for case in chosen:
             failures = [e for _, e in got[case] if e]
             label = f"{' '.join(map(str, case))} p{ranks}"
             if failures:
-                print(f"{label:36s} failed: {failures[0].splitlines()[0][:80]}")
+                print(f"{label:56s} failed: {failures[0].splitlines()[0][:80]}")
                 continue
             measured = max(peak for peak, _ in got[case])
             guess = predicted(*case, ranks, cache)
             errors.append(guess / measured - 1)
-            print(f"{label:36s} {guess / 2**20:13.2f} {measured / 2**20:12.2f} {errors[-1]:+7.1%}")
+            print(f"{label:56s} {guess / 2**20:13.2f} {measured / 2**20:12.2f} {errors[-1]:+7.1%}")
     absolute = sorted(abs(e) for e in errors)
     p90 = absolute[min(len(absolute) - 1, int(0.9 * len(absolute)))]
     print(

@@ -23,7 +23,14 @@ gradient, optimizer-state and buffer bytes, p the trial's devices and b its per-
 - fsdp's gathered: the two largest shard units' full parameters (the one computing and the
   one prefetched), less their shards; and its gradient shards, G / p, the reduce-scatter's
   output held beside a unit's full gradients at the end of its backward (measured: 1 G at one
-  rank on the D2L MLP, whose peak falls there);
+  rank on the D2L MLP, whose peak falls there). Its options (FSDP2's documented behaviour):
+  `fsdp_reshard_after_forward: false` keeps every unit gathered from its forward to its
+  backward, so all of P - P / p instead of two units; `fsdp_param_dtype` bf16/fp16 casts the
+  gathered copy (the fp32 shards, the optimizer's, stay), so the gathered parameters count at
+  its size, and the forward computes in it, so step(b) shrinks by its size over the probe's
+  compute dtype (fp32, or half under a bf16 `precision`); `fsdp_reduce_dtype` changes only
+  the transient reduce-scatter input, not the peak (measured with benchmarks/memory_model.py
+  --fsdp-options: the MLP and the small GPT at 1 and 2 gloo ranks);
 - step(b) = a + k b: what the plain model's step adds at its peak (activations, temporaries,
   the gradients alive then), a straight line through the probe's two batches (ZeRO's paper,
   DeepSpeed's estimators and torch's own MemTracker all take activations as linear in batch);
@@ -35,16 +42,23 @@ gradient, optimizer-state and buffer bytes, p the trial's devices and b its per-
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from amdahl.strategies import STRATEGIES
+from amdahl.strategies import OPTION_DEFAULTS, STRATEGIES
 
 #: Share of the device's memory a trial may be predicted to use before the plan refuses it:
 #: the rest covers what the model does not count (allocator fragmentation, the CUDA context).
 DEVICE_MEMORY_MARGIN = 0.1
 #: `largest_batch` where no batch size changes the memory.
 UNBOUNDED_BATCH = 2**31
+#: Bytes per element of each `options.fsdp_param_dtype` value.
+FSDP_DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+#: Bytes per element of the model's parameters, and of what its forward computes in, by
+#: `precision` (bf16/fp16 autocast the forward, bf16_weights casts the model; others fp32).
+PARAM_BYTES = {"bf16_weights": 2}
+COMPUTE_BYTES = {"bf16": 2, "fp16": 2, "bf16_weights": 2}
 
 
 @dataclass(frozen=True)
@@ -113,7 +127,7 @@ class MemoryPrediction:
         return max(self.parts, key=lambda k: self.parts[k])
 
 
-def predict_peak(
+def predict_peak(  # noqa: PLR0913 - a trial's settings, each but the first four defaulted
     facts: MemoryFacts,
     sync: str,
     devices: int,
@@ -121,10 +135,13 @@ def predict_peak(
     micro_steps: int = 1,
     overhead_bytes: float = 0.0,
     checkpointing: str = "none",
+    options: Mapping[str, Any] | None = None,
+    precision: str = "fp32",
 ) -> MemoryPrediction:
     """The peak tensor bytes one rank of a trial holds (the module docstring's sum), at
     `micro_steps` passes per optimizer step (strategies.micro_steps), its step line the one
-    the probe measured with its activation `checkpointing`."""
+    the probe measured with its activation `checkpointing`, under its `options` (the fsdp
+    ones; None or a missing one: its default) and the `precision` the facts were measured at."""
     shape = STRATEGIES[sync].memory
     intercept, per_sample = facts.step_line(checkpointing)
     p = max(1, devices)
@@ -132,8 +149,9 @@ def predict_peak(
     shard = (lambda x: x / p) if fsdp else (lambda x: x)
     optimizer = {"replicated": 1.0, "sharded": 1.0 / p, "remote": 0.0}[shape.optimizer]
     held = float(facts.grad_bytes) if micro_steps > 1 else 0.0
-    gathered = sum(u - u / p for u in facts.largest_units[:2]) if fsdp else 0.0
-    gathered += facts.grad_bytes / p if fsdp else 0.0
+    knobs = {**OPTION_DEFAULTS, **(options or {})}
+    gathered = _fsdp_gathered(facts, p, knobs, precision) if fsdp else 0.0
+    step = max(0.0, intercept + per_sample * batch) * _step_scale(sync, options, precision)
     parts = {
         "parameters": shard(facts.param_bytes),
         "optimizer": facts.optimizer_bytes * optimizer,
@@ -141,10 +159,34 @@ def predict_peak(
         "buckets": 2.0 * facts.grad_bytes if shape.buckets else 0.0,
         "held gradients": held,
         "gathered parameters": gathered,
-        "step": max(0.0, intercept + per_sample * batch),
+        "step": step,
         "device overhead": overhead_bytes,
     }
     return MemoryPrediction(sum(parts.values()), parts)
+
+
+def _fsdp_gathered(facts: MemoryFacts, p: int, options: dict[str, Any], precision: str) -> float:
+    """fsdp's gathered parameters and gradient shards (the module docstring's term) under
+    its options: the units gathered at the peak are the two largest, or every one where
+    `fsdp_reshard_after_forward` is false (each stays gathered from its forward to its
+    backward), held at `fsdp_param_dtype`'s size (FSDP2 casts the gathered copy; its sharded
+    parameters stay in their own dtype)."""
+    dtype = options["fsdp_param_dtype"]
+    ratio = FSDP_DTYPE_BYTES[dtype] / PARAM_BYTES.get(precision, 4) if dtype else 1.0
+    reshard = options["fsdp_reshard_after_forward"]
+    units = facts.largest_units[:2] if reshard else (facts.param_bytes,)
+    return sum(ratio * (u - u / p) for u in units) + facts.grad_bytes / p
+
+
+def _step_scale(sync: str, options: Mapping[str, Any] | None, precision: str) -> float:
+    """What fsdp's `fsdp_param_dtype` makes of the probe's step line (1 elsewhere): the
+    forward computes in that dtype, so its activations shrink by its size over the probe's
+    compute dtype (`COMPUTE_BYTES`: fp32, or half under a half `precision`, which already
+    computes in half); never grows (autocast keeps its own casts under an fp32 param dtype)."""
+    dtype = (options or {}).get("fsdp_param_dtype")
+    if STRATEGIES[sync].memory.parameters != "sharded" or dtype is None:
+        return 1.0
+    return min(1.0, FSDP_DTYPE_BYTES[dtype] / COMPUTE_BYTES.get(precision, 4))
 
 
 def usable_bytes(device_memory_gb: float) -> float:
@@ -152,7 +194,7 @@ def usable_bytes(device_memory_gb: float) -> float:
     return device_memory_gb * 1e9 * (1 - DEVICE_MEMORY_MARGIN)
 
 
-def largest_batch(
+def largest_batch(  # noqa: PLR0913 - a trial's settings, as predict_peak takes them
     facts: MemoryFacts,
     sync: str,
     devices: int,
@@ -160,12 +202,15 @@ def largest_batch(
     micro_steps: int = 1,
     overhead_bytes: float = 0.0,
     checkpointing: str = "none",
+    options: Mapping[str, Any] | None = None,
+    precision: str = "fp32",
 ) -> int:
     """The largest per-device batch predicted to fit (0: not even one sample)."""
-    fixed = predict_peak(facts, sync, devices, 0, micro_steps, overhead_bytes, checkpointing)
-    fixed = fixed.total
-    room = usable_bytes(device_memory_gb) - fixed
-    per_sample = facts.step_line(checkpointing)[1]
+    fixed = predict_peak(
+        facts, sync, devices, 0, micro_steps, overhead_bytes, checkpointing, options, precision
+    )
+    room = usable_bytes(device_memory_gb) - fixed.total
+    per_sample = facts.step_line(checkpointing)[1] * _step_scale(sync, options, precision)
     if per_sample <= 0:  # nothing grows with the batch: any fits, or none does
         return 0 if room < 0 else UNBOUNDED_BATCH
     return max(0, int(room // per_sample))
@@ -212,7 +257,7 @@ def _present(value: Any) -> bool:
     return value is not None and value == value
 
 
-def alternatives(
+def alternatives(  # noqa: PLR0913 - a trial's settings, as predict_peak takes them
     facts: MemoryFacts,
     bf16: MemoryFacts | None,
     sync: str,
@@ -220,16 +265,21 @@ def alternatives(
     batch: float,
     micro_steps: int = 1,
     checkpointing: str = "none",
+    options: Mapping[str, Any] | None = None,
+    precision: str = "fp32",
 ) -> list[tuple[str, float]]:
     """What the same trial would hold per device another way, largest saving first, as
     (what to change, predicted peak bytes): the sharding strategies at more than one device,
     bf16 where the probe measured it and the trial is fp32, activation checkpointing where the
     probe measured it, and half the batch (the same global batch with twice the micro-steps,
     or half the samples per step), each at the trial's `micro_steps`. Only changes that hold
-    less than the trial's own prediction."""
+    less than the trial's own prediction. Each keeps the trial's `options` (fsdp's count
+    where the change keeps fsdp) and `precision`, but bf16."""
 
-    def peak(f: MemoryFacts, s: str, b: float, mode: str = checkpointing) -> float:
-        return predict_peak(f, s, devices, b, micro_steps, checkpointing=mode).total
+    def peak(
+        f: MemoryFacts, s: str, b: float, mode: str = checkpointing, at: str = precision
+    ) -> float:
+        return predict_peak(f, s, devices, b, micro_steps, 0.0, mode, options, at).total
 
     out = [
         (f"sync {other}", peak(facts, other, batch))
@@ -237,7 +287,7 @@ def alternatives(
         if devices > 1 and other != sync and other in STRATEGIES
     ]
     if bf16 is not None:
-        out.append(("bf16", peak(bf16, sync, batch)))
+        out.append(("bf16", peak(bf16, sync, batch, at="bf16")))
     out += [
         (f"activation_checkpointing {mode}", peak(facts, sync, batch, mode))
         for mode in facts.checkpointed

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from amdahl.analysis.configs import Config
+from amdahl.analysis.configs import Config, config_options
 from amdahl.analysis.memory_model import (
     MemoryFacts,
     Overhead,
@@ -50,7 +50,14 @@ class MemoryView:
         if facts is None or c.batch_size is None:
             return None
         own = predict_peak(
-            facts, c.sync, c.devices, c.batch_size, micro_steps(c), checkpointing=_mode(c)
+            facts,
+            c.sync,
+            c.devices,
+            c.batch_size,
+            micro_steps(c),
+            checkpointing=_mode(c),
+            options=config_options(c.settings),
+            precision=c.settings["precision"],
         )
         return own.total + self.overhead.bytes
 
@@ -62,9 +69,11 @@ class MemoryView:
             return []
         bf16 = self.facts_of(c, "bf16") if c.settings["precision"] == "fp32" else None
         micro, mode = micro_steps(c), _mode(c)
-        own = predict_peak(facts, c.sync, c.devices, c.batch_size, micro, checkpointing=mode)
-        found = alternatives(facts, bf16, c.sync, c.devices, c.batch_size, micro, mode)
-        own = own.total
+        options, precision = config_options(c.settings), c.settings["precision"]
+        own = self.predicted(c) - self.overhead.bytes
+        found = alternatives(
+            facts, bf16, c.sync, c.devices, c.batch_size, micro, mode, options, precision
+        )
         return [(name, own - other) for name, other in found]
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from amdahl.analysis.calibration import Calibration
 from amdahl.analysis.comm import Oversubscribed
-from amdahl.analysis.configs import NO_SYNC, Config, scale_batch
+from amdahl.analysis.configs import NO_SYNC, Config, config_options, scale_batch
 from amdahl.analysis.cost import cost_per_million, device_hours_per_million
 from amdahl.analysis.memory_model import predict_peak
 from amdahl.analysis.points import (
@@ -473,8 +473,11 @@ def _memory_of(inputs: ModelInputs, settings: dict[str, Any]) -> Callable[[int, 
     micro = family_micro_steps(settings, inputs.options.model_dump())
     overhead = inputs.memory_overhead_bytes
     mode = settings.get("activation_checkpointing") or "none"
+    options, precision = config_options(settings), settings["precision"]
     return lambda devices, batch: (
-        predict_peak(facts, settings["sync"], devices, batch, micro, overhead, mode).total
+        predict_peak(
+            facts, settings["sync"], devices, batch, micro, overhead, mode, options, precision
+        ).total
     )
 
 

@@ -45,6 +45,8 @@ def predict_trial(
         batch,
         _micro(settings),
         checkpointing=settings.activation_checkpointing,
+        options=settings.options,
+        precision=settings.precision,
     )
 
 
@@ -101,6 +103,8 @@ def _max_batch(settings: TrialSettings, facts: FactsSource | None, gb: float) ->
         gb,
         _micro(settings),
         checkpointing=settings.activation_checkpointing,
+        options=settings.options,
+        precision=settings.precision,
     )
     if limit >= UNBOUNDED_BATCH:
         raise UserError(
@@ -132,6 +136,8 @@ def largest_fitting_batch(
         gb,
         _micro(settings),
         checkpointing=settings.activation_checkpointing,
+        options=settings.options,
+        precision=settings.precision,
     )
 
 
@@ -185,7 +191,16 @@ def _what_fits(
     p = settings.devices
     out = []
     mode = settings.activation_checkpointing
-    limit = largest_batch(facts, settings.sync, p, gb, _micro(settings), checkpointing=mode)
+    limit = largest_batch(
+        facts,
+        settings.sync,
+        p,
+        gb,
+        _micro(settings),
+        checkpointing=mode,
+        options=settings.options,
+        precision=settings.precision,
+    )
     if limit >= 1:
         out.append(f"per-device batch <= {limit}")
     batch = per_device_batch(settings.batch_size, p, spec.train.scaling)
@@ -193,7 +208,16 @@ def _what_fits(
 
     def fits(sync: str, checkpointing: str) -> bool:
         micro = _micro(settings, sync)
-        peak = predict_peak(facts, sync, p, batch, micro, checkpointing=checkpointing)
+        peak = predict_peak(
+            facts,
+            sync,
+            p,
+            batch,
+            micro,
+            checkpointing=checkpointing,
+            options=settings.options,
+            precision=settings.precision,
+        )
         return peak.total <= usable
 
     for sync in ("zero1", "fsdp"):

@@ -58,6 +58,51 @@ def test_accumulation_holds_the_gradients_across_micro_batches():
     assert _parts("fsdp")["held gradients"] == 0
 
 
+def test_fsdp_without_resharding_keeps_every_units_parameters_gathered():
+    """P - P/p of gathered parameters instead of the two largest units' (4 ranks: 75 MB)."""
+    kept = {"fsdp_reshard_after_forward": False}
+    parts = predict_peak(FACTS, "fsdp", 4, 10, options=kept).parts
+    assert parts["gathered parameters"] == pytest.approx(100 * 0.75 * MB + 25 * MB)
+    assert parts["parameters"] == 25 * MB and parts["step"] == 25 * MB
+    default = predict_peak(FACTS, "fsdp", 4, 10, options={"fsdp_reshard_after_forward": True})
+    assert default.parts == _parts("fsdp")
+
+
+def test_fsdp_param_dtype_halves_the_gathered_copy_and_an_fp32_steps_activations():
+    """bf16: the gathered units at 2 of 4 bytes (the fp32 shards and gradient shards stay),
+    and the fp32 probe's step line halved; under a bf16 precision the line stays."""
+    bf16 = {"fsdp_param_dtype": "bf16"}
+    parts = predict_peak(FACTS, "fsdp", 4, 10, options=bf16).parts
+    assert parts["gathered parameters"] == pytest.approx((60 + 30) * 0.75 * MB / 2 + 25 * MB)
+    assert parts["parameters"] == 25 * MB
+    assert parts["step"] == pytest.approx(25 * MB / 2)
+    autocast = predict_peak(FACTS, "fsdp", 4, 10, options=bf16, precision="bf16").parts
+    assert autocast["step"] == 25 * MB
+    # bf16_weights: the parameters are bf16 already, nothing to cast
+    halved = predict_peak(FACTS, "fsdp", 4, 10, options=bf16, precision="bf16_weights")
+    assert halved.parts == _parts("fsdp")
+    both = {**bf16, "fsdp_reshard_after_forward": False}
+    kept = predict_peak(FACTS, "fsdp", 4, 10, options=both).parts
+    assert kept["gathered parameters"] == pytest.approx(100 * 0.75 * MB / 2 + 25 * MB)
+    # fp32 is the parameters' own dtype; another strategy ignores fsdp's options
+    assert predict_peak(FACTS, "fsdp", 4, 10, options={"fsdp_param_dtype": "fp32"}).parts == (
+        _parts("fsdp")
+    )
+    assert predict_peak(FACTS, "ddp", 4, 10, options=both).parts == _parts("ddp")
+
+
+def test_the_largest_batch_follows_fsdps_options():
+    gb = 0.5
+    kept = {"fsdp_reshard_after_forward": False}
+    bf16 = {"fsdp_param_dtype": "bf16"}
+    default = largest_batch(FACTS, "fsdp", 4, gb)
+    assert largest_batch(FACTS, "fsdp", 4, gb, options=kept) < default
+    limit = largest_batch(FACTS, "fsdp", 4, gb, options=bf16)
+    assert limit > default
+    assert predict_peak(FACTS, "fsdp", 4, limit, options=bf16).total <= usable_bytes(gb)
+    assert predict_peak(FACTS, "fsdp", 4, limit + 1, options=bf16).total > usable_bytes(gb)
+
+
 def test_the_largest_batch_fits_and_one_more_does_not():
     gb = 1.0
     limit = largest_batch(FACTS, "ddp", 2, gb)

@@ -1,6 +1,8 @@
 """The plan's memory check: every trial's predicted peak, and refusals of exactly the trials
 predicted above the device's memory, each saying memory and what would fit."""
 
+import dataclasses
+
 from amdahl.analysis.memory_model import MemoryFacts, predict_peak, usable_bytes
 from amdahl.plan.launches import WorkloadFacts, plan_sweep
 from amdahl.plan.resources import Node
@@ -162,3 +164,31 @@ def test_an_accumulating_trial_is_predicted_to_hold_its_gradients_across_micro_b
     }
     for sync in ("zero1", "fsdp"):
         assert peak[(sync, 4)] - peak[(sync, 1)] == FACTS.grad_bytes  # whole, even under fsdp
+
+
+def test_fsdps_options_as_axes_change_its_predicted_peak_in_the_plan():
+    """grid.options.fsdp_reshard_after_forward [true, false]: the trial that keeps its units
+    gathered is predicted to hold the whole model's parameters (P - P/p at 2 ranks), less
+    the two units the default holds."""
+    spec = validate_spec(
+        {
+            "name": "t",
+            "workload": "mlp",
+            "grid": {
+                "devices": [2],
+                "batch_size": [16],
+                "sync": ["fsdp"],
+                "options": {"fsdp_reshard_after_forward": [True, False]},
+            },
+            "resources": {"cpus_per_device": 1, "cpus_per_data_worker": 1},
+        }
+    )
+    units = dataclasses.replace(FACTS, largest_units=(3 * 10**7, 2 * 10**7))
+    facts = WorkloadFacts(MLP.defaults, memory=lambda params, precision: units)
+    plan = plan_sweep(spec, NODES, facts)
+    peaks = {
+        t.settings.options.get("fsdp_reshard_after_forward", True): t.predicted_peak_mem_bytes
+        for t in plan.trials
+    }
+    # (10**8 - 10**8 / 2) gathered against (3e7 + 2e7) / 2
+    assert peaks[False] - peaks[True] == 5 * 10**7 - 2.5 * 10**7

@@ -152,3 +152,27 @@ def test_a_memory_bound_configuration_is_advised_what_the_model_predicts_each_ch
     assert not any("zero1 or fsdp to shard" in a for a in tight.advice)
     roomy = next(x for x in report.diagnoses if x.config.devices == 1)
     assert not any("MiB less" in a for a in roomy.advice)
+
+
+def test_the_report_predicts_a_row_with_the_fsdp_options_its_options_column_names(tmp_path):
+    """A row's `options` column (its options away from their defaults) reaches the memory
+    model: an fsdp trial without resharding after the forward is predicted, per device, to
+    hold every unit's gathered parameters; `platform predict` says the same of its family."""
+    import json
+
+    from amdahl.analysis.memory_model import MemoryFacts, predict_peak
+    from amdahl.report.predict import predict_sweep
+
+    facts = MemoryFacts(100 * MIB, 100 * MIB, 100 * MIB, 0, (20 * MIB, 20 * MIB), 0.0, MIB)
+    kept = {"fsdp_reshard_after_forward": False}
+    rows = [row(2, 64, sync="fsdp", options=json.dumps(kept), peak_mem_bytes=300 * MIB)]
+    d = _with_facts(write_sweep(tmp_path / "s", rows), facts)
+    report = build_report(d)
+    [config] = report.configs
+    assert config.settings["options"] == json.dumps(kept)
+    held = predict_peak(facts, "fsdp", 2, 64, options=kept).total
+    # 100 MiB less its shard gathered, against the two 20 MiB units less theirs
+    assert held - predict_peak(facts, "fsdp", 2, 64).total == (50 - 20) * MIB
+    assert report.memory.predicted(config) == held
+    [family] = predict_sweep(d, [2]).families
+    assert [r.memory_bytes for r in family.rows if r.devices == 2] == [held]
