@@ -69,5 +69,5 @@ def failure_text(e: BaseException, first: str) -> str:
     return (
         f"failed: {type(e).__name__}: {first}{site_text(frame)}\n{where}"
         + "".join(shown.format())
-        + f"{type(e).__name__}: {first}"
+        + "".join(traceback.format_exception_only(e))  # the qualified name, as Python prints it
     )
