@@ -96,7 +96,18 @@ def _max_batch(settings: TrialSettings, facts: FactsSource | None, gb: float) ->
             "grid.batch_size: max needs the model's memory, and the memory probe could not "
             "measure it (see the warning above); list the batch sizes instead"
         )
-    limit = largest_batch(
+    limit = _largest_batch(found, settings, gb)
+    if limit >= UNBOUNDED_BATCH:
+        raise UserError(
+            "grid.batch_size: max: the model's memory does not grow with its batch, so no "
+            "batch is the largest that fits; list the batch sizes instead"
+        )
+    return max(1, largest_power_of_two(limit))
+
+
+def _largest_batch(found: MemoryFacts, settings: TrialSettings, gb: float) -> int:
+    """analysis.memory_model.largest_batch for the trial's own settings."""
+    return largest_batch(
         found,
         settings.sync,
         settings.devices,
@@ -106,12 +117,6 @@ def _max_batch(settings: TrialSettings, facts: FactsSource | None, gb: float) ->
         options=settings.options,
         precision=settings.precision,
     )
-    if limit >= UNBOUNDED_BATCH:
-        raise UserError(
-            "grid.batch_size: max: the model's memory does not grow with its batch, so no "
-            "batch is the largest that fits; list the batch sizes instead"
-        )
-    return max(1, largest_power_of_two(limit))
 
 
 def device_memory_gb(spec: SweepSpec, stated: float | None) -> float | None:
@@ -129,16 +134,7 @@ def largest_fitting_batch(
     found = facts(settings.params, settings.precision) if facts and gb else None
     if found is None:
         return None
-    return largest_batch(
-        found,
-        settings.sync,
-        settings.devices,
-        gb,
-        _micro(settings),
-        checkpointing=settings.activation_checkpointing,
-        options=settings.options,
-        precision=settings.precision,
-    )
+    return _largest_batch(found, settings, gb)
 
 
 def memory_problem(
