@@ -129,7 +129,8 @@ def _searched(inputs: SweepInputs, spec: Any) -> None:
     from pydantic import ValidationError
 
     from amdahl.search.halving import final_rows, replay
-    from amdahl.spec.schema import SearchSpec, TrainSpec
+    from amdahl.spec.schema import TrainSpec
+    from amdahl.spec.search_section import SearchSpec
 
     raw = spec if isinstance(spec, dict) else {}
     try:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from amdahl.spec.schema import CONSTRAINT_PATTERN
+from amdahl.spec.search_section import CONSTRAINT_PATTERN
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le,

@@ -16,7 +16,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     ConfigDict,
     Field,
     PrivateAttr,
@@ -27,7 +26,9 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
-from amdahl.columns import AXIS_TABLE, COLUMNS
+from amdahl.columns import AXIS_TABLE
+from amdahl.spec.search_section import SearchSpec
+from amdahl.spec.sections import Section
 from amdahl.strategies import NAMES, OPTION_DEFAULTS
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "bf16_weights"]
@@ -45,13 +46,7 @@ _NonNegative = Annotated[int, Field(ge=0)]
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://.")
 
 
-class _Section(BaseModel):
-    # allow_inf_nan=False: "inf" and "nan" (strings pydantic would turn into floats) are refused
-    # like YAML's .inf and .nan (see amdahl.spec.load): no count, rate or price is infinite.
-    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
-
-
-class TargetSpec(_Section):
+class TargetSpec(Section):
     """Time-to-target mode (MLPerf style): how long until validation quality reaches a value."""
 
     metric: Literal["val_accuracy", "val_loss"] = Field(
@@ -66,7 +61,7 @@ class TargetSpec(_Section):
     )
 
 
-class TrainSpec(_Section):
+class TrainSpec(Section):
     """How each trial trains and what is timed."""
 
     steps: int = Field(50, ge=1, description="Measured optimizer steps per trial (after warmup).")
@@ -124,7 +119,7 @@ class TrainSpec(_Section):
     )
 
 
-class GridSpec(_Section):
+class GridSpec(Section):
     """Lists of values; the sweep runs their cartesian product (minus `exclude`)."""
 
     model_config = ConfigDict(extra="allow", validate_default=True)
@@ -201,7 +196,7 @@ class GridSpec(_Section):
         return self.options.model_dump()
 
 
-class OptionsSpec(_Section):
+class OptionsSpec(Section):
     """Settings of individual axis values (each applies only where its axis value is used)."""
 
     compile_mode: Literal[
@@ -278,7 +273,7 @@ def _checked_as(info: FieldInfo) -> Any:
     return Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
 
 
-class _OptionLists(_Section):
+class _OptionLists(Section):
     @model_serializer(mode="wrap")
     def _listed_only(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         """Only the options swept: spec.yaml and best.yaml say `options: {}` for none."""
@@ -305,7 +300,7 @@ GridOptionsSpec = create_model(
 GridSpec.model_rebuild()  # its `options` field, made above from OptionsSpec
 
 
-class ResourcesSpec(_Section):
+class ResourcesSpec(Section):
     """What each trial asks Ray for."""
 
     use_gpu: bool = Field(False, description="Train on GPUs (NCCL) instead of CPUs (gloo).")
@@ -352,7 +347,7 @@ class ResourcesSpec(_Section):
         return value
 
 
-class TrackingSpec(_Section):
+class TrackingSpec(Section):
     """Where results are mirrored in MLflow."""
 
     experiment: str | None = Field(None, description="MLflow experiment; defaults to `name`.")
@@ -362,7 +357,7 @@ class TrackingSpec(_Section):
     enabled: bool = Field(True, description="Mirror results to MLflow at all.")
 
 
-class ReportSpec(_Section):
+class ReportSpec(Section):
     """Inputs the report needs that no measurement gives."""
 
     cost_per_device_hour: float = Field(
@@ -370,123 +365,7 @@ class ReportSpec(_Section):
     )
 
 
-Objective = Literal["throughput", "throughput_per_device", "time_to_target"]
-#: A search constraint, COLUMN OP NUMBER (groups: column, operator, number): the one grammar
-#: that SearchSpec validates and search/objectives.py parses.
-CONSTRAINT_PATTERN = re.compile(r"^\s*([a-z_]+)\s*(<=|>=|<|>)\s*([-+0-9.eE]+)\s*$")
-_BUDGET = re.compile(r"^\s*([0-9.]+)\s*(%|s)?\s*$")
-
-
-class SearchSpec(_Section):
-    """How the grid's configurations are searched (search/halving.py; docs/architecture.md,
-    "Search")."""
-
-    method: Literal["grid", "halving"] = Field(
-        "grid",
-        description="grid: measure every configuration for train.steps; halving: successive "
-        "halving, short windows for all, longer ones for the best 1/eta of each rung.",
-    )
-    budget: float | str | None = Field(
-        None,
-        description="halving: most trial-seconds to spend, as seconds (600 or '600s') or as a "
-        "share of the whole grid's estimated trial-seconds ('25%'); null: no limit.",
-    )
-    eta: int = Field(3, ge=2, description="halving: keep the best 1/eta of each rung.")
-    min_steps: int = Field(
-        10, ge=1, description="halving: measured steps of the first rung (x eta per rung)."
-    )
-    final_repeats: int = Field(
-        1,
-        ge=1,
-        description="halving: measurements of each finalist in the last rung, interleaved in "
-        "one launch; the final ranking is their median, and the finalists whose spread cannot "
-        "be told apart from the best are named as such.",
-    )
-    objective: Objective = Field(
-        "throughput",
-        description="What is best: throughput (samples/s), throughput_per_device (samples/s "
-        "per device: throughput per device-hour), or time_to_target (train.target needed).",
-    )
-    constraints: list[str] = Field(
-        [],
-        description="Conditions on a row's columns a configuration must meet, such as "
-        "'peak_mem_bytes <= 4e9' or 'val_accuracy >= 0.8' (<=, >=, <, >).",
-    )
-    skip_below: float | None = Field(
-        0.5,
-        gt=0,
-        le=1,
-        description="halving: skip a configuration the step-time model predicts below this "
-        "share of the best measured objective (recorded as status skipped); null: never.",
-    )
-    continue_rungs: bool = Field(
-        True,
-        description="halving: keep each ranking rung's trials in their workers, so that a "
-        "promoted configuration continues where its rung stopped (only the added steps run; "
-        "set-up and warmup once; the row pools its windows) instead of starting again; kept "
-        "trials hold at most a quarter of a worker's memory. Eager trials only: compiled "
-        "(inductor, torchscript) and time_to_target trials start again each rung.",
-    )
-    calibration: str | None = Field(
-        None,
-        description="halving: a calibration.json (`platform calibrate`) giving the step-time "
-        "model its communication terms, or 'auto': measure it in the sweep's own Ray before the "
-        "first rung (into the sweep directory; about 20 s on a laptop). Without one the model "
-        "predicts sync none families only.",
-    )
-
-    @field_validator("budget")
-    @classmethod
-    def _budget_seconds_or_share(cls, value: float | str | None) -> float | str | None:
-        if value is None:
-            return None
-        m = _BUDGET.match(str(value))
-        if not m or float(m.group(1)) <= 0 or (m.group(2) == "%" and float(m.group(1)) > 100):
-            raise ValueError(
-                f"got {value!r}: give trial-seconds (600 or '600s') or a share of the grid's "
-                "estimated cost ('25%', at most 100%)"
-            )
-        return value
-
-    @field_validator("constraints")
-    @classmethod
-    def _constraints_parse(cls, value: list[str]) -> list[str]:
-        if not value:
-            return value
-
-        for text in value:
-            m = CONSTRAINT_PATTERN.match(text)
-            if not m:
-                raise ValueError(
-                    f"got {text!r}: write COLUMN OP NUMBER, e.g. 'peak_mem_bytes <= 4e9' "
-                    "(OP one of <=, >=, <, >)"
-                )
-            column = m.group(1)
-            if column not in COLUMNS or not _numeric_column(COLUMNS[column][0]):
-                numeric = sorted(k for k, (t, _) in COLUMNS.items() if _numeric_column(t))
-                raise ValueError(
-                    f"{text!r}: {column!r} is not a numeric results column; one of "
-                    + ", ".join(numeric)
-                )
-        return value
-
-    def budget_s(self, grid_estimate_s: float) -> float | None:
-        """The budget in trial-seconds, given the whole grid's estimated trial-seconds."""
-        if self.budget is None:
-            return None
-        m = _BUDGET.match(str(self.budget))
-        assert m is not None  # validated
-        number = float(m.group(1))
-        return number / 100 * grid_estimate_s if m.group(2) == "%" else number
-
-
-def _numeric_column(typ: Any) -> bool:
-    import pyarrow as pa
-
-    return pa.types.is_integer(typ) or pa.types.is_floating(typ)
-
-
-class SweepSpec(_Section):
+class SweepSpec(Section):
     """A whole sweep file."""
 
     name: str = Field("sweep", pattern=r"^[A-Za-z0-9_.-]+$", description="Sweep name.")
