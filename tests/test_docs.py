@@ -210,3 +210,31 @@ def test_the_citation_check_reads_each_citation_whole():
         "plan.json",
     ]
     assert {ref: _dotted_problem(ref) for ref in sound} == dict.fromkeys(sound)
+
+
+def _schema_keys(model, prefix: str = "") -> list[str]:
+    """Every key of the sweep file, walked from the schema itself (not from the renderer)."""
+    from amdahl.spec.reference import _section_of
+
+    keys = []
+    for name, info in model.model_fields.items():
+        key = f"{prefix}{name}"
+        section = _section_of(info.annotation)
+        if key == "grid.options":
+            keys.append("grid.options.<name>")
+            continue
+        keys.append(key)
+        if section is not None:
+            keys += _schema_keys(section, key + ".")
+    return keys
+
+
+def test_the_sweep_file_reference_is_the_schemas_and_names_every_key() -> None:
+    from amdahl.spec.reference import PAGE, reference_markdown
+
+    page = (ROOT / PAGE).read_text()
+    missing = [k for k in _schema_keys(SweepSpec) if f"| `{k}` |" not in page]
+    assert not missing, f"{PAGE} lacks {missing}: run python -m amdahl.spec.reference --write"
+    assert page == reference_markdown(), (
+        f"{PAGE} differs from the schema: run python -m amdahl.spec.reference --write"
+    )

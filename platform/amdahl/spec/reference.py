@@ -69,7 +69,7 @@ def type_text(annotation: Any, metadata: list[Any] = ()) -> str:
         inner = [m for a in args[1:] for m in (a.metadata if isinstance(a, FieldInfo) else [a])]
         return type_text(args[0], [*inner, *metadata])
     if origin is Literal:
-        return " \\| ".join("null" if a is None else f"`{a}`" for a in args)
+        return " | ".join("null" if a is None else f"`{a}`" for a in args)
     if origin in (typing.Union, types.UnionType):
         shown = [type_text(a, metadata) for a in args if a is not type(None)]
         return " or ".join(shown) + (" or null" if type(None) in args else "")
@@ -83,19 +83,23 @@ def type_text(annotation: Any, metadata: list[Any] = ()) -> str:
     return name + (_bounds(metadata) if annotation in (int, float) else "")
 
 
-def _default_text(info: FieldInfo) -> str:
+def _yaml(value: Any) -> str:
+    """A default as the sweep file writes it: `[fp32]`, `true`, `{}`."""
+    if isinstance(value, list):
+        return "[" + ", ".join(_yaml(v) for v in value) + "]"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "null" if value is None else str(value)
+
+
+def _default_text(info: FieldInfo, extra: dict[str, Any]) -> str:
+    if "shown_default" in extra:
+        return str(extra["shown_default"])
     if info.default is PydanticUndefined:
         return "required" if info.default_factory is None else ""
-    value = info.default
-    if isinstance(value, BaseModel):
-        return ""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return f"`{str(value).lower()}`"
-    if isinstance(value, str):
-        return f"`{value}`"
-    return f"`{value}`"
+    if isinstance(info.default, BaseModel):
+        return "(below)"
+    return "null" if info.default is None else f"`{_yaml(info.default)}`"
 
 
 def _section_of(annotation: Any) -> type[BaseModel] | None:
@@ -117,8 +121,8 @@ def _rows(model: type[BaseModel], prefix: str) -> list[str]:
         shown = str(extra.get("shown_type") or type_text(info.annotation, info.metadata))
         key = str(extra.get("shown_key") or f"{prefix}{name}")
         rows.append(
-            f"| `{key}` | {_cell(shown)} | {_default_text(info)} | "
-            f"{_cell(info.description or '')} |"
+            f"| `{key}` | {_cell(shown)} | {_default_text(info, extra)} | "
+            f"{_cell(info.description or _lead(_section_of(info.annotation)))} |"
         )
     for key, meaning in getattr(model, "EXTRA_KEYS", {}).items():
         rows.append(f"| `{prefix}{key}` | list | | {_cell(meaning)} |")
@@ -137,8 +141,13 @@ def _sections(model: type[BaseModel], prefix: str) -> list[tuple[str, type[BaseM
     return found
 
 
+def _lead(model: type[BaseModel] | None) -> str:
+    """A section's docstring on one line: its row's meaning and its table's first line."""
+    return " ".join((model.__doc__ or "").split()) if model is not None else ""
+
+
 def _table(title: str, model: type[BaseModel], prefix: str) -> str:
-    lead = " ".join((model.__doc__ or "").split())
+    lead = _lead(model)
     head = ["| key | type | default | meaning |", "|---|---|---|---|"]
     return "\n".join([f"## {title}", "", lead, "", *head, *_rows(model, prefix), ""])
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     AfterValidator,
@@ -28,7 +28,7 @@ from pydantic.fields import FieldInfo
 
 from amdahl.columns import AXIS_TABLE
 from amdahl.spec.search_section import SearchSpec
-from amdahl.spec.sections import Section
+from amdahl.spec.section_base import Section
 from amdahl.strategies import NAMES, OPTION_DEFAULTS
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "bf16_weights"]
@@ -64,58 +64,61 @@ class TargetSpec(Section):
 class TrainSpec(Section):
     """How each trial trains and what is timed."""
 
-    steps: int = Field(50, ge=1, description="Measured optimizer steps per trial (after warmup).")
-    warmup_steps: int = Field(
-        10, ge=0, description="Steps run first and excluded from timing (allocator, caches)."
-    )
+    steps: int = Field(50, ge=1, description="measured optimizer steps per trial.")
+    warmup_steps: int = Field(10, ge=0, description="steps run first and excluded from timing.")
     repeats: int = Field(
-        1, ge=1, description="Times each trial is measured; each repeat is its own results row."
+        1,
+        ge=1,
+        description="measurements per trial; each repeat is its own row, and a launch runs "
+        "repeat 0 of all its trials before repeat 1 of any, so a drift of the machine falls "
+        "on every configuration alike; the report says when repeats differ by a CV over 10% "
+        "over windows under 1 s (too short to rank on: raise `train.steps`).",
     )
-    seed: int = Field(0, description="Seed for model initialisation and synthetic data.")
-    lr: float = Field(0.05, gt=0, description="Learning rate.")
+    seed: int = Field(0, description="seed for model initialisation and synthetic data.")
+    lr: float = Field(0.05, gt=0, description="learning rate.")
     optimizer: Literal["sgd", "adamw"] = Field(
         "sgd",
-        description="sgd (momentum 0.9) or adamw; both keep per-parameter state, which "
-        "is what zero1 and fsdp shard.",
+        description="SGD with momentum 0.9, or AdamW.",
     )
     scaling: Scaling = Field(
         "weak",
-        description="weak: batch_size is per device (global batch grows with devices); "
-        "strong: batch_size is the global batch, split across devices.",
+        description="weak: `batch_size` is per device; strong: `batch_size` is the global "
+        "batch split over devices (must divide).",
     )
     max_failures: int = Field(
         0,
         ge=0,
-        description="Times a launch is restarted after a worker dies before its "
-        "unfinished trials are recorded as failed.",
+        description="restarts of a launch whose worker died.",
     )
     lr_scaling: Literal["none", "linear"] = Field(
         "none",
-        description="linear: lr x effective batch / lr_base_batch (Goyal et al. 2017), where "
-        "the effective batch is devices x per-device batch x micro-steps.",
+        description="linear: the rate is `lr` x effective batch / `lr_base_batch` "
+        "(effective batch = devices x per-device batch x micro-steps; Goyal et al. 2017); the"
+        " row's `lr` column shows the rate used.",
     )
-    lr_base_batch: int = Field(
-        256, ge=1, description="Effective batch at which `lr` is right (lr_scaling linear)."
-    )
+    lr_base_batch: int = Field(256, ge=1, description="effective batch at which `lr` is right.")
     lr_warmup_steps: int = Field(
         0,
         ge=0,
-        description="Optimizer steps over which the learning rate ramps linearly from `lr` to "
-        "its scaled value (gradual warmup; counted from the trial's first step).",
+        description="optimizer steps over which the rate ramps linearly from `lr` to its "
+        "scaled value (needs `lr_scaling: linear`).",
     )
     profile_steps: int = Field(
         3,
         ge=0,
         le=100,
         strict=True,  # a bool is not a step count
-        description="Steps of each multi-device trial recorded by torch.profiler after its "
-        "measured window (per-rank Chrome traces: communication overlap, straggler rank; "
-        "0: off).",
+        description="steps of each multi-device trial traced by torch.profiler after its "
+        "measured window (overlap, straggler, per-rank traces); 0: off; a resume may change "
+        "it.",
     )
     target: TargetSpec | None = Field(
         None,
-        description="Time-to-target mode: train until the validation metric reaches `value` "
-        "(checked every `eval_every` steps after warmup) or `max_steps` steps have run.",
+        description="time-to-target mode, e.g. `{metric: val_accuracy, value: 0.9, "
+        "max_steps: 2000, eval_every: 50}`: train until the validation metric reaches `value`"
+        " (`val_accuracy` >=, `val_loss` <=), checked every `eval_every` (default 50) steps "
+        "after warmup, or until `max_steps` steps (warmup included); `train.steps` is then "
+        "unused.",
     )
 
 
@@ -123,68 +126,99 @@ class GridSpec(Section):
     """Lists of values; the sweep runs their cartesian product (minus `exclude`)."""
 
     model_config = ConfigDict(extra="allow", validate_default=True)
+    #: The keys beyond the fields (extra="allow"), with their meaning: docs/sweep-file.md's rows.
+    EXTRA_KEYS: ClassVar[dict[str, str]] = {
+        "params.<name>": "sweep a workload parameter: a list of values of `params.<name>`, "
+        "crossed with the axes (`grid: {params.hidden: [[256], [1024, 1024]]}`).",
+    }
 
     devices: list[_Positive] = Field(
         [AXIS_TABLE["devices"].default],
         min_length=1,
-        description="Train workers (GPUs or CPU slots).",
+        description="train workers (GPUs, or CPU slots).",
     )
     batch_size: list[_Positive | Literal["max"]] = Field(
         [AXIS_TABLE["batch_size"].default],
         min_length=1,
-        description="Batch size (see train.scaling). `max`: the largest power of two per "
-        "device predicted to fit the device's memory (resources.device_memory_gb, or what a "
-        "simulated device's workload states), resolved per configuration and printed at plan "
-        "time (weak scaling only).",
+        description="batch size (see `train.scaling`); `max`: the largest power of two per "
+        "device predicted to fit the device's memory (`resources.device_memory_gb`), resolved"
+        " per device count, precision and sync and printed by `platform plan` (weak scaling "
+        "only).",
     )
     precision: list[Precision] = Field(
-        [AXIS_TABLE["precision"].default], min_length=1, description="Numeric precision."
+        [AXIS_TABLE["precision"].default],
+        min_length=1,
+        description="`tf32` needs CUDA; `bf16`/`fp16` are autocast (`fp16` with a "
+        "GradScaler); `bf16_weights` keeps model and optimizer in bf16.",
     )
     compile: list[Compile] = Field(
-        [AXIS_TABLE["compile"].default], min_length=1, description="Graph compilation."
+        [AXIS_TABLE["compile"].default],
+        min_length=1,
+        description="graph compilation (`options.compile_mode` for inductor).",
     )
     data_workers: list[_NonNegative] = Field(
         [AXIS_TABLE["data_workers"].default],
         min_length=1,
-        description="Concurrency of the input pipeline's preprocessing: Ray Data map tasks "
-        "(input ray_data), or DataLoader workers per device (input torch_loader; 0 loads in "
-        "the training process).",
+        description="preprocessing concurrency: Ray Data map tasks shared by all devices "
+        "(`ray_data`, at least 1), or DataLoader workers on each device (`torch_loader`; 0 "
+        "makes the batches in the training process, no worker processes, and its time shows "
+        "as data wait: on 2 cores the MLP at one device ran at 0.98 of a plain loop on Ray "
+        "with 0, 0.75 with 1, `benchmarks/harness_overhead.py`); each keeps "
+        "`resources.cpus_per_data_worker` CPUs free.",
     )
     input: list[Input] = Field(
         [AXIS_TABLE["input"].default],
         min_length=1,
-        description="Input pipeline: ray_data (blocks in Ray's object store; with "
-        "preprocessing, Ray Data map_batches and Arrow chunks through iter_batches) or "
-        "torch_loader (a torch DataLoader per device), with the same preprocessing.",
+        description="input pipeline, with the same preprocessing: Ray Data (blocks in the "
+        "object store; `map_batches` and Arrow chunks through `iter_batches` when "
+        "preprocessing) or a torch DataLoader per device.",
     )
     prefetch_batches: list[_NonNegative] = Field(
         [AXIS_TABLE["prefetch_batches"].default],
         min_length=1,
-        description="Batches each device's input prefetches ahead of the step.",
+        description="batches each device's input prefetches ahead of the step (DataLoader: "
+        "`prefetch_factor` = ceil(this / `data_workers`), at least 1; a ray_data shard "
+        "without preprocessing on CPU is memory the device already holds: no effect).",
     )
     sync: list[Sync] = Field(
-        [AXIS_TABLE["sync"].default], min_length=1, description="Gradient synchronisation."
+        [AXIS_TABLE["sync"].default],
+        min_length=1,
+        description="gradient synchronisation; `none` = every worker trains alone (the no-"
+        "communication ceiling); what a device or a combination cannot do is refused at plan "
+        "time, with the reason.",
     )
     accumulate_steps: list[_Positive] = Field(
         [AXIS_TABLE["accumulate_steps"].default],
         min_length=1,
-        description="Micro-batches per optimizer step (gradient accumulation), with any sync "
-        "but accumulate: the gradients are communicated once per step, after the last (DDP's "
-        "no_sync, FSDP2's set_requires_gradient_sync); the step's samples are batch_size x "
-        "this, and every step holds its gradients across the micro-batches.",
+        description="gradient accumulation with any `sync` (but `accumulate`, its older "
+        "form): this many micro-batches of `batch_size` per optimizer step, their gradients "
+        "communicated once after the last (`no_sync`, FSDP2's `set_requires_gradient_sync`), "
+        "which divides the communication per sample by it and costs a full gradient held per "
+        "rank across the micro-batches (unsharded under fsdp); throughput and `global_batch` "
+        "count every micro-batch.",
     )
     activation_checkpointing: list[Checkpointing] = Field(
         [AXIS_TABLE["activation_checkpointing"].default],
         min_length=1,
-        description="Activation checkpointing over the blocks the workload names "
-        "(Workload.blocks): none; full (every block keeps only its input and recomputes its "
-        "forward in the backward: about a third more compute for most of the activation "
-        "memory); selective (every other block: about half of each).",
+        description="recompute the forward of the blocks the workload names "
+        "(`Workload.blocks`) in the backward instead of keeping their activations: `full` "
+        "every block, `selective` every other one; costs up to one more forward of those "
+        "blocks (counted in HFU's hardware FLOPs, not in MFU's), saves most of their "
+        "activation memory (the memory probe measures both lines); refused for a workload "
+        "that names no blocks and with `torchscript`.",
     )
     options: GridOptionsSpec = Field(
         default_factory=lambda: GridOptionsSpec(),
-        description="Lists of `options` values to sweep (grid.options.bucket_cap_mb: [10, "
-        "100]); a value a trial does not read makes no extra trial.",
+        description="sweep an option (any `options.*`, each value checked as that option is), "
+        "crossed with the axes, e.g. `options: {bucket_cap_mb: [10, 25, 100]}`; a value a trial "
+        "does not read (a bucket size under `fsdp`, a mode under `eager`) makes no extra trial: "
+        "`platform plan` says how many it dropped; each swept value costs one trial per "
+        "configuration that reads it, and labels name it (`ddp bucket100`); `exclude` may name "
+        "`options.<name>`.",
+        json_schema_extra={
+            "shown_key": "grid.options.<name>",
+            "shown_type": "list of that option's values",
+        },
     )
 
     def param_axes(self) -> dict[str, list[Any]]:
@@ -203,51 +237,56 @@ class OptionsSpec(Section):
         "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"
     ] = Field(
         "default",
-        description="torch.compile mode for compile=inductor (reduce-overhead uses CUDA "
-        "graphs: GPU only).",
+        description="torch.compile mode for `inductor`: the max-autotune modes search "
+        "kernel configurations (minutes of compile time, in `compile_s`, for possibly faster "
+        "steps); `reduce-overhead` records CUDA graphs (less launch overhead, more memory) "
+        "and is refused on a CPU sweep.",
     )
     compile_cache: Literal["cold", "warm"] = Field(
         "cold",
-        description="compile=inductor: cold gives every trial empty inductor/Triton caches, so "
-        "compile_s counts every compilation; warm reuses the on-disk caches of earlier trials "
-        "and runs (what a user's second run pays).",
+        description="`cold`: each inductor trial compiles into empty caches (in a halving "
+        "search, a configuration's later rungs load what its first rung compiled, from caches"
+        " of its own: inductor generates its code once per configuration, and such a row says"
+        " `own`); `warm`: shared on-disk caches.",
     )
     bucket_cap_mb: float = Field(
-        OPTION_DEFAULTS["bucket_cap_mb"], gt=0, description="DDP gradient bucket size (ddp*)."
+        OPTION_DEFAULTS["bucket_cap_mb"], gt=0, description="DDP bucket size."
     )
-    powersgd_rank: int = Field(
-        OPTION_DEFAULTS["powersgd_rank"], ge=1, description="PowerSGD matrix rank (sync=powersgd)."
-    )
+    powersgd_rank: int = Field(OPTION_DEFAULTS["powersgd_rank"], ge=1, description="PowerSGD rank.")
     accumulate_steps: int = Field(
         OPTION_DEFAULTS["accumulate_steps"],
         ge=1,
-        description="Micro-batches per optimizer step (sync=accumulate; with any other sync, "
-        "use grid.accumulate_steps).",
+        description="micro-batches per step for `accumulate` (the older spelling of "
+        "`grid.accumulate_steps` with `sync: ddp`, kept so old sweep files run with their "
+        "ids; the plan says so).",
     )
     local_sgd_every: int = Field(
         OPTION_DEFAULTS["local_sgd_every"],
         ge=1,
-        description="Steps between parameter averages (sync=local_sgd).",
+        description="steps between averages for `local_sgd`.",
     )
     ps_shards: int = Field(
         OPTION_DEFAULTS["ps_shards"],
         ge=1,
-        description="Parameter-server actors (sync=param_server).",
+        description="parameter-server actors for `param_server`.",
     )
     fsdp_reshard_after_forward: bool = Field(
         OPTION_DEFAULTS["fsdp_reshard_after_forward"],
-        description="sync=fsdp: free each block's gathered parameters after its forward and "
-        "gather them again for backward (false keeps them: less communication, more memory).",
+        description="`fsdp`: free each block's gathered parameters after its forward and "
+        "gather them again for backward; `false` keeps them (one all-gather per block fewer "
+        "each step, the whole model's parameters held from forward to backward).",
     )
     fsdp_param_dtype: FsdpDtype = Field(
         OPTION_DEFAULTS["fsdp_param_dtype"],
-        description="sync=fsdp: dtype FSDP2 casts the gathered parameters to for compute "
-        "(MixedPrecisionPolicy.param_dtype); null: the parameters' own.",
+        description="`fsdp`: FSDP2's `MixedPrecisionPolicy.param_dtype`, the dtype "
+        "parameters are gathered and computed in (bf16/fp16: half the all-gather bytes and "
+        "faster matmuls on a GPU, lower precision); null: the parameters' own.",
     )
     fsdp_reduce_dtype: FsdpDtype = Field(
         OPTION_DEFAULTS["fsdp_reduce_dtype"],
-        description="sync=fsdp: dtype gradients are reduce-scattered in "
-        "(MixedPrecisionPolicy.reduce_dtype); null: the compute dtype.",
+        description="`fsdp`: `MixedPrecisionPolicy.reduce_dtype`, the dtype gradients are "
+        "reduce-scattered in (bf16/fp16 halve those bytes, at some gradient precision); null:"
+        " the compute dtype.",
     )
 
 
@@ -303,15 +342,24 @@ GridSpec.model_rebuild()  # its `options` field, made above from OptionsSpec
 class ResourcesSpec(Section):
     """What each trial asks Ray for."""
 
-    use_gpu: bool = Field(False, description="Train on GPUs (NCCL) instead of CPUs (gloo).")
+    use_gpu: bool = Field(False, description="GPUs with NCCL instead of CPUs with gloo.")
     cpus_per_device: float | None = Field(
         None,
         gt=0,
         description="Ray CPUs per train worker; torch threads = max(1, floor(this)). auto "
-        "(null, the default): the planner picks it so the largest trial fits (amdahl.plan).",
+        "on CPU: 1, or less so that the largest trial (its train workers, input workers and "
+        "the trial driver) fits the machine or cluster, down to 0.25 (trials that would need "
+        "less are refused with the arithmetic); with `use_gpu`: the GPU node's CPUs less 1 "
+        "(or the largest trial's input CPUs) for Ray, divided among its GPUs, whole CPUs from"
+        " 1 up.",
+        json_schema_extra={"shown_type": "float > 0 or `auto`", "shown_default": "`auto`"},
     )
     gpus_per_device: float = Field(
-        1.0, gt=0, description="Ray GPUs per train worker (use_gpu); at most 1, and 1 for d > 1."
+        1.0,
+        gt=0,
+        description="Ray GPUs per train worker; each worker drives one GPU, so more than 1 "
+        "is refused, and less than 1 only for single-device trials (two workers on one GPU "
+        "make NCCL fail).",
     )
     placement: Literal["pack", "spread"] = Field(
         "pack",
@@ -321,20 +369,23 @@ class ResourcesSpec(Section):
     cpus_per_data_worker: float | None = Field(
         None,
         gt=0,
-        description="Ray CPUs kept free for each input-pipeline worker. auto (null, the "
-        "default): the planner picks it with cpus_per_device.",
+        description="Ray CPUs kept free per input worker; auto: 0.5, shrunk in proportion "
+        "with `cpus_per_device` on CPU.",
+        json_schema_extra={"shown_type": "float > 0 or `auto`", "shown_default": "`auto`"},
     )
     device_memory_gb: float | None = Field(
         None,
         gt=0,
-        description="Memory of one device in GB (1e9 bytes): a trial predicted to need more "
-        "than 90% of it is refused at plan time, with what would fit. null (the default): no "
-        "check; every trial still shows its predicted peak.",
+        description="one device's memory in GB (1e9 bytes): a trial whose predicted peak "
+        "tensor bytes per device exceed 90% of it is refused at plan time with what would fit"
+        " (a per-device batch limit, `zero1` / `fsdp`), and `platform plan` prints the "
+        "largest per-device batch that fits each configuration; null: no check (each trial "
+        "still shows its predicted peak).",
     )
     memory_check: bool = Field(
         True,
-        description="Refuse trials predicted above device_memory_gb; false runs them anyway "
-        "(to see the out-of-memory error, or where the prediction is too cautious).",
+        description="false runs the trials predicted not to fit anyway (to see the OOM, or "
+        "where the prediction is too cautious).",
     )
 
     @field_validator("cpus_per_device", "cpus_per_data_worker", mode="before")
@@ -350,60 +401,89 @@ class ResourcesSpec(Section):
 class TrackingSpec(Section):
     """Where results are mirrored in MLflow."""
 
-    experiment: str | None = Field(None, description="MLflow experiment; defaults to `name`.")
-    uri: str | None = Field(
-        None, description="Tracking URI; MLFLOW_TRACKING_URI wins, else MLflow's default."
+    experiment: str | None = Field(
+        None,
+        description="MLflow experiment.",
+        json_schema_extra={"shown_default": "`name`"},
     )
-    enabled: bool = Field(True, description="Mirror results to MLflow at all.")
+    uri: str | None = Field(
+        None,
+        description="tracking URI, without a password; `MLFLOW_TRACKING_URI` wins.",
+        json_schema_extra={"shown_default": "MLflow's default"},
+    )
+    enabled: bool = Field(True, description="mirror to MLflow at all (`--no-tracking` too).")
 
 
 class ReportSpec(Section):
     """Inputs the report needs that no measurement gives."""
 
     cost_per_device_hour: float = Field(
-        0.0, ge=0, description="Price of one device for one hour, for cost per million samples."
+        0.0, ge=0, description="price of a device-hour, for cost per million samples."
     )
 
 
 class SweepSpec(Section):
     """A whole sweep file."""
 
-    name: str = Field("sweep", pattern=r"^[A-Za-z0-9_.-]+$", description="Sweep name.")
-    workload: str = Field(description="Registered workload (`mlp`) or `package.module:Class`.")
-    params: dict[str, Any] = Field({}, description="Keyword arguments for the workload.")
+    name: str = Field(
+        "sweep",
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="sweep name; directory prefix and default MLflow experiment.",
+        json_schema_extra={"shown_type": "string `[A-Za-z0-9_.-]+`"},
+    )
+    workload: str = Field(
+        description="a registered name (`mlp`, `gpt`, `resnet`, `simulated`) or "
+        "`package.module:Class` (a `amdahl.Workload` subclass; see [Your own "
+        "workload](../README.md#your-own-workload))."
+    )
+    params: dict[str, Any] = Field(
+        {},
+        description="keyword arguments of the workload (`mlp`: `inputs` 512, `hidden` [256,"
+        " 128], `classes` 2, `train_rows` 16384, `val_rows` 2048; `resnet`: `width` 64, "
+        "`classes` 10, `augment` `none`|`light`|`heavy` (light), `augment_ops` 2, `dataset` "
+        "`synthetic`|`digits`, `train_rows` 8192, `val_rows` 1024; `simulated`: see [Scale "
+        "without the devices](../README.md#scale-without-the-devices)); every workload also "
+        "takes `data`: a directory or URI holding `train/` and `val/` parquet to use instead "
+        "of generated rows (see [Input pipeline](../README.md#input-pipeline-and-data)).",
+    )
     train: TrainSpec = TrainSpec()
     grid: GridSpec = GridSpec()
     options: OptionsSpec = OptionsSpec()
     exclude: list[dict[str, Any]] = Field(
-        [], description="Partial settings; a trial matching every key of one entry is skipped."
+        [],
+        description="skip every trial matching all keys of one entry, e.g. `- {devices: 1, "
+        "sync: none}`.",
+        json_schema_extra={"shown_type": "list of partial settings"},
     )
     resources: ResourcesSpec = Field(
         ResourcesSpec(),
-        description="auto (the default) or a mapping; every field left out or auto is "
-        "chosen by the planner to fit the machine or cluster.",
+        description="every field below left out (or `auto`) is chosen by the planner; "
+        "`platform plan` and `platform sweep` print what it chose.",
+        json_schema_extra={"shown_type": "`auto` or mapping", "shown_default": "`auto`"},
     )
     workload_path: str | None = Field(
         None,
-        description="A directory holding the workload's code, searched before the sweep "
-        "file's directory and the working directory (relative: to the sweep file); the "
-        "workload's top-level package is shipped from there to every Ray worker.",
+        description="where your workload's code lives when it is neither beside the sweep "
+        "file nor in the working directory (relative: to the sweep file); searched first, and"
+        " the workload's package is shipped from there to every Ray worker.",
+        json_schema_extra={"shown_type": "directory or null"},
     )
     isolation: Isolation = Field(
         "exclusive",
-        description="exclusive: one launch at a time (honest timing); shared: "
-        "launches run side by side when resources allow.",
+        description="exclusive: one launch at a time (honest timing); shared: launches side"
+        " by side.",
     )
     search: SearchSpec = SearchSpec()
     tracking: TrackingSpec = TrackingSpec()
     report: ReportSpec = ReportSpec()
     storage: str | None = Field(
         None,
-        description="Where Ray Tune and Train keep a sweep's run state (Tune's experiment, "
-        "each launch's Train run; no checkpoint: the work queue and results.parquet are the "
-        "record): a URI (s3://bucket/amdahl, gs://...) or an absolute path on a filesystem "
-        "every node mounts (NFS, EFS); each sweep writes under <storage>/<sweep directory "
-        "name>/. null: <sweep directory>/ray/ on each node's own disk, enough on any number "
-        "of nodes (no node reads back what another wrote).",
+        description="where Ray Tune and Train keep their run state, under `<storage>/<sweep"
+        " directory name>/`: `s3://bucket/amdahl`, `gs://...`, or a filesystem every node "
+        "mounts. null: the sweep directory, on each node's own disk, which is enough on any "
+        "number of nodes (no checkpoint is read back across nodes: the driver's work queue "
+        "and results.parquet are the record).",
+        json_schema_extra={"shown_type": "URI or absolute path, or null"},
     )
 
     #: The sweep file's directory (load_spec), searched for the workload's code.

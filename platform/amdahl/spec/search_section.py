@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from amdahl.columns import COLUMNS
-from amdahl.spec.sections import Section
+from amdahl.spec.section_base import Section
 
 Objective = Literal["throughput", "throughput_per_device", "time_to_target"]
 #: A search constraint, COLUMN OP NUMBER (groups: column, operator, number): the one grammar
@@ -23,61 +23,71 @@ _BUDGET = re.compile(r"^\s*([0-9.]+)\s*(%|s)?\s*$")
 
 
 class SearchSpec(Section):
-    """How the grid's configurations are searched (search/halving.py; docs/architecture.md,
-    "Search")."""
+    """How the grid's configurations are searched: all of them for `train.steps`, or
+    successive halving (search/halving.py)."""
 
     method: Literal["grid", "halving"] = Field(
         "grid",
-        description="grid: measure every configuration for train.steps; halving: successive "
-        "halving, short windows for all, longer ones for the best 1/eta of each rung.",
+        description="grid: every configuration for `train.steps`; halving: successive "
+        "halving (see [Searching instead of the whole grid](../README.md#searching-instead-"
+        "of-the-whole-grid)).",
     )
     budget: float | str | None = Field(
         None,
-        description="halving: most trial-seconds to spend, as seconds (600 or '600s') or as a "
-        "share of the whole grid's estimated trial-seconds ('25%'); null: no limit.",
+        description="halving: the most trial-seconds to spend, or a share of the whole "
+        "grid's estimated trial-seconds.",
+        json_schema_extra={"shown_type": "seconds, `'600s'`, `'25%'`, or null"},
     )
     eta: int = Field(3, ge=2, description="halving: keep the best 1/eta of each rung.")
     min_steps: int = Field(
-        10, ge=1, description="halving: measured steps of the first rung (x eta per rung)."
+        10,
+        ge=1,
+        description="halving: measured steps of the first rung (x eta per rung; the last "
+        "rung runs `train.steps`, and a rung within sqrt(eta) of it is left out: 300 steps "
+        "give rungs 10, 30, 90, 300).",
     )
     final_repeats: int = Field(
         1,
         ge=1,
-        description="halving: measurements of each finalist in the last rung, interleaved in "
-        "one launch; the final ranking is their median, and the finalists whose spread cannot "
-        "be told apart from the best are named as such.",
+        description="halving: measurements of each finalist in the last rung, interleaved "
+        "in one launch; the ranking takes their median, and the summary and report name the "
+        "finalists whose spread cannot be told apart from the best (3 on a noisy machine).",
     )
     objective: Objective = Field(
         "throughput",
-        description="What is best: throughput (samples/s), throughput_per_device (samples/s "
-        "per device: throughput per device-hour), or time_to_target (train.target needed).",
+        description="what is best (`time_to_target` needs `train.target`).",
     )
     constraints: list[str] = Field(
         [],
-        description="Conditions on a row's columns a configuration must meet, such as "
-        "'peak_mem_bytes <= 4e9' or 'val_accuracy >= 0.8' (<=, >=, <, >).",
+        description="conditions a configuration must meet, e.g. `'peak_mem_bytes <= 4e9'`, "
+        "`'val_accuracy >= 0.8'`.",
+        json_schema_extra={"shown_type": "list of `COLUMN OP NUMBER`"},
     )
     skip_below: float | None = Field(
         0.5,
         gt=0,
         le=1,
-        description="halving: skip a configuration the step-time model predicts below this "
-        "share of the best measured objective (recorded as status skipped); null: never.",
+        description="halving: skip (and record as `skipped`) a configuration the step-time "
+        "model predicts below this share of the best measured objective; null: never.",
     )
     continue_rungs: bool = Field(
         True,
-        description="halving: keep each ranking rung's trials in their workers, so that a "
-        "promoted configuration continues where its rung stopped (only the added steps run; "
-        "set-up and warmup once; the row pools its windows) instead of starting again; kept "
-        "trials hold at most a quarter of a worker's memory. Eager trials only: compiled "
-        "(inductor, torchscript) and time_to_target trials start again each rung.",
+        description="halving: a promoted configuration continues its trial from the rung "
+        "before (kept in its workers: only the added steps run, set-up and warmup once; the "
+        "row pools the windows and says so in `windows` and `continued_from`) instead of "
+        "starting again; eager trials only (not the parameter server; a compiled "
+        "configuration starts fresh but loads its own compiled graphs, "
+        "`options.compile_cache`), within a quarter of each worker's memory; a configuration "
+        "that cannot continue starts fresh and `restart_reason` says why.",
     )
     calibration: str | None = Field(
         None,
-        description="halving: a calibration.json (`platform calibrate`) giving the step-time "
-        "model its communication terms, or 'auto': measure it in the sweep's own Ray before the "
-        "first rung (into the sweep directory; about 20 s on a laptop). Without one the model "
-        "predicts sync none families only.",
+        description="a `calibration.json` from `platform calibrate`, giving the model its "
+        "communication terms; `auto` measures it in the sweep's live worker group with the "
+        "most workers, after the first rung's anchors and before its other configurations, "
+        "into the sweep directory (seconds, no worker group of its own; a resume reuses it); "
+        "without one, only `sync: none` families and 1-device trials are predicted.",
+        json_schema_extra={"shown_type": "path, `auto` or null"},
     )
 
     @field_validator("budget")
