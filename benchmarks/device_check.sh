@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything a lent GPU machine is for, in one run (docs/performance.md, "GPU"): the CUDA suite,
+# Everything a lent GPU machine is for, in one run (docs/performance-history.md, "GPU"): the CUDA suite,
 # the step-time model on 16 real CPU ranks, the GPU smoke sweep and its report, and halving over
 # compilation against the grid. Each step has its own time limit, so one hang costs only itself;
 # every figure is printed, and the sweeps' files come back as $OUT/runs.tgz.

@@ -5,7 +5,7 @@ model can only copy from the nearest measured device count (analysis/contention.
 bandwidth, shared caches, clocks, and two hardware threads on one core all show here, while the
 processes never queue for a core (q <= cores). It prints the host's topology too (hardware
 threads per core), since 16 "cores" of 8 physical ones would explain the 1.3-1.5x compute
-slowdown measured from 8 CPU ranks up on the H200's host (docs/performance.md, GPU section).
+slowdown measured from 8 CPU ranks up on the H200's host (docs/performance-history.md, GPU section).
 
     python benchmarks/host_contention.py [--counts 1,2,4,8,12,16] [--size 256] [--seconds 3]
 

@@ -238,3 +238,45 @@ def test_the_sweep_file_reference_is_the_schemas_and_names_every_key() -> None:
     assert page == reference_markdown(), (
         f"{PAGE} differs from the schema: run python -m amdahl.spec.reference --write"
     )
+
+
+#: A markdown link's target: [text](target), the target without its #anchor.
+LINK = re.compile(r"\[[^\]]+\]\(([^)\s]+)\)")
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(doc: Path) -> set[str]:
+    return {_anchor(m) for m in re.findall(r"^#+ (.*)$", doc.read_text(), flags=re.M)}
+
+
+def test_every_relative_link_resolves_to_a_file_and_heading() -> None:
+    broken = []
+    for doc in [d for d in DOCS if d.suffix == ".md"]:
+        for where, line in _lines(doc):
+            for target in LINK.findall(line):
+                if re.match(r"^[a-z]+:", target):
+                    continue
+                path, _, anchor = target.partition("#")
+                file = (doc.parent / path).resolve() if path else doc
+                if not file.exists() or (
+                    anchor and file.suffix == ".md" and anchor not in _anchors(file)
+                ):
+                    broken.append(f"{where}: {target}")
+    assert not broken, "broken relative links: " + "; ".join(broken)
+
+
+def test_the_performance_goals_table_reads_at_a_glance() -> None:
+    """Each goal's current figure fits a table cell; a run's history goes to its own page."""
+    text = (ROOT / "docs" / "performance.md").read_text()
+    long = [
+        f"docs/performance.md:{n}: {len(cell)} characters"
+        for n, line in enumerate(text.splitlines(), 1)
+        if line.startswith("|")
+        for cell in line.strip("|").split(" | ")
+        if len(cell) > 400
+    ]
+    assert not long, "table cells over 400 characters (move the history out): " + "; ".join(long)

@@ -258,7 +258,7 @@ class Oversubscribed:
     ranks per core, but more slowly than the ranks: a woken rank finds more of its messages
     already there. A power law fitted at 3-4 ranks on 2 cores put 16 ranks' alpha 2.2x too
     high; this log law put alpha within -6% to +26% of the 8- and 16-rank calibrations of five
-    runs on that box, 8 of the 10 within 6% (docs/performance.md, "gloo beyond the node's
+    runs on that box, 8 of the 10 within 6% (docs/performance-history.md, "gloo beyond the node's
     cores")."""
 
     cores: float

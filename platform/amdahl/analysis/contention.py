@@ -35,7 +35,7 @@ multi-device point's CPU seconds per step over the 1-device demand is its in-cor
 grew as much while every rank stayed on its core); the queueing model serves that larger
 demand, and an unmeasured device count keeps the in-core factor of the measured one it is
 scaled from. (Carrying it on as 1 + a ln p was tried and failed its first held-out test:
-docs/performance.md, "The in-core factor carried beyond the measured counts".) What is fitted,
+docs/performance-history.md, "The in-core factor carried beyond the measured counts".) What is fitted,
 over the
 measured multi-device `sync: none` points, is the node's effective cores C: the cores the ranks
 get, less what Ray, the driver and the OS take, with a weak prior at the node's nominal cores

@@ -262,7 +262,7 @@ def _name_bottleneck(
         d.advice.insert(0, LOADER_IN_PROCESS_TIP)
 
 
-#: For a CPU trial whose DataLoader worker keeps it waiting (docs/performance.md, "What the loop
+#: For a CPU trial whose DataLoader worker keeps it waiting (docs/performance-history.md, "What the loop
 #: costs beside a plain loop": on the 2-core box one worker process cost a quarter of the
 #: one-device throughput, 0 workers were at 0.98 of plain).
 LOADER_IN_PROCESS_TIP = (
