@@ -26,13 +26,31 @@ from amdahl.analysis.computefit import (
     nearest_devices,
     on_bound,
 )
+from amdahl.analysis.configs import Config, config_options, option_values
 from amdahl.analysis.contention import Contention, HostShare, fit_contention
 from amdahl.analysis.points import Point
 from amdahl.analysis.stats import minimize_scalar
+from amdahl.spec.schema import OptionsSpec
 
 KAPPA_RANGE = (0.25, 4.0)
 #: Strategies that never communicate (`none`, the ceiling), from the strategy table.
 SILENT = frozenset(n for n, s in strategies.STRATEGIES.items() if not s.communicates)
+
+
+def recorded_options(configs: list[Config]) -> set[str]:
+    """The options some configuration's `options` column names: the rows record those, so a
+    configuration whose column leaves one out ran it at its default."""
+    return {k for c in configs for k in option_values(c.settings)}
+
+
+def family_options(settings: dict[str, Any], spec: OptionsSpec, recorded: set[str]) -> OptionsSpec:
+    """The options a family's trials ran with: the spec's, with each option the family reads
+    taken from its `options` column where the rows record that option (`recorded_options`).
+    Rows that record none (written before the column, or every trial at the spec's values)
+    ran the spec's. Built without validation, as comm.options_from_mapping: the model only
+    reads numbers from it."""
+    own = {k: v for k, v in config_options(settings).items() if k in recorded}
+    return OptionsSpec.model_construct(**{**spec.model_dump(), **own})
 
 
 @dataclass
@@ -68,6 +86,9 @@ class Family:
     contention: Contention | None = None
     #: Ranks per node each measured line in `lines` ran with (its devices on one node).
     line_ranks: dict[int, int] = field(default_factory=dict)
+    #: The options its trials ran with (`family_options`): a swept bucket_cap_mb or
+    #: accumulate_steps differs between a sweep's families.
+    options: OptionsSpec = field(default_factory=OptionsSpec)
 
     @property
     def sync(self) -> str:

@@ -12,7 +12,8 @@ Per configuration family (every setting except the device count and the per-devi
                                                            host contention, contention.py)
                    + omega                                (the strategy's wrapper, per step)
     communication  T_n(p) = latency_steps * alpha(p) + bytes(sync, p, options) / B(p)
-                   x theta                                (fitted per strategy, 1 if unknown)
+                   x theta                                (fitted per strategy, 1 if unknown;
+                                                           options: the family's own)
     step           (T_c^gamma + T_n^gamma)^(1/gamma)      (Pollux's overlap exponent, 1..8:
                                                            analysis/overlapfit.py)
     wall per step  step + data wait                       (the family's measured data wait)
@@ -26,8 +27,9 @@ omega is the wrapper's cost (DDP's reducer on one device): the strategy's 1-devi
 the sync-none line. Without a sync-none sibling, the family's own trials (wrapper inseparable;
 multi-device ones through `comm_s`, scaled by a fitted kappa). gamma and theta are fitted per
 sync strategy over its multi-device trials (squared log error of the step, plus a small penalty
-on log theta), else pooled, else 1 and 1: gamma is 1, known, where the strategy's gradient is one
-DDP bucket (no overlap: comm.no_overlap), and theta is fixed near 1 where the points cannot
+on log theta), else pooled, else 1 and 1: gamma is 1, known, for a family whose gradient is one
+DDP bucket at its own bucket_cap_mb (no overlap: comm.no_overlap), so a strategy's one-bucket
+and several-bucket families are fitted apart, and theta is fixed near 1 where the points cannot
 separate the two. theta is what the strategy's communication costs against the calibrated ring
 (ZeRO's partition broadcast, PowerSGD's factorisation, hook casts, comm threads taking cores).
 
@@ -45,7 +47,9 @@ their own, whose link holds the queueing, not stretched again). With `inter_node
 nodes), a prediction that spans nodes uses those for every collective (a ring across nodes runs
 at its slowest link); without them, the intra-node terms, said. Bytes per optimizer step:
 comm.comm_volume, from calibration.json's `grad_bytes_for(params)` (no row holds gradient
-bytes; PowerSGD needs `param_shapes_by_params`, else labels an estimate). Data wait is not
+bytes; PowerSGD needs `param_shapes_by_params`, else labels an estimate), at the family's own
+options (a sweep's `grid.options` lists make families of different bucket_cap_mb,
+accumulate_steps, ...: families.family_options). Data wait is not
 modelled: the family's measured per-step wait at the same per-device batch (else its median).
 
 Pure: imports neither ray nor torch.
@@ -69,13 +73,15 @@ from amdahl.analysis.comm import (
     no_overlap,
 )
 from amdahl.analysis.computefit import on_bound
-from amdahl.analysis.configs import NO_SYNC, Config
+from amdahl.analysis.configs import NO_SYNC, Config, option_values
 from amdahl.analysis.families import (
     SILENT,
     Family,
     adopt_compute,
+    family_options,
     fit_compute,
     fit_data_wait,
+    recorded_options,
 )
 from amdahl.analysis.overlapfit import THETA_RANGE, combine, fit_overlap, theta_hit
 from amdahl.analysis.points import (
@@ -85,7 +91,7 @@ from amdahl.analysis.points import (
     family_micro_steps,
     measured_point,
 )
-from amdahl.spec.schema import OptionsSpec
+from amdahl.spec.schema import OptionsSpec, options_column
 
 
 @dataclass(frozen=True)
@@ -110,8 +116,8 @@ class StepModel:
     families: dict[tuple, Family]
     comm: CommModel
     options: OptionsSpec
-    #: sync -> (gamma, theta, points)
-    overlaps: dict[str, tuple[float, float, int]] = field(default_factory=dict)
+    #: (sync, why it cannot overlap or "") -> (gamma, theta, points): stepmodel._overlap_group
+    overlaps: dict[tuple[str, str], tuple[float, float, int]] = field(default_factory=dict)
     pooled_overlap: tuple[float, float, int] | None = None
     #: The widest device count whose measured steps gamma and theta were fitted on.
     widest_fitted: int = 0
@@ -188,7 +194,7 @@ class StepModel:
                 f"communication at {p} devices: {self.comm.growth()}; where the cluster "
                 f"holds {p}, `platform calibrate DIR --devices {p}` measures it in seconds"
             )
-        volume = comm_volume(family.sync, p, family.grad_bytes, self.options, family.shapes)
+        volume = comm_volume(family.sync, p, family.grad_bytes, family.options, family.shapes)
         if volume.estimate:
             caveats.append(volume.estimate)
         seconds = volume.seconds(link) * family.theta * self.host_comm(family, batch, p, nodes)
@@ -224,63 +230,85 @@ def fit(inputs: ModelInputs, points: list[Point] | None = None) -> StepModel:
     comm = comm_model(inputs.calibration, statistics.median(cores) if cores else None)
     model = StepModel({}, comm, inputs.options)
     by_family: dict[tuple, list[Point]] = {}
+    recorded = recorded_options(inputs.configs)
     for c in inputs.configs:  # every family, measured or not, in the report's order
         key = family_key(c.settings)
         if key not in model.families:
-            model.families[key] = _new_family(key, c, inputs)
+            model.families[key] = _new_family(key, c, inputs, recorded)
             by_family[key] = []
     for pt in points:
         by_family.setdefault(pt.family, []).append(pt)
     for key, fam in model.families.items():
         fit_compute(fam, by_family[key])
         fit_data_wait(fam, by_family[key])
-    sync_i = FAMILY_SETTINGS.index("sync")
     for key, fam in model.families.items():
-        sibling = model.families.get((*key[:sync_i], NO_SYNC, *key[sync_i + 1 :]))
+        sibling = model.families.get(_sibling_key(fam))
         if sibling is not None and sibling is not fam and sibling.has_compute:
             adopt_compute(fam, sibling, by_family[key])
     _fit_overlaps(model, points)
     return model
 
 
-def _new_family(key: tuple, c: Config, inputs: ModelInputs) -> Family:
+def _sibling_key(fam: Family) -> tuple:
+    """The family of `fam`'s `sync: none` trials: the same settings but sync, and of its
+    options only those sync none reads too (the compile's), as its trials' `options` column
+    records only the options a trial reads."""
+    settings = {**fam.settings, "sync": NO_SYNC}
+    read = strategies.options_read(str(settings.get("compile")), NO_SYNC)
+    kept = {k: v for k, v in option_values(settings).items() if k in read}
+    return family_key({**settings, "options": options_column(kept)})
+
+
+def _new_family(key: tuple, c: Config, inputs: ModelInputs, recorded: set[str]) -> Family:
     settings = dict(zip(FAMILY_SETTINGS, key, strict=True))
     label = " ".join(c.label.split(" ")[2:])
     fam = Family(key=key, label=label, settings=settings)
     if inputs.calibration is not None:
         fam.grad_bytes = inputs.calibration.grad_bytes_for(settings.get("params"))
         fam.shapes = inputs.calibration.shapes_for(settings.get("params"))
-    fam.micro = float(family_micro_steps(settings, inputs.options.model_dump()))
+    fam.options = family_options(c.settings, inputs.options, recorded)
+    fam.micro = float(family_micro_steps(settings, fam.options.model_dump()))
     return fam
 
 
 def _fit_overlaps(model: StepModel, points: list[Point]) -> None:
-    """gamma and theta per sync strategy over its multi-device points with a communication term."""
+    """gamma and theta per overlap group (`_overlap_group`) over its multi-device points with a
+    communication term; a family whose group has none takes its strategy's other group's (gamma
+    1 where its own gradient is one bucket), else the pool of every group's points."""
     pairs = _overlap_observations(model, points)
-    notes: dict[str, str] = {}
-    for sync, obs in pairs.items():
-        grads = [f.grad_bytes for f in model.families.values() if f.sync == sync]
-        gamma, theta, notes[sync] = fit_overlap(tuple(obs), no_overlap(sync, grads, model.options))
-        model.overlaps[sync] = (gamma, theta, len(obs))
+    notes: dict[tuple[str, str], str] = {}
+    for group, obs in pairs.items():
+        gamma, theta, notes[group] = fit_overlap(tuple(obs), group[1])
+        model.overlaps[group] = (gamma, theta, len(obs))
     everything = tuple(o for obs in pairs.values() for o in obs)
-    needed = any(
-        f.sync not in model.overlaps and f.sync not in SILENT for f in model.families.values()
-    )
+    unfitted = [
+        f for f in model.families.values() if f.sync not in SILENT and not _fitted_group(model, f)
+    ]
     pooled_note = ""
-    if everything and needed:
+    if everything and unfitted:
         gamma, theta, pooled_note = fit_overlap(everything)
         model.pooled_overlap = (gamma, theta, len(everything))
     for fam in model.families.values():
         if fam.sync in SILENT:
             fam.gamma_source = "not used: no communication"
             continue
-        if fam.sync in model.overlaps:
-            fam.gamma, fam.theta, n = model.overlaps[fam.sync]
-            source, note = f"fitted over {n} multi-device {fam.sync} point(s)", notes[fam.sync]
+        group = _overlap_group(fam)
+        one_bucket = group[1]
+        fitted = _fitted_group(model, fam)
+        if fitted == group:
+            fam.gamma, fam.theta, n = model.overlaps[group]
+            source, note = f"fitted over {n} multi-device {fam.sync} point(s)", notes[group]
+        elif fitted:
+            gamma, fam.theta, n = model.overlaps[fitted]
+            fam.gamma = 1.0 if one_bucket else gamma
+            kind = "several-bucket" if one_bucket else "one-bucket"
+            source = f"fitted over {n} multi-device {kind} {fam.sync} point(s)"
+            note = one_bucket or notes[fitted]
         elif model.pooled_overlap:
-            fam.gamma, fam.theta, n = model.pooled_overlap
+            gamma, fam.theta, n = model.pooled_overlap
+            fam.gamma = 1.0 if one_bucket else gamma
             source = f"pooled over {n} multi-device point(s) of other strategies"
-            note = pooled_note
+            note = one_bucket or pooled_note
         else:
             continue
         fam.gamma_source = f"gamma and theta {source}" + (f" ({note})" if note else "")
@@ -288,11 +316,27 @@ def _fit_overlaps(model: StepModel, points: list[Point]) -> None:
             fam.hits.append(theta_hit(fam.theta, side))
 
 
+def _overlap_group(fam: Family) -> tuple[str, str]:
+    """(sync, why it cannot overlap or ""): a strategy's families whose gradient is one DDP
+    bucket at their own `bucket_cap_mb` communicate after the backward (gamma 1, known), while
+    its families of several buckets overlap theirs, so the two are fitted apart."""
+    return fam.sync, no_overlap(fam.sync, [fam.grad_bytes], fam.options)
+
+
+def _fitted_group(model: StepModel, fam: Family) -> tuple[str, str] | None:
+    """The fitted overlap group `fam` takes gamma and theta from: its own, else its strategy's
+    other one; None when its strategy has no fitted group."""
+    own = _overlap_group(fam)
+    if own in model.overlaps:
+        return own
+    return next((g for g in model.overlaps if g[0] == fam.sync), None)
+
+
 def _overlap_observations(
     model: StepModel, points: list[Point]
-) -> dict[str, list[tuple[float, float, float]]]:
-    """Per sync strategy, (compute, calibrated comm, busy step) of each communicating point."""
-    pairs: dict[str, list[tuple[float, float, float]]] = {}
+) -> dict[tuple[str, str], list[tuple[float, float, float]]]:
+    """Per overlap group, (compute, calibrated comm, busy step) of each communicating point."""
+    pairs: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
     for pt in points:
         fam = model.families.get(pt.family)
         if fam is None or pt.devices <= 1 or fam.sync in SILENT or not fam.sync:
@@ -301,10 +345,10 @@ def _overlap_observations(
         link, _ = model.comm.link(pt.nodes, pt.devices)
         if compute is None or link is None or not fam.grad_bytes:
             continue
-        volume = comm_volume(fam.sync, pt.devices, fam.grad_bytes, model.options, fam.shapes)
+        volume = comm_volume(fam.sync, pt.devices, fam.grad_bytes, fam.options, fam.shapes)
         comm = volume.seconds(link) if volume else 0.0
         comm *= model.host_comm(fam, pt.batch, pt.devices, pt.nodes)
         if comm > 0:
-            pairs.setdefault(fam.sync, []).append((compute, comm, pt.busy_s))
+            pairs.setdefault(_overlap_group(fam), []).append((compute, comm, pt.busy_s))
             model.widest_fitted = max(model.widest_fitted, pt.devices)
     return pairs
