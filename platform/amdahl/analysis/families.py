@@ -89,6 +89,14 @@ class Family:
     #: The options its trials ran with (`family_options`): a swept bucket_cap_mb or
     #: accumulate_steps differs between a sweep's families.
     options: OptionsSpec = field(default_factory=OptionsSpec)
+    #: Compute with activation checkpointing over compute without (`take_recompute`); 1 for
+    #: a family that does not checkpoint or whose twin without was not measured.
+    recompute: float = 1.0
+    recompute_source: str = ""
+    #: Where that factor stands in for a measurement: every device count (`twin_compute`: the
+    #: family measured no compute) or the counts in `twin_lines` (measured only without).
+    twin_compute: bool = False
+    twin_lines: set[int] = field(default_factory=set)
 
     @property
     def sync(self) -> str:
@@ -142,7 +150,18 @@ class Family:
 
     def compute_caveat(self, devices: int, batch: float = 0.0, nodes: int = 1) -> str:
         """Where compute at `devices` was not measured: which device count stands in (and,
-        with a contention model, whether the cores' load there was ever measured)."""
+        with a contention model, whether the cores' load there was ever measured), and where
+        it was measured only without activation checkpointing."""
+        stands_in = self._stand_in_caveat(devices, batch, nodes)
+        if not (self.twin_compute or devices in self.twin_lines):
+            return stands_in
+        recompute = (
+            f"compute at {devices} devices measured without activation checkpointing, x "
+            f"{self.recompute:.3g} for the recomputed forward ({self.recompute_source})"
+        )
+        return f"{recompute}; {stands_in}" if stands_in else recompute
+
+    def _stand_in_caveat(self, devices: int, batch: float, nodes: int) -> str:
         if devices > 1 and devices not in self.lines and self.contention is not None:
             anchor = self.contention_anchor(devices)
             load = self.contention.load_caveat(batch, math.ceil(devices / max(1, nodes)))
@@ -244,14 +263,17 @@ def _fit_contention(fam: Family, points: list[Point]) -> None:
 
 
 def adopt_compute(fam: Family, sibling: Family, points: list[Point]) -> None:
-    """`fam` takes its sync-none sibling's compute (x the micro-steps ratio), and its own
-    1-device trials give the wrapper's seconds apart from it."""
+    """`fam` takes its sync-none sibling's compute (x the micro-steps ratio) with what of it
+    was measured only without checkpointing, and its own 1-device trials give the wrapper's
+    seconds apart from it."""
     scale = fam.micro / (sibling.micro or 1.0)
     fam.a_c, fam.b_c = sibling.a_c * scale, sibling.b_c * scale
     fam.lines = {p: (a * scale, b * scale) for p, (a, b) in sibling.lines.items()}
     fam.kappa, fam.kappa_source = sibling.kappa, f"sync none's: {sibling.kappa_source}"
     fam.contention, fam.line_ranks = sibling.contention, dict(sibling.line_ranks)
     fam.compute_source = f"borrowed from sync none ({sibling.compute_source})"
+    fam.recompute, fam.recompute_source = sibling.recompute, sibling.recompute_source
+    fam.twin_compute, fam.twin_lines = sibling.twin_compute, set(sibling.twin_lines)
     fam.hits = [replace(h, where=h.where or "sync none's") for h in sibling.hits]
     one = [(pt.batch, pt.compute_s) for pt in points if pt.devices == 1 and pt.compute_s]
     if one:
@@ -334,3 +356,71 @@ def fit_data_wait(fam: Family, points: list[Point]) -> None:
     fam.data_wait = {b: statistics.median(v) for b, v in by_batch.items()}
     waits = [w for v in by_batch.values() for w in v]
     fam.data_wait_all = statistics.median(waits) if waits else None
+
+
+def take_recompute(
+    fam: Family, twin: Family, points: list[Point], twin_points: list[Point]
+) -> None:
+    """A checkpointed family's compute where its trials did not measure it, from its `twin`
+    (the same settings without checkpointing): compute with = compute without x `recompute`.
+
+    One factor on the whole compute, not a term of its own: checkpointing adds the blocks'
+    forward again inside the backward, and a family's compute is already one line per device
+    count, so the factor carries the twin's lines (contention included) to the counts the
+    family lacks, and to every count where it measured no compute. The factor is measured
+    where both ran on one device (their compute at the family's median batch: the time the
+    recompute costs, which on the 2-core CPU box was 1.36x (selective) and 1.58x (full) of a
+    GPT step against 1.11x and 1.21x its FLOPs), else the ratio of their hardware FLOPs per
+    sample (`flops_hardware` counts the recomputed forward, model FLOPs do not), said so:
+    FLOPs understate the time where the recompute runs slower than the rest."""
+    if fam.twin_compute or fam.twin_lines:  # already taken through its sync-none sibling
+        return
+    factor = _recompute_factor(fam, twin, points, twin_points)
+    if factor is None:
+        return
+    r, fam.recompute_source = factor
+    fam.recompute = r
+    if not fam.has_compute:
+        fam.twin_compute = True
+        fam.a_c, fam.b_c = twin.a_c * r, twin.b_c * r
+        fam.wrapper_s, fam.wrapper_source = twin.wrapper_s, twin.wrapper_source
+        fam.kappa, fam.kappa_source = twin.kappa, twin.kappa_source
+        fam.contention, fam.line_ranks = twin.contention, dict(twin.line_ranks)
+        fam.hits = [replace(h, where=h.where or "without checkpointing") for h in twin.hits]
+        fam.compute_source = f"without checkpointing x {r:.3g} ({twin.compute_source})"
+    elif fam.kappa_source.startswith("default") and not twin.kappa_source.startswith("default"):
+        fam.kappa, fam.kappa_source = twin.kappa, f"without checkpointing: {twin.kappa_source}"
+    for p, (a, b) in twin.lines.items():
+        if p not in fam.lines:
+            fam.lines[p] = (a * r, b * r)
+            fam.line_ranks[p] = twin.line_ranks.get(p, p)
+            fam.twin_lines.add(p)
+    if fam.contention is None:
+        fam.contention = twin.contention
+
+
+def _recompute_factor(
+    fam: Family, twin: Family, points: list[Point], twin_points: list[Point]
+) -> tuple[float, str] | None:
+    """(compute with checkpointing / without, how it was read), or None where neither the
+    1-device compute of both nor the hardware FLOPs of both were measured."""
+    ones = [pt.batch for pt in points if pt.devices == 1 and pt.compute_s]
+    twin_ones = any(pt.devices == 1 and pt.compute_s for pt in twin_points)
+    if ones and twin_ones and fam.has_compute:
+        batch = statistics.median(ones)
+        with_, without = fam.compute_s(batch, 1), twin.compute_s(batch, 1)
+        if with_ and without and with_ > 0 and without > 0:
+            return with_ / without, f"measured: 1-device compute with / without at batch {batch:g}"
+    with_flops, without_flops = _hardware_flops(points), _hardware_flops(twin_points)
+    if with_flops and without_flops:
+        return (
+            with_flops / without_flops,
+            "hardware FLOPs per sample with / without, not measured in time",
+        )
+    return None
+
+
+def _hardware_flops(points: list[Point]) -> float | None:
+    """The median hardware FLOPs per sample (`flops_hardware`) the points' rows counted."""
+    values = [s.median for pt in points if (s := pt.config.stat("flops_hardware"))]
+    return statistics.median(values) if values else None

@@ -25,7 +25,10 @@ reported as the ratio at the largest); an unmeasured count takes the nearest lin
 slowdown of the host-contention model (analysis/contention.py) between the two, and says so.
 omega is the wrapper's cost (DDP's reducer on one device): the strategy's 1-device trials minus
 the sync-none line. Without a sync-none sibling, the family's own trials (wrapper inseparable;
-multi-device ones through `comm_s`, scaled by a fitted kappa). gamma and theta are fitted per
+multi-device ones through `comm_s`, scaled by a fitted kappa). A family with activation
+checkpointing computes, where its trials did not measure it, what its twin without measured x
+the recompute factor (measured on one device, else the hardware FLOPs' ratio:
+families.take_recompute). gamma and theta are fitted per
 sync strategy over its multi-device trials (squared log error of the step, plus a small penalty
 on log theta), else pooled, else 1 and 1: gamma is 1, known, for a family whose gradient is one
 DDP bucket at its own bucket_cap_mb (no overlap: comm.no_overlap), so a strategy's one-bucket
@@ -82,6 +85,7 @@ from amdahl.analysis.families import (
     fit_compute,
     fit_data_wait,
     recorded_options,
+    take_recompute,
 )
 from amdahl.analysis.overlapfit import THETA_RANGE, combine, fit_overlap, theta_hit
 from amdahl.analysis.points import (
@@ -91,7 +95,12 @@ from amdahl.analysis.points import (
     family_micro_steps,
     measured_point,
 )
+from amdahl.columns import AXIS_TABLE
 from amdahl.spec.schema import OptionsSpec, options_column
+
+#: The activation_checkpointing value that recomputes nothing: a checkpointed family's twin's.
+NO_CHECKPOINTING = AXIS_TABLE["activation_checkpointing"].default
+_NOT_CHECKPOINTED = {"activation_checkpointing": NO_CHECKPOINTING}
 
 
 @dataclass(frozen=True)
@@ -241,12 +250,30 @@ def fit(inputs: ModelInputs, points: list[Point] | None = None) -> StepModel:
     for key, fam in model.families.items():
         fit_compute(fam, by_family[key])
         fit_data_wait(fam, by_family[key])
+    _take_recomputes(model, by_family, silent=True)
     for key, fam in model.families.items():
         sibling = model.families.get(_sibling_key(fam))
         if sibling is not None and sibling is not fam and sibling.has_compute:
             adopt_compute(fam, sibling, by_family[key])
+    _take_recomputes(model, by_family, silent=False)
     _fit_overlaps(model, points)
     return model
+
+
+def _take_recomputes(
+    model: StepModel, by_family: dict[tuple, list[Point]], *, silent: bool
+) -> None:
+    """Each checkpointed family takes what its trials did not measure from its twin without
+    checkpointing (families.take_recompute): the sync-none ones first, as the strategies then
+    borrow their compute (the twin of each is final by then)."""
+    for key, fam in model.families.items():
+        if (fam.sync in SILENT) != silent:
+            continue
+        if fam.settings.get("activation_checkpointing") in (None, NO_CHECKPOINTING):
+            continue
+        twin = model.families.get(family_key({**fam.settings, **_NOT_CHECKPOINTED}))
+        if twin is not None and twin.has_compute:
+            take_recompute(fam, twin, by_family[key], by_family[twin.key])
 
 
 def _sibling_key(fam: Family) -> tuple:

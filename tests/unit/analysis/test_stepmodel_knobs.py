@@ -130,3 +130,80 @@ def test_accumulation_of_a_family_divides_its_communication_per_sample():
     per_sample = [pred.comm_s / (128 * 8 * f.micro) for pred, f in ((two, acc[2]), (eight, acc[8]))]
     assert per_sample[1] == pytest.approx(per_sample[0] / 4)
     assert eight.compute_s == pytest.approx(4 * two.compute_s, rel=0.02)
+
+
+#: Compute at each device count over compute at one (the cores' load), measured only without
+#: checkpointing; and the recompute's cost, measured on one device.
+CONTENTION = {1: 1.0, 2: 1.2, 4: 1.5}
+RECOMPUTE = 1.3
+#: Hardware FLOPs per sample without and with full checkpointing (the GPT rows' counts).
+FLOPS = {"none": 44564480.0, "full": 54001664.0}
+
+
+def _checkpointing_rows(sync: str, devices, factor: float, ac: str, **extra) -> list[dict]:
+    rows = []
+    for p in devices:
+        for bs in (32, 64, 128, 256):
+            wall = (A + B * bs) * CONTENTION[p] * factor + WAIT
+            r = row(p, bs, sync, bs * p / wall, wall=wall, data_wait_s=WAIT, **extra)
+            rows.append(
+                r
+                | {
+                    "trial_id": f"{sync}-{ac}-d{p}b{bs}",
+                    "activation_checkpointing": ac,
+                    "flops_hardware": FLOPS[ac],
+                }
+            )
+    return rows
+
+
+def test_a_checkpointed_family_at_an_unmeasured_count_holds_the_recompute():
+    """Checkpointing measured on one device only (1.3x the compute there), the counts above it
+    without: at 4 devices the checkpointed family computes 1.3x what the family without
+    checkpointing measured there (its cores' load included), not its own 1-device line."""
+    rows = [
+        *_checkpointing_rows("none", (1, 2, 4), 1.0, "none"),
+        *_checkpointing_rows("none", (1,), RECOMPUTE, "full"),
+        *_checkpointing_rows("ddp", (1,), RECOMPUTE, "full"),
+    ]
+    model = fit(_inputs(rows))
+    fams = {(f.sync, f.settings["activation_checkpointing"]): f for f in model.families.values()}
+    for sync in ("none", "ddp"):
+        full = fams[(sync, "full")]
+        assert full.recompute == pytest.approx(RECOMPUTE, rel=1e-3)
+        pred = model.predict(full, 4, 128.0)
+        expected = (A + B * 128) * CONTENTION[4] * RECOMPUTE
+        assert pred.compute_s == pytest.approx(expected, rel=0.02), sync
+        assert any("without activation checkpointing" in c for c in pred.caveats), sync
+        assert "measured: 1-device compute" in full.recompute_source
+    # where the checkpointed family measured its own compute, that stands
+    one = model.predict(fams[("none", "full")], 1, 128.0)
+    assert one.compute_s == pytest.approx((A + B * 128) * RECOMPUTE, rel=1e-3)
+    assert not any("checkpointing" in c for c in one.caveats)
+
+
+def test_a_checkpointed_family_without_compute_takes_its_twins_times_the_hardware_flops():
+    """ddp with full checkpointing measured at 2 devices only, where its trials record no
+    comm_s (no compute of its own): its compute is ddp's without checkpointing x the ratio of
+    the hardware FLOPs the two counted per sample (the recomputed forward), labelled so."""
+    flops = FLOPS["full"] / FLOPS["none"]
+    rows = [
+        *_checkpointing_rows("none", (1, 2, 4), 1.0, "none"),
+        *_checkpointing_rows("ddp", (1,), 1.0, "none"),
+    ]
+    for bs in (32, 64, 128, 256):
+        compute = (A + B * bs) * CONTENTION[2] * flops
+        wall = compute + comm_volume("ddp", 2, GRAD).seconds(LINK) + WAIT
+        r = row(2, bs, "ddp", bs * 2 / wall, wall=wall, data_wait_s=WAIT)
+        r |= {"trial_id": f"ddp-full-d2b{bs}", "activation_checkpointing": "full"}
+        rows.append(r | {"flops_hardware": FLOPS["full"]})
+    model = fit(_inputs(rows))
+    full = next(
+        f
+        for f in model.families.values()
+        if f.sync == "ddp" and f.settings["activation_checkpointing"] == "full"
+    )
+    assert full.recompute == pytest.approx(flops) and "hardware FLOPs" in full.recompute_source
+    pred = model.predict(full, 4, 128.0)
+    assert pred.compute_s == pytest.approx((A + B * 128) * CONTENTION[4] * flops, rel=0.02)
+    assert pred.step_s > pred.compute_s  # and its communication on top
