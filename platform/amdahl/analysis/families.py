@@ -28,8 +28,9 @@ from amdahl.analysis.computefit import (
 )
 from amdahl.analysis.configs import Config, config_options, option_values
 from amdahl.analysis.contention import Contention, HostShare, fit_contention
-from amdahl.analysis.points import Point
+from amdahl.analysis.points import Point, family_key
 from amdahl.analysis.stats import minimize_scalar
+from amdahl.columns import AXIS_TABLE
 from amdahl.spec.schema import OptionsSpec
 
 KAPPA_RANGE = (0.25, 4.0)
@@ -356,6 +357,18 @@ def fit_data_wait(fam: Family, points: list[Point]) -> None:
     fam.data_wait = {b: statistics.median(v) for b, v in by_batch.items()}
     waits = [w for v in by_batch.values() for w in v]
     fam.data_wait_all = statistics.median(waits) if waits else None
+
+
+#: The activation_checkpointing value that recomputes nothing: a checkpointed family's twin's.
+NO_CHECKPOINTING = AXIS_TABLE["activation_checkpointing"].default
+
+
+def twin_key(fam: Family) -> tuple | None:
+    """The family of `fam`'s settings without activation checkpointing (its twin); None where
+    `fam` does not checkpoint."""
+    if fam.settings.get("activation_checkpointing") in (None, NO_CHECKPOINTING):
+        return None
+    return family_key({**fam.settings, "activation_checkpointing": NO_CHECKPOINTING})
 
 
 def take_recompute(

@@ -86,6 +86,7 @@ from amdahl.analysis.families import (
     fit_data_wait,
     recorded_options,
     take_recompute,
+    twin_key,
 )
 from amdahl.analysis.overlapfit import THETA_RANGE, combine, fit_overlap, theta_hit
 from amdahl.analysis.points import (
@@ -95,12 +96,7 @@ from amdahl.analysis.points import (
     family_micro_steps,
     measured_point,
 )
-from amdahl.columns import AXIS_TABLE
 from amdahl.spec.schema import OptionsSpec, options_column
-
-#: The activation_checkpointing value that recomputes nothing: a checkpointed family's twin's.
-NO_CHECKPOINTING = AXIS_TABLE["activation_checkpointing"].default
-_NOT_CHECKPOINTED = {"activation_checkpointing": NO_CHECKPOINTING}
 
 
 @dataclass(frozen=True)
@@ -269,9 +265,7 @@ def _take_recomputes(
     for key, fam in model.families.items():
         if (fam.sync in SILENT) != silent:
             continue
-        if fam.settings.get("activation_checkpointing") in (None, NO_CHECKPOINTING):
-            continue
-        twin = model.families.get(family_key({**fam.settings, **_NOT_CHECKPOINTED}))
+        twin = model.families.get(twin_key(fam))
         if twin is not None and twin.has_compute:
             take_recompute(fam, twin, by_family[key], by_family[twin.key])
 
