@@ -28,13 +28,13 @@ the sync-none line. Without a sync-none sibling, the family's own trials (wrappe
 multi-device ones through `comm_s`, scaled by a fitted kappa). A family with activation
 checkpointing computes, where its trials did not measure it, what its twin without measured x
 the recompute factor (measured on one device, else the hardware FLOPs' ratio:
-families.take_recompute). gamma and theta are fitted per
-sync strategy over its multi-device trials (squared log error of the step, plus a small penalty
-on log theta), else pooled, else 1 and 1: gamma is 1, known, for a family whose gradient is one
-DDP bucket at its own bucket_cap_mb (no overlap: comm.no_overlap), so a strategy's one-bucket
-and several-bucket families are fitted apart, and theta is fixed near 1 where the points cannot
-separate the two. theta is what the strategy's communication costs against the calibrated ring
-(ZeRO's partition broadcast, PowerSGD's factorisation, hook casts, comm threads taking cores).
+families.take_recompute). gamma and theta are fitted per sync strategy over its multi-device
+trials (squared log error of the step, plus a small penalty on log theta), else pooled, else 1
+and 1: gamma is 1, known, for a family whose gradient is one DDP bucket at its own
+bucket_cap_mb (no overlap: comm.no_overlap), so a strategy's one-bucket and several-bucket
+families are fitted apart, and theta is fixed near 1 where the points cannot separate the two.
+theta is what the strategy's communication costs against the calibrated ring (ZeRO's partition
+broadcast, PowerSGD's factorisation, hook casts, comm threads taking cores).
 
 A fitted parameter on a bound of its range (theta at 1/4 or 16, a fitted kappa at 1/4 or 4, a
 compute line's intercept or slope forced to 0) is a failed fit (`computefit.BoundHit`): the
@@ -52,8 +52,8 @@ at its slowest link); without them, the intra-node terms, said. Bytes per optimi
 comm.comm_volume, from calibration.json's `grad_bytes_for(params)` (no row holds gradient
 bytes; PowerSGD needs `param_shapes_by_params`, else labels an estimate), at the family's own
 options (a sweep's `grid.options` lists make families of different bucket_cap_mb,
-accumulate_steps, ...: families.family_options). Data wait is not
-modelled: the family's measured per-step wait at the same per-device batch (else its median).
+accumulate_steps, ...: families.family_options). Data wait is not modelled: the family's
+measured per-step wait at the same per-device batch (else its median).
 
 Pure: imports neither ray nor torch.
 """
