@@ -165,10 +165,15 @@ def group_configs(rows: list[dict[str, Any]]) -> list[Config]:
     return configs
 
 
+def option_values(settings: dict[str, Any]) -> dict[str, Any]:
+    """The options a configuration's `options` column records (those away from their default)."""
+    return _params(settings.get("options"))
+
+
 def config_options(settings: dict[str, Any]) -> dict[str, Any]:
     """Every option a configuration's compile and sync values read, at the value it ran with
     (its `options` column, else the option's default)."""
-    given = _params(settings.get("options"))
+    given = option_values(settings)
     read = options_read(str(settings.get("compile")), str(settings.get("sync")))
     defaults = {k: f.default for k, f in OptionsSpec.model_fields.items()}
     return {

@@ -2,7 +2,7 @@
 points (analysis/points.py), and the prediction of one family at a device count, per-device
 batch and node count. It predicts configurations the sweep did not measure (other device counts,
 batch sizes, node counts) from results.parquet plus calibration.json; analysis/prediction.py
-puts it to use.
+puts it to use; analysis/families.py holds a family and its compute term.
 
 Per configuration family (every setting except the device count and the per-device batch):
 
@@ -12,7 +12,8 @@ Per configuration family (every setting except the device count and the per-devi
                                                            host contention, contention.py)
                    + omega                                (the strategy's wrapper, per step)
     communication  T_n(p) = latency_steps * alpha(p) + bytes(sync, p, options) / B(p)
-                   x theta                                (fitted per strategy, 1 if unknown)
+                   x theta                                (fitted per strategy, 1 if unknown;
+                                                           options: the family's own)
     step           (T_c^gamma + T_n^gamma)^(1/gamma)      (Pollux's overlap exponent, 1..8:
                                                            analysis/overlapfit.py)
     wall per step  step + data wait                       (the family's measured data wait)
@@ -24,12 +25,16 @@ reported as the ratio at the largest); an unmeasured count takes the nearest lin
 slowdown of the host-contention model (analysis/contention.py) between the two, and says so.
 omega is the wrapper's cost (DDP's reducer on one device): the strategy's 1-device trials minus
 the sync-none line. Without a sync-none sibling, the family's own trials (wrapper inseparable;
-multi-device ones through `comm_s`, scaled by a fitted kappa). gamma and theta are fitted per
-sync strategy over its multi-device trials (squared log error of the step, plus a small penalty
-on log theta), else pooled, else 1 and 1: gamma is 1, known, where the strategy's gradient is one
-DDP bucket (no overlap: comm.no_overlap), and theta is fixed near 1 where the points cannot
-separate the two. theta is what the strategy's communication costs against the calibrated ring
-(ZeRO's partition broadcast, PowerSGD's factorisation, hook casts, comm threads taking cores).
+multi-device ones through `comm_s`, scaled by a fitted kappa). A family with activation
+checkpointing computes, where its trials did not measure it, what its twin without measured x
+the recompute factor (measured on one device, else the hardware FLOPs' ratio:
+families.take_recompute). gamma and theta are fitted per sync strategy over its multi-device
+trials (squared log error of the step, plus a small penalty on log theta), else pooled, else 1
+and 1: gamma is 1, known, for a family whose gradient is one DDP bucket at its own
+bucket_cap_mb (no overlap: comm.no_overlap), so a strategy's one-bucket and several-bucket
+families are fitted apart, and theta is fixed near 1 where the points cannot separate the two.
+theta is what the strategy's communication costs against the calibrated ring (ZeRO's partition
+broadcast, PowerSGD's factorisation, hook casts, comm threads taking cores).
 
 A fitted parameter on a bound of its range (theta at 1/4 or 16, a fitted kappa at 1/4 or 4, a
 compute line's intercept or slope forced to 0) is a failed fit (`computefit.BoundHit`): the
@@ -45,16 +50,16 @@ their own, whose link holds the queueing, not stretched again). With `inter_node
 nodes), a prediction that spans nodes uses those for every collective (a ring across nodes runs
 at its slowest link); without them, the intra-node terms, said. Bytes per optimizer step:
 comm.comm_volume, from calibration.json's `grad_bytes_for(params)` (no row holds gradient
-bytes; PowerSGD needs `param_shapes_by_params`, else labels an estimate). Data wait is not
-modelled: the family's measured per-step wait at the same per-device batch (else its median).
+bytes; PowerSGD needs `param_shapes_by_params`, else labels an estimate), at the family's own
+options (a sweep's `grid.options` lists make families of different bucket_cap_mb,
+accumulate_steps, ...: families.family_options). Data wait is not modelled: the family's
+measured per-step wait at the same per-device batch (else its median).
 
 Pure: imports neither ray nor torch.
 """
 
 from __future__ import annotations
 
-import functools
-import math
 import statistics
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -70,18 +75,19 @@ from amdahl.analysis.comm import (
     communicates,
     no_overlap,
 )
-from amdahl.analysis.computefit import (
-    BoundHit,
-    Line,
-    Lines,
-    fit_line,
-    fit_lines,
-    fit_wrapper,
-    nearest_devices,
-    on_bound,
+from amdahl.analysis.computefit import on_bound
+from amdahl.analysis.configs import NO_SYNC, Config, option_values
+from amdahl.analysis.families import (
+    SILENT,
+    Family,
+    adopt_compute,
+    family_options,
+    fit_compute,
+    fit_data_wait,
+    recorded_options,
+    take_recompute,
+    twin_key,
 )
-from amdahl.analysis.configs import NO_SYNC, Config
-from amdahl.analysis.contention import Contention, HostShare, fit_contention
 from amdahl.analysis.overlapfit import THETA_RANGE, combine, fit_overlap, theta_hit
 from amdahl.analysis.points import (
     FAMILY_SETTINGS,
@@ -90,137 +96,7 @@ from amdahl.analysis.points import (
     family_micro_steps,
     measured_point,
 )
-from amdahl.analysis.stats import minimize_scalar
-from amdahl.spec.schema import OptionsSpec
-
-KAPPA_RANGE = (0.25, 4.0)
-#: Strategies that never communicate (`none`, the ceiling), from the strategy table.
-SILENT = frozenset(n for n, s in strategies.STRATEGIES.items() if not s.communicates)
-
-
-@dataclass
-class Family:
-    """One configuration family's fitted terms."""
-
-    key: tuple
-    label: str
-    settings: dict[str, Any]
-    a_c: float | None = None  # seconds per step at batch 0
-    b_c: float | None = None  # seconds per sample per device
-    kappa: float = 1.0
-    kappa_source: str = "default 1: no compute measured both on 1 and on more devices"
-    compute_points: int = 0
-    compute_source: str = ""
-    gamma: float = 1.0
-    gamma_source: str = "default 1: nothing to fit"
-    theta: float = 1.0  # the strategy's communication cost against the calibrated collective
-    grad_bytes: float | None = None
-    shapes: list[list[int]] | None = None
-    micro: float = 1.0
-    data_wait: dict[float, float] = field(default_factory=dict)  # per-device batch -> s
-    data_wait_all: float | None = None
-    notes: list[str] = field(default_factory=list)
-    #: Compute lines measured at p > 1 devices: p -> (a_p, b_p); the 1-device one is (a_c, b_c).
-    lines: dict[int, tuple[float, float]] = field(default_factory=dict)
-    wrapper_s: float = 0.0  # omega: the strategy's wrapper per step, apart from compute
-    wrapper_source: str = "none: the compute term holds whatever the trials ran"
-    #: Parameters on a bound of their range (failed fits), this family's and those it borrowed.
-    hits: list[BoundHit] = field(default_factory=list)
-    #: Host contention between a node's ranks (analysis/contention.py), where the rows say
-    #: each rank's CPU share and the node's cores; None keeps the nearest measured line.
-    contention: Contention | None = None
-    #: Ranks per node each measured line in `lines` ran with (its devices on one node).
-    line_ranks: dict[int, int] = field(default_factory=dict)
-
-    @property
-    def sync(self) -> str:
-        return self.settings.get("sync") or ""
-
-    @property
-    def scaling(self) -> str:
-        return self.settings.get("scaling") or "weak"
-
-    @property
-    def has_compute(self) -> bool:
-        return self.a_c is not None and self.b_c is not None
-
-    def compute_s(self, batch: float, devices: int, nodes: int = 1) -> float | None:
-        """Compute per step on `devices` devices over `nodes` nodes at a per-device batch, the
-        wrapper included: the measured line at that device count; else, with a contention
-        model, the nearest measured line (1 device included) scaled by the model's slowdown
-        between the two; else the nearest measured line as it is."""
-        if not self.has_compute:
-            return None
-        one = self.a_c + self.b_c * batch
-        if devices <= 1:
-            return one + self.wrapper_s
-        if devices in self.lines:
-            a, b = self.lines[devices]
-            return a + b * batch + self.wrapper_s
-        if self.contention is not None:
-            anchor = self.contention_anchor(devices)
-            base = one if anchor == 1 else self.lines[anchor][0] + self.lines[anchor][1] * batch
-            ranks = math.ceil(devices / max(1, nodes))
-            from_ranks = self.line_ranks.get(anchor, anchor)
-            return base * self.contention.ratio(one, batch, ranks, from_ranks) + self.wrapper_s
-        p = nearest_devices(sorted(self.lines), devices)
-        if p is not None:
-            a, b = self.lines[p]
-            return a + b * batch + self.wrapper_s
-        return one * self.kappa + self.wrapper_s
-
-    def comm_inflation(self, batch: float, devices: int, nodes: int = 1) -> float:
-        """What host-side collectives (gloo) stretch by among this many ranks per node, from
-        the contention model; 1 without one."""
-        if self.contention is None or not self.has_compute:
-            return 1.0
-        ranks = math.ceil(devices / max(1, nodes))
-        return self.contention.inflation(self.a_c + self.b_c * batch, batch, ranks)
-
-    def contention_anchor(self, devices: int) -> int:
-        """The measured device count (1 included) nearest `devices` on a log scale, the larger
-        on a tie: the line the contention model scales from."""
-        return min([1, *self.lines], key=lambda q: (abs(math.log(q / devices)), -q))
-
-    def compute_caveat(self, devices: int, batch: float = 0.0, nodes: int = 1) -> str:
-        """Where compute at `devices` was not measured: which device count stands in (and,
-        with a contention model, whether the cores' load there was ever measured)."""
-        if devices > 1 and devices not in self.lines and self.contention is not None:
-            anchor = self.contention_anchor(devices)
-            load = self.contention.load_caveat(batch, math.ceil(devices / max(1, nodes)))
-            k = self.contention.in_core_at(math.ceil(devices / max(1, nodes)))
-            return (
-                f"compute at {devices} devices: measured at {anchor}, scaled by the host contention"
-                f" model ({self.contention.cores:.2g} effective cores per node, CPU work x{k:.2g})"
-            ) + (f"; {load}" if load else "")
-        p = nearest_devices(sorted(self.lines), devices)
-        if devices > 1 and p is None and self.kappa_source.startswith("default"):
-            return f"compute at {devices} devices taken as at 1 (contention not measured)"
-        if devices <= 1 or p is None or p == devices:
-            return ""
-        return (
-            f"compute at {devices} devices taken as measured at {p} (contention between "
-            f"{devices} workers not measured)"
-        )
-
-    def failed(self, devices: int) -> list[BoundHit]:
-        """The failed fits a prediction at `devices` uses."""
-        talks = self.sync in strategies.NAMES and communicates(self.sync, devices)
-        scaled = devices > 1 and devices not in self.lines
-        return [
-            h
-            for h in self.hits
-            if h.scope == "compute"
-            or (h.scope == "communication" and talks)
-            or (h.scope == "contention" and scaled)
-        ]
-
-    def data_wait_s(self, batch: float) -> tuple[float, str]:
-        if batch in self.data_wait:
-            return self.data_wait[batch], "measured at this batch"
-        if self.data_wait_all is not None:
-            return self.data_wait_all, "the family's median (not measured at this batch)"
-        return 0.0, "none measured: taken as 0"
+from amdahl.spec.schema import OptionsSpec, options_column
 
 
 @dataclass(frozen=True)
@@ -245,8 +121,8 @@ class StepModel:
     families: dict[tuple, Family]
     comm: CommModel
     options: OptionsSpec
-    #: sync -> (gamma, theta, points)
-    overlaps: dict[str, tuple[float, float, int]] = field(default_factory=dict)
+    #: (sync, why it cannot overlap or "") -> (gamma, theta, points): stepmodel._overlap_group
+    overlaps: dict[tuple[str, str], tuple[float, float, int]] = field(default_factory=dict)
     pooled_overlap: tuple[float, float, int] | None = None
     #: The widest device count whose measured steps gamma and theta were fitted on.
     widest_fitted: int = 0
@@ -323,7 +199,7 @@ class StepModel:
                 f"communication at {p} devices: {self.comm.growth()}; where the cluster "
                 f"holds {p}, `platform calibrate DIR --devices {p}` measures it in seconds"
             )
-        volume = comm_volume(family.sync, p, family.grad_bytes, self.options, family.shapes)
+        volume = comm_volume(family.sync, p, family.grad_bytes, family.options, family.shapes)
         if volume.estimate:
             caveats.append(volume.estimate)
         seconds = volume.seconds(link) * family.theta * self.host_comm(family, batch, p, nodes)
@@ -359,218 +235,101 @@ def fit(inputs: ModelInputs, points: list[Point] | None = None) -> StepModel:
     comm = comm_model(inputs.calibration, statistics.median(cores) if cores else None)
     model = StepModel({}, comm, inputs.options)
     by_family: dict[tuple, list[Point]] = {}
+    recorded = recorded_options(inputs.configs)
     for c in inputs.configs:  # every family, measured or not, in the report's order
         key = family_key(c.settings)
         if key not in model.families:
-            model.families[key] = _new_family(key, c, inputs)
+            model.families[key] = _new_family(key, c, inputs, recorded)
             by_family[key] = []
     for pt in points:
         by_family.setdefault(pt.family, []).append(pt)
     for key, fam in model.families.items():
-        _fit_compute(fam, by_family[key])
-        _fit_data_wait(fam, by_family[key])
-    sync_i = FAMILY_SETTINGS.index("sync")
+        fit_compute(fam, by_family[key])
+        fit_data_wait(fam, by_family[key])
+    _take_recomputes(model, by_family, silent=True)
     for key, fam in model.families.items():
-        sibling = model.families.get((*key[:sync_i], NO_SYNC, *key[sync_i + 1 :]))
+        sibling = model.families.get(_sibling_key(fam))
         if sibling is not None and sibling is not fam and sibling.has_compute:
-            _adopt_compute(fam, sibling, by_family[key])
+            adopt_compute(fam, sibling, by_family[key])
+    _take_recomputes(model, by_family, silent=False)
     _fit_overlaps(model, points)
     return model
 
 
-def _new_family(key: tuple, c: Config, inputs: ModelInputs) -> Family:
+def _take_recomputes(
+    model: StepModel, by_family: dict[tuple, list[Point]], *, silent: bool
+) -> None:
+    """Each checkpointed family takes what its trials did not measure from its twin without
+    checkpointing (families.take_recompute): the sync-none ones first, as the strategies then
+    borrow their compute (the twin of each is final by then)."""
+    for key, fam in model.families.items():
+        if (fam.sync in SILENT) != silent:
+            continue
+        twin = model.families.get(twin_key(fam))
+        if twin is not None and twin.has_compute:
+            take_recompute(fam, twin, by_family[key], by_family[twin.key])
+
+
+def _sibling_key(fam: Family) -> tuple:
+    """The family of `fam`'s `sync: none` trials: the same settings but sync, and of its
+    options only those sync none reads too (the compile's), as its trials' `options` column
+    records only the options a trial reads."""
+    settings = {**fam.settings, "sync": NO_SYNC}
+    read = strategies.options_read(str(settings.get("compile")), NO_SYNC)
+    kept = {k: v for k, v in option_values(settings).items() if k in read}
+    return family_key({**settings, "options": options_column(kept)})
+
+
+def _new_family(key: tuple, c: Config, inputs: ModelInputs, recorded: set[str]) -> Family:
     settings = dict(zip(FAMILY_SETTINGS, key, strict=True))
     label = " ".join(c.label.split(" ")[2:])
     fam = Family(key=key, label=label, settings=settings)
     if inputs.calibration is not None:
         fam.grad_bytes = inputs.calibration.grad_bytes_for(settings.get("params"))
         fam.shapes = inputs.calibration.shapes_for(settings.get("params"))
-    fam.micro = float(family_micro_steps(settings, inputs.options.model_dump()))
+    fam.options = family_options(c.settings, inputs.options, recorded)
+    fam.micro = float(family_micro_steps(settings, fam.options.model_dump()))
     return fam
 
 
-def _fit_compute(fam: Family, points: list[Point]) -> None:
-    """The family's own compute: sync none's lines per device count, else (a strategy without
-    a sync-none sibling, or sync none without a 1-device run) the fallback fit."""
-    if points:
-        fam.micro = statistics.median(pt.micro for pt in points)
-    if fam.sync in SILENT:
-        obs: dict[int, list[tuple[float, float]]] = {}
-        for pt in points:
-            if pt.compute_s:
-                obs.setdefault(pt.devices, []).append((pt.batch, pt.compute_s))
-        lines = fit_lines(obs)
-        if lines.one is not None:
-            _take_lines(fam, lines, obs)
-            _fit_contention(fam, points)
-            return
-    _fit_compute_fallback(fam, points)
-
-
-def _take_lines(fam: Family, lines: Lines, obs: dict[int, list[tuple[float, float]]]) -> None:
-    fam.a_c, fam.b_c = lines.one.a, lines.one.b
-    fam.lines = dict(lines.by_devices or {})
-    fam.hits = list(lines.hits)
-    fam.notes += list(lines.notes)
-    fam.compute_points = sum(len(v) for v in obs.values())
-    counts = ", ".join(f"{len(obs[p])} at {p}" for p in sorted(obs))
-    fam.compute_source = f"sync none trials, a line per device count ({counts})"
-    fam.wrapper_source = "none: sync none runs no wrapper"
-    if fam.lines:
-        fam.kappa = lines.kappa
-        fam.kappa_source = (
-            f"measured: compute at {lines.kappa_devices} devices / at 1 device, batch "
-            f"{lines.at_batch:g}"
-        )
-    else:
-        fam.kappa_source = "default 1: no sync none trial on more than 1 device"
-
-
-def _fit_contention(fam: Family, points: list[Point]) -> None:
-    """The family's host contention model, where its 1-device sync none points say their CPU
-    share and the node's cores (rows from before `host_cores` was recorded do not)."""
-    for p in fam.lines:
-        nodes = [pt.nodes for pt in points if pt.devices == p] or [1]
-        fam.line_ranks[p] = math.ceil(p / max(1, statistics.median(nodes)))
-    ones = [pt for pt in points if pt.devices == 1 and pt.compute_s and pt.host_cpu_s]
-    cores = [pt.host_cores for pt in points if pt.host_cores]
-    if not ones or not cores:
-        return
-    by_batch: dict[float, list[float]] = {}
-    for pt in ones:  # CPU seconds per second of the step's compute (a core at most: see below)
-        by_batch.setdefault(pt.batch, []).append(min(1.0, pt.host_cpu_s / pt.busy_s))
-    share = HostShare(tuple((b, statistics.median(v)) for b, v in sorted(by_batch.items())))
-    observed = [
-        (math.ceil(pt.devices / max(1, pt.nodes)), pt.batch, pt.compute_s, pt.host_cpu_s)
-        for pt in points
-        if pt.devices > 1 and pt.compute_s
-    ]
-    one_device = [(b, fam.a_c + fam.b_c * b) for b in {b for _, b, *_ in observed}]
-    fam.contention = fit_contention(share, statistics.median(cores), one_device, observed)
-    if hit := fam.contention.bound_hit():
-        fam.hits.append(hit)
-
-
-def _adopt_compute(fam: Family, sibling: Family, points: list[Point]) -> None:
-    """`fam` takes its sync-none sibling's compute (x the micro-steps ratio), and its own
-    1-device trials give the wrapper's seconds apart from it."""
-    scale = fam.micro / (sibling.micro or 1.0)
-    fam.a_c, fam.b_c = sibling.a_c * scale, sibling.b_c * scale
-    fam.lines = {p: (a * scale, b * scale) for p, (a, b) in sibling.lines.items()}
-    fam.kappa, fam.kappa_source = sibling.kappa, f"sync none's: {sibling.kappa_source}"
-    fam.contention, fam.line_ranks = sibling.contention, dict(sibling.line_ranks)
-    fam.compute_source = f"borrowed from sync none ({sibling.compute_source})"
-    fam.hits = [replace(h, where=h.where or "sync none's") for h in sibling.hits]
-    one = [(pt.batch, pt.compute_s) for pt in points if pt.devices == 1 and pt.compute_s]
-    if one:
-        xs, ys = zip(*one, strict=True)
-        fam.wrapper_s = fit_wrapper(xs, ys, lambda x: fam.a_c + fam.b_c * x)
-        fam.wrapper_source = (
-            f"fitted: {len(one)} 1-device {fam.sync} point(s) against sync none's line"
-        )
-    else:
-        fam.wrapper_s = 0.0
-        fam.wrapper_source = f"not measured (no 1-device {fam.sync} compute): taken as 0"
-
-
-def _fit_compute_fallback(fam: Family, points: list[Point]) -> None:
-    """No sync-none line: the family's own 1-device trials (its wrapper inside) and its
-    multi-device trials through `comm_s`, scaled by a fitted kappa."""
-    obs = [(pt.batch, pt.compute_s, pt.devices > 1) for pt in points if pt.compute_s]
-    fam.compute_points = len(obs)
-    if not obs:
-        return
-    fam.wrapper_source = "inside compute: no sync none run to separate it"
-    one = [o for o in obs if not o[2]]
-    many = [o for o in obs if o[2]]
-    if one and many:
-        fam.kappa = _fit_kappa(tuple(obs))
-        fam.kappa_source = (
-            f"fitted: {len(many)} multi-device against {len(one)} 1-device compute point(s)"
-        )
-        if side := on_bound(fam.kappa, *KAPPA_RANGE):
-            fam.hits.append(_kappa_hit(fam.kappa, side))
-    line = _line_fit(obs, fam.kappa)
-    fam.a_c, fam.b_c = line.a, line.b
-    fam.hits += list(line.hits)
-    parts = []
-    if one:
-        parts.append(f"{len(one)} 1-device or sync none point(s)")
-    if many:
-        parts.append(f"{len(many)} multi-device point(s) (step - data wait - comm_s)")
-    fam.compute_source = " + ".join(parts)
-    if len({o[0] for o in obs}) < 2:
-        fam.notes.append("compute measured at one batch size only: taken proportional to it")
-
-
-def _kappa_hit(kappa: float, side: str) -> BoundHit:
-    lo, hi = KAPPA_RANGE
-    if side == "lower":
-        meaning = (
-            f"compute on several devices would run {1 / lo:g}x faster than on one, which "
-            "cannot be: step minus comm_s is not compute there (comm_s overstates the "
-            "communication); a sync none trial at each device count measures compute"
-        )
-        return BoundHit("kappa", kappa, lo, side, meaning)
-    meaning = (
-        f"compute on several devices {hi:g}x slower than on one or more: comm_s misses part "
-        "of the communication, or the contention is beyond the range"
-    )
-    return BoundHit("kappa", kappa, hi, side, meaning)
-
-
-@functools.lru_cache(maxsize=1024)
-def _fit_kappa(obs: tuple[tuple[float, float, bool], ...]) -> float:
-    """Cached: a leave-one-out refit sees the same observations in every family but one."""
-    return minimize_scalar(lambda k: _line_fit(obs, k).sse, *KAPPA_RANGE, log=True)
-
-
-def _line_fit(
-    obs: tuple[tuple[float, float, bool], ...] | list[tuple[float, float, bool]], kappa: float
-) -> Line:
-    """T = a + b x (x kappa for multi-device observations): computefit.fit_line."""
-    xs = [x for x, _, _ in obs]
-    ys = [t / (kappa if multi else 1.0) for _, t, multi in obs]
-    return fit_line(xs, ys)
-
-
-def _fit_data_wait(fam: Family, points: list[Point]) -> None:
-    by_batch: dict[float, list[float]] = {}
-    for pt in points:
-        if pt.data_wait_s is not None:
-            by_batch.setdefault(pt.batch, []).append(pt.data_wait_s)
-    fam.data_wait = {b: statistics.median(v) for b, v in by_batch.items()}
-    waits = [w for v in by_batch.values() for w in v]
-    fam.data_wait_all = statistics.median(waits) if waits else None
-
-
 def _fit_overlaps(model: StepModel, points: list[Point]) -> None:
-    """gamma and theta per sync strategy over its multi-device points with a communication term."""
+    """gamma and theta per overlap group (`_overlap_group`) over its multi-device points with a
+    communication term; a family whose group has none takes its strategy's other group's (gamma
+    1 where its own gradient is one bucket), else the pool of every group's points."""
     pairs = _overlap_observations(model, points)
-    notes: dict[str, str] = {}
-    for sync, obs in pairs.items():
-        grads = [f.grad_bytes for f in model.families.values() if f.sync == sync]
-        gamma, theta, notes[sync] = fit_overlap(tuple(obs), no_overlap(sync, grads, model.options))
-        model.overlaps[sync] = (gamma, theta, len(obs))
+    notes: dict[tuple[str, str], str] = {}
+    for group, obs in pairs.items():
+        gamma, theta, notes[group] = fit_overlap(tuple(obs), group[1])
+        model.overlaps[group] = (gamma, theta, len(obs))
     everything = tuple(o for obs in pairs.values() for o in obs)
-    needed = any(
-        f.sync not in model.overlaps and f.sync not in SILENT for f in model.families.values()
-    )
+    unfitted = [
+        f for f in model.families.values() if f.sync not in SILENT and not _fitted_group(model, f)
+    ]
     pooled_note = ""
-    if everything and needed:
+    if everything and unfitted:
         gamma, theta, pooled_note = fit_overlap(everything)
         model.pooled_overlap = (gamma, theta, len(everything))
     for fam in model.families.values():
         if fam.sync in SILENT:
             fam.gamma_source = "not used: no communication"
             continue
-        if fam.sync in model.overlaps:
-            fam.gamma, fam.theta, n = model.overlaps[fam.sync]
-            source, note = f"fitted over {n} multi-device {fam.sync} point(s)", notes[fam.sync]
+        group = _overlap_group(fam)
+        one_bucket = group[1]
+        fitted = _fitted_group(model, fam)
+        if fitted == group:
+            fam.gamma, fam.theta, n = model.overlaps[group]
+            source, note = f"fitted over {n} multi-device {fam.sync} point(s)", notes[group]
+        elif fitted:
+            gamma, fam.theta, n = model.overlaps[fitted]
+            fam.gamma = 1.0 if one_bucket else gamma
+            kind = "several-bucket" if one_bucket else "one-bucket"
+            source = f"fitted over {n} multi-device {kind} {fam.sync} point(s)"
+            note = one_bucket or notes[fitted]
         elif model.pooled_overlap:
-            fam.gamma, fam.theta, n = model.pooled_overlap
+            gamma, fam.theta, n = model.pooled_overlap
+            fam.gamma = 1.0 if one_bucket else gamma
             source = f"pooled over {n} multi-device point(s) of other strategies"
-            note = pooled_note
+            note = one_bucket or pooled_note
         else:
             continue
         fam.gamma_source = f"gamma and theta {source}" + (f" ({note})" if note else "")
@@ -578,11 +337,27 @@ def _fit_overlaps(model: StepModel, points: list[Point]) -> None:
             fam.hits.append(theta_hit(fam.theta, side))
 
 
+def _overlap_group(fam: Family) -> tuple[str, str]:
+    """(sync, why it cannot overlap or ""): a strategy's families whose gradient is one DDP
+    bucket at their own `bucket_cap_mb` communicate after the backward (gamma 1, known), while
+    its families of several buckets overlap theirs, so the two are fitted apart."""
+    return fam.sync, no_overlap(fam.sync, [fam.grad_bytes], fam.options)
+
+
+def _fitted_group(model: StepModel, fam: Family) -> tuple[str, str] | None:
+    """The fitted overlap group `fam` takes gamma and theta from: its own, else its strategy's
+    other one; None when its strategy has no fitted group."""
+    own = _overlap_group(fam)
+    if own in model.overlaps:
+        return own
+    return next((g for g in model.overlaps if g[0] == fam.sync), None)
+
+
 def _overlap_observations(
     model: StepModel, points: list[Point]
-) -> dict[str, list[tuple[float, float, float]]]:
-    """Per sync strategy, (compute, calibrated comm, busy step) of each communicating point."""
-    pairs: dict[str, list[tuple[float, float, float]]] = {}
+) -> dict[tuple[str, str], list[tuple[float, float, float]]]:
+    """Per overlap group, (compute, calibrated comm, busy step) of each communicating point."""
+    pairs: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
     for pt in points:
         fam = model.families.get(pt.family)
         if fam is None or pt.devices <= 1 or fam.sync in SILENT or not fam.sync:
@@ -591,10 +366,10 @@ def _overlap_observations(
         link, _ = model.comm.link(pt.nodes, pt.devices)
         if compute is None or link is None or not fam.grad_bytes:
             continue
-        volume = comm_volume(fam.sync, pt.devices, fam.grad_bytes, model.options, fam.shapes)
+        volume = comm_volume(fam.sync, pt.devices, fam.grad_bytes, fam.options, fam.shapes)
         comm = volume.seconds(link) if volume else 0.0
         comm *= model.host_comm(fam, pt.batch, pt.devices, pt.nodes)
         if comm > 0:
-            pairs.setdefault(fam.sync, []).append((compute, comm, pt.busy_s))
+            pairs.setdefault(_overlap_group(fam), []).append((compute, comm, pt.busy_s))
             model.widest_fitted = max(model.widest_fitted, pt.devices)
     return pairs
