@@ -35,10 +35,10 @@ multi-device point's CPU seconds per step over the 1-device demand is its in-cor
 grew as much while every rank stayed on its core); the queueing model serves that larger
 demand, and an unmeasured device count keeps the in-core factor of the measured one it is
 scaled from. (Carrying it on as 1 + a ln p was tried and failed its first held-out test:
-docs/performance-history.md, "The in-core factor carried beyond the measured counts".) What is fitted,
-over the
-measured multi-device `sync: none` points, is the node's effective cores C: the cores the ranks
-get, less what Ray, the driver and the OS take, with a weak prior at the node's nominal cores
+docs/performance-history.md, "The in-core factor carried beyond the measured counts".) What is
+fitted, over the measured multi-device `sync: none` points, is the node's effective cores C:
+the cores the ranks get, less what Ray, the driver and the OS take, with a weak prior at the
+node's nominal cores
 (where the measured device counts show no queueing, C stays there: nothing in the data says
 otherwise). Without the in-core factor, that slowdown on 16 cores was fitted as 2.8 effective
 cores, and 8-16 ranks were predicted 37-67% too slow.

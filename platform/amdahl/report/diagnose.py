@@ -262,9 +262,9 @@ def _name_bottleneck(
         d.advice.insert(0, LOADER_IN_PROCESS_TIP)
 
 
-#: For a CPU trial whose DataLoader worker keeps it waiting (docs/performance-history.md, "What the loop
-#: costs beside a plain loop": on the 2-core box one worker process cost a quarter of the
-#: one-device throughput, 0 workers were at 0.98 of plain).
+#: For a CPU trial whose DataLoader worker keeps it waiting (docs/performance-history.md, "What
+#: the loop costs beside a plain loop": on the 2-core box one worker process cost a quarter of
+#: the one-device throughput, 0 workers were at 0.98 of plain).
 LOADER_IN_PROCESS_TIP = (
     "input torch_loader on a host with few cores: try data_workers: 0 (the DataLoader makes "
     "each batch in the training process: no worker process competing for the cores, no copy "
