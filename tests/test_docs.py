@@ -31,8 +31,8 @@ PACKAGE = ROOT / "platform" / "amdahl"
 DOCS = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md", ROOT / "cluster.yaml"]
 #: Paths starting with these are relative to the repository root; any other is package-relative.
 ROOT_FOLDERS = ("platform/", "workloads/", "benchmarks/", "tests/", "sweeps/", ".ci/")
-#: Paths the docs show as a user's own files, not this repository's.
-USER_FILES = {"mypkg/models.py"}
+#: Paths the docs show as a user's own files (or what `platform init` writes), not this repository's.
+USER_FILES = {"mypkg/models.py", "mymodel/myworkload.py"}
 
 #: A path with at least one folder, ending in .py (not inside a URL or a longer name).
 PY_PATH = re.compile(r"(?<![\w./:-])((?:[\w.-]+/)+[\w-]+\.py)(?!\w)")
