@@ -277,6 +277,17 @@ def test_every_relative_link_resolves_to_a_file_and_heading() -> None:
     assert not broken, "broken relative links: " + "; ".join(broken)
 
 
+def test_no_link_text_spans_two_lines() -> None:
+    """The link check reads a line at a time, so a link broken over two lines would go unread."""
+    split = [
+        f"{doc.relative_to(ROOT)}:{doc.read_text()[: m.start()].count(chr(10)) + 1}"
+        for doc in DOCS
+        if doc.suffix == ".md"
+        for m in re.finditer(r"\[[^\]\n]*\n[^\]]*\]\(", doc.read_text())
+    ]
+    assert not split, "links split over two lines: " + ", ".join(split)
+
+
 def test_the_performance_goals_table_reads_at_a_glance() -> None:
     """Each goal's current figure fits a table cell; a run's history goes to its own page."""
     text = (ROOT / "docs" / "performance.md").read_text()
