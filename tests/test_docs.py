@@ -22,8 +22,16 @@ from __future__ import annotations
 import ast
 import functools
 import re
+import shlex
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import click
+import pytest
+from click.testing import CliRunner
+
+from amdahl.cli.commands import main
 from amdahl.spec.schema import SweepSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,8 +39,8 @@ PACKAGE = ROOT / "platform" / "amdahl"
 DOCS = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md", ROOT / "cluster.yaml"]
 #: Paths starting with these are relative to the repository root; any other is package-relative.
 ROOT_FOLDERS = ("platform/", "workloads/", "benchmarks/", "tests/", "sweeps/", ".ci/")
-#: Paths the docs show as a user's own files, not this repository's.
-USER_FILES = {"mypkg/models.py"}
+#: Paths the docs show as a user's own files (or what `platform init` writes), not the repository's.
+USER_FILES = {"mypkg/models.py", "mymodel/myworkload.py"}
 
 #: A path with at least one folder, ending in .py (not inside a URL or a longer name).
 PY_PATH = re.compile(r"(?<![\w./:-])((?:[\w.-]+/)+[\w-]+\.py)(?!\w)")
@@ -269,6 +277,17 @@ def test_every_relative_link_resolves_to_a_file_and_heading() -> None:
     assert not broken, "broken relative links: " + "; ".join(broken)
 
 
+def test_no_link_text_spans_two_lines() -> None:
+    """The link check reads a line at a time, so a link broken over two lines would go unread."""
+    split = [
+        f"{doc.relative_to(ROOT)}:{doc.read_text()[: m.start()].count(chr(10)) + 1}"
+        for doc in DOCS
+        if doc.suffix == ".md"
+        for m in re.finditer(r"\[[^\]\n]*\n[^\]]*\]\(", doc.read_text())
+    ]
+    assert not split, "links split over two lines: " + ", ".join(split)
+
+
 def test_the_performance_goals_table_reads_at_a_glance() -> None:
     """Each goal's current figure fits a table cell; a run's history goes to its own page."""
     text = (ROOT / "docs" / "performance.md").read_text()
@@ -280,3 +299,127 @@ def test_the_performance_goals_table_reads_at_a_glance() -> None:
         if len(cell) > 400
     ]
     assert not long, "table cells over 400 characters (move the history out): " + "; ".join(long)
+
+
+README = ROOT / "README.md"
+
+
+def test_the_readme_is_a_quickstart_and_the_architecture_a_map() -> None:
+    """The README stays a quickstart (the guide holds the rest) with one light picture, and
+    architecture.md a map a maintainer reads in one sitting."""
+    assert len(README.read_text().splitlines()) <= 300, "README.md: move the detail into docs/"
+    architecture = ROOT / "docs" / "architecture.md"
+    assert len(architecture.read_text().splitlines()) <= 360, "architecture.md: a map, not a guide"
+    assert (ROOT / "docs" / "img" / "report.png").stat().st_size < 300_000
+
+
+def test_the_guide_index_lists_every_page_and_ends_with_the_map() -> None:
+    index = (ROOT / "docs" / "index.md").read_text()
+    linked = [target.partition("#")[0] for target in LINK.findall(index)]
+    pages = {p.name for p in (ROOT / "docs").glob("*.md")} - {"index.md"}
+    assert sorted(pages - set(linked)) == [], "docs/index.md leaves pages out"
+    assert linked[-1] == "architecture.md"
+
+
+def _bash_lines(text: str) -> list[str]:
+    """The lines of a Markdown text's bash blocks, continuation lines joined."""
+    blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.S)
+    return [line for block in blocks for line in block.replace("\\\n", " ").splitlines()]
+
+
+def _readme_commands() -> list[list[str]]:
+    """The arguments of every `platform ...` command in the README's bash blocks, each command
+    of an `&&` chain apart, comments left out."""
+    commands = []
+    for line in _bash_lines(README.read_text()):
+        command: list[str] = []
+        for word in [*shlex.split(line, comments=True), "&&"]:
+            if word != "&&":
+                command.append(word)
+                continue
+            if command[:1] == ["platform"]:
+                commands.append(command[1:])
+            command = []
+    return commands
+
+
+def test_the_readme_gives_the_two_setup_commands_ci_runs() -> None:
+    """.ci/run and the task's rules read the README's first block as exactly two commands: the
+    main job and the tests."""
+    first = _bash_lines(README.read_text())[:2]
+    assert [shlex.split(line, comments=True) for line in first] == [
+        shlex.split("pip install -e . && platform sweep sweeps/laptop.yaml"),
+        shlex.split("pip install -e '.[test]' && pytest"),
+    ]
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
+    assert shlex.split(ci.replace(" -q", "")) == shlex.split(first[1], comments=True)
+
+
+def _parse(args: list[str], group: click.Group = main) -> click.Context:
+    """`platform ARGS` parsed as click would run it (the command exists, its options and
+    arguments parse), without running it."""
+    name, *rest = args
+    command = group.get_command(click.Context(group), name)
+    assert command is not None, f"platform has no command {name!r}"
+    if isinstance(command, click.Group):
+        return _parse(rest, command)
+    return command.make_context(name, rest)
+
+
+def test_every_platform_command_in_the_readme_parses() -> None:
+    commands = _readme_commands()
+    assert {c[0] for c in commands} >= {"plan", "sweep", "report", "init"}
+    failed = []
+    for args in commands:
+        try:
+            _parse(args)
+        except (click.UsageError, AssertionError) as error:
+            failed.append(f"platform {shlex.join(args)}: {error}")
+    assert not failed, "README commands that do not parse:\n" + "\n".join(failed)
+
+
+def test_the_refusal_of_a_command_that_does_not_parse() -> None:
+    """The check above fails on a command or an option the CLI lacks."""
+    for args in (["plans", "sweeps/laptop.yaml"], ["plan", "sweeps/laptop.yaml", "--fast"]):
+        with pytest.raises((click.UsageError, AssertionError)):
+            _parse(args)
+
+
+@pytest.fixture
+def user_shell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A user's shell at the repository root with no Ray cluster to join (RAY_ADDRESS unset, a
+    Ray temp directory with no record of `ray start`, no Ray in this process); the modules a
+    command imports from tmp_path (what `platform init` wrote) are forgotten after."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "raytmp"))
+    if (ray := sys.modules.get("ray")) is not None:
+        monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.chdir(ROOT)
+    before = set(sys.modules)
+    yield tmp_path
+    for name in set(sys.modules) - before:
+        if str(getattr(sys.modules[name], "__file__", None) or "").startswith(str(tmp_path)):
+            del sys.modules[name]
+
+
+def test_the_readmes_plan_and_init_commands_run_as_written(
+    user_shell: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`platform plan` (seconds, no Ray) runs as the README writes it; `platform init` writes a
+    workload whose sweep file plans as written, from the folder the README says to cd into."""
+    commands = _readme_commands()
+    plans = [args for args in commands if args[0] == "plan"]
+    inits = [args for args in commands if args[0] == "init"]
+    assert plans and inits
+    runner = CliRunner()
+    for args in plans:
+        result = runner.invoke(main, args)
+        assert result.exit_code == 0, f"platform {shlex.join(args)}:\n{result.output}"
+    for args in inits:
+        monkeypatch.chdir(user_shell)
+        assert runner.invoke(main, args).exit_code == 0
+        monkeypatch.chdir(user_shell / args[1])
+        planned = runner.invoke(main, ["plan", "sweep.yaml"])
+        assert planned.exit_code == 0, planned.output
+        assert "will not run" not in planned.output

@@ -4,13 +4,14 @@ is. Pure data, no torch: the spec schema, the planner, the worker-side harness, 
 diagnosis and its step-time model all read it, so a strategy is described once.
 
 Adding a strategy (docs/architecture.md, "How to add ...", "A sync strategy"): a row here, its
-`SyncStrategy` class in worker/sync.py registered with `@implements(name)`, a test and a line in
-the README; a strategy that is not a plain all-reduce of the gradient (no `wire_factor`) also
-needs its bytes in analysis/comm.py's `comm_volume`, an option it adds a field of
-spec.OptionsSpec, and a state it holds other than a replica's its `memory` shape (what
-analysis/memory_model.py predicts per rank). tests/unit/test_strategies.py checks that
-worker/sync.py implements exactly the strategies listed here, that the step-time model has a
-volume for each and that every option here is a field of spec.OptionsSpec with this default.
+`SyncStrategy` class in worker/sync.py registered with `@implements(name)`, a test and its name in
+the `grid.sync` description (spec/schema.py, printed in docs/sweep-file.md); a strategy that is not
+a plain all-reduce of the gradient (no `wire_factor`) also needs its bytes in analysis/comm.py's
+`comm_volume`, an option it adds a field of spec.OptionsSpec, and a state it holds other than a
+replica's its `memory` shape (what analysis/memory_model.py predicts per rank).
+tests/unit/test_strategies.py checks that worker/sync.py implements exactly the strategies listed
+here, that the step-time model has a volume for each and that every option here is a field of
+spec.OptionsSpec with this default.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class Strategy:
     """One gradient-sync strategy, as everything outside its implementation sees it."""
 
     name: str
-    #: What it does, in one line (README, `platform plan`).
+    #: What it does, in one line (`platform plan`).
     summary: str
     #: The `options` it reads; only these enter a trial's settings and id.
     options: tuple[str, ...] = ()

@@ -1,4 +1,4 @@
-"""A user's own workload run as the README tells a new user, and a sweep file with no
+"""A user's own workload run as docs/workload.md tells a new user, and a sweep file with no
 `resources:` on a 2-CPU Ray. The CLI runs are subprocesses started in the workload's own folder,
 with no PYTHONPATH: the driver must find the code there and Ray's workers get it through the
 runtime_env."""

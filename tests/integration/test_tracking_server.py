@@ -413,8 +413,8 @@ def _page_text(url: str, profile: Path) -> str:
 )
 def test_the_experiment_opens_on_its_runs_table_in_a_browser(curves: Curves, tmp_path):
     """MLflow 3.17's UI takes its view from the sidebar's "GenAI | Model training" switch (kept
-    by the browser, GenAI in a new one), which `workflowType` in the URL sets: the README's link
-    opens the runs table, with the sweep's parent run, and sorted by throughput every trial."""
+    by the browser, GenAI in a new one), which `workflowType` in the URL sets: docs/mlflow.md's
+    link opens the runs table, with the sweep's parent run, and sorted by throughput every trial."""
     page = f"{curves.base}/#/experiments/{curves.experiment['experiment_id']}/runs"
     table = _page_text(f"{page}?workflowType=machine_learning", tmp_path / "a")
     assert not [t for t in GENAI_OVERVIEW if t in table], table[:2000]

@@ -109,7 +109,7 @@ SWEEP = """\
 #   platform plan sweep.yaml     # the trials, their resources, anything that will not run and why
 #   platform sweep sweep.yaml    # run them; results in runs/<name>-<UTC time>/, then:
 #   platform report runs/myworkload-<UTC time>
-# Every key is explained in the README's "Sweep-file reference".
+# Every key is explained in docs/sweep-file.md, the sweep-file reference.
 name: myworkload
 # module:Class. The module is looked for next to this file, then in the working directory
 # (`workload_path: DIR` adds a directory of your choice, searched first).

@@ -234,8 +234,8 @@ def _make_trial(
     if not facts.names_blocks and mode != "none":
         reason = reason or (
             f"activation_checkpointing={mode}: the workload names no blocks to checkpoint; "
-            "define blocks(model) returning them (e.g. a transformer's layers: README, "
-            '"Your own workload")'
+            "define blocks(model) returning them (e.g. a transformer's layers: docs/workload.md, "
+            '"The Workload API")'
         )
     reason = reason or memory_problem(spec, settings, memory, facts.memory, facts.device_memory_gb)
     return Trial(

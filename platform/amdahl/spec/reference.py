@@ -36,7 +36,7 @@ with the YAML path, the value and the fix (exit code 2), before anything launche
 
 This page is generated from the schema (`spec.schema`) by `python -m amdahl.spec.reference
 --write`; `tests/test_docs.py` fails when it is out of date. The guide to writing a sweep file
-is in the README; the sweep files in `sweeps/` are worked examples.
+is [sweeps.md](sweeps.md); the sweep files in `sweeps/` are worked examples.
 """
 
 

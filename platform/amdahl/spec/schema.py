@@ -434,7 +434,7 @@ class SweepSpec(Section):
     workload: str = Field(
         description="a registered name (`mlp`, `gpt`, `resnet`, `simulated`) or "
         "`package.module:Class` (a `amdahl.Workload` subclass; see [Your own "
-        "workload](../README.md#your-own-workload))."
+        "workload](workload.md))."
     )
     params: dict[str, Any] = Field(
         {},
@@ -442,9 +442,9 @@ class SweepSpec(Section):
         " 128], `classes` 2, `train_rows` 16384, `val_rows` 2048; `resnet`: `width` 64, "
         "`classes` 10, `augment` `none`|`light`|`heavy` (light), `augment_ops` 2, `dataset` "
         "`synthetic`|`digits`, `train_rows` 8192, `val_rows` 1024; `simulated`: see [Scale "
-        "without the devices](../README.md#scale-without-the-devices)); every workload also "
+        "without the devices](workload.md#scale-without-the-devices)); every workload also "
         "takes `data`: a directory or URI holding `train/` and `val/` parquet to use instead "
-        "of generated rows (see [Input pipeline](../README.md#input-pipeline-and-data)).",
+        "of generated rows (see [Input pipeline](data.md)).",
     )
     train: TrainSpec = TrainSpec()
     grid: GridSpec = GridSpec()

@@ -29,8 +29,7 @@ class SearchSpec(Section):
     method: Literal["grid", "halving"] = Field(
         "grid",
         description="grid: every configuration for `train.steps`; halving: successive "
-        "halving (see [Searching instead of the whole grid](../README.md#searching-instead-"
-        "of-the-whole-grid)).",
+        "halving (see [Searching instead of the whole grid](searching.md)).",
     )
     budget: float | str | None = Field(
         None,

@@ -63,8 +63,8 @@ def _workload_class(name: str) -> type[Workload]:
     if missing:
         raise UserError(
             f"workload: {class_name} ({target!r}) does not implement {', '.join(missing)}; "
-            f"a Workload must define {', '.join(REQUIRED)} (see the README's "
-            "'Your own workload')"
+            f"a Workload must define {', '.join(REQUIRED)} (see docs/workload.md, "
+            "'The Workload API')"
         )
     return cls
 

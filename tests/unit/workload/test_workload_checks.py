@@ -280,12 +280,12 @@ def test_init_writes_a_skeleton_that_plans_and_refuses_to_overwrite(
     assert (written / "sweep.yaml").read_text() == "mine\n"
 
 
-def test_the_readme_example_is_a_complete_workload(clean_imports):
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Your own workload", 1)[1]
+def test_the_guides_example_is_a_complete_workload(clean_imports):
+    guide = (ROOT / "docs" / "workload.md").read_text()
+    section = guide.split("## The Workload API", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     namespace: dict = {}
-    exec(compile(textwrap.dedent(code), "README.md", "exec"), namespace)  # noqa: S102
+    exec(compile(textwrap.dedent(code), "docs/workload.md", "exec"), namespace)  # noqa: S102
     workload = namespace["MyModel"]()  # abstract methods all implemented
     check_workload(workload)
     assert workload.correct is not None and workload.flops_per_sample() > 0

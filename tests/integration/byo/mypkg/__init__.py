@@ -1,1 +1,1 @@
-"""A user's own package, as a new user writes it from the README (never installed)."""
+"""A user's own package, as a new user writes it from docs/workload.md (never installed)."""
