@@ -77,14 +77,16 @@ step "2. step-time model, fit at ${FIT:=1,2,4} CPU ranks, predict ${TRUTH:=8,12,
 # First, about 40 s: one rank's matmul rate as 1-16 single-thread processes share the host, and
 # its hardware threads per core (the in-core slowdown the model copies from measured counts).
 timeout 120 python3 benchmarks/host_contention.py 2>&1 | tail -12
-# One interleaved sweep over both sets of device counts (scale_check's default); a sweep cut by
-# the limit is evaluated on the rows it wrote (without its closing calibration, if cut before).
+# One interleaved sweep over both sets of device counts (--interleaved: the box's drift lands on
+# both alike within one time limit); a sweep cut by the limit is evaluated on the rows it wrote
+# (without its closing calibration, if cut before).
 # every process's CPU share every 5 s (is anything busy while a narrow trial runs after wide ones?)
 top -b -c -d 5 -w 160 -n "$(( ${SCALE_LIMIT:-300} / 5 ))" 2>/dev/null \
   | grep -A12 "^top -" > "$OUT/top.log" & top_pid=$!
 timeout -s INT "${SCALE_LIMIT:-300}" python3 benchmarks/scale_check.py --fit "$FIT" \
-  --truth "$TRUTH" --batches "${BATCHES:-64,256}" --syncs "${SYNCS:-ddp,zero1,none}" \
-  --steps 100 --repeats "${REPEATS:-2}" --cpus-per-device 0.9 --out /tmp/runs/scale 2>&1 \
+  --truth "$TRUTH" --interleaved --batches "${BATCHES:-64,256}" \
+  --syncs "${SYNCS:-ddp,zero1,none}" --steps 100 --repeats "${REPEATS:-2}" \
+  --cpus-per-device 0.9 --out /tmp/runs/scale 2>&1 \
   | grep -v -E "WARNING|INFO" | tail -60
 rc=${PIPESTATUS[0]}
 echo "exit $rc"

@@ -1,17 +1,21 @@
 """The step-time model on device counts it never saw: fit a sweep at small device counts, predict
 larger ones with `platform predict`'s own function, and measure those larger ones.
 
-One sweep over the `--fit` and `--truth` device counts together (default 1, 2, 4 and 8, 12, 16)
-on one local Ray sized to this machine (MLflow off): its items go out repeat-major, so the box's
-drift lands on fitted and held-out points alike (two sweeps one after the other measured the
-same 4-device configurations 10-20% apart on the 2-core box). The model is fitted on the
-`--fit` rows only, with the closing calibration narrowed to the fitted device counts (its
-per-device-count fits up to the widest fitted one: prediction.calibration_up_to), so the
-held-out counts' all-reduce is extrapolated, as a user's would be whose cluster is no wider than
-the fitted counts. `--calibrated-to N` keeps the calibration's fits up to N devices instead: a
-user whose cluster holds the held-out counts but who ran trials only at the fitted ones
-(calibration takes seconds, trials minutes). `--two-sweeps` runs a fit
-sweep then a truth sweep instead (`--truth-dir`: against one measured before). Each held-out
+A fit sweep at the `--fit` device counts, then a truth sweep at the `--truth` counts (default
+1, 2, 4 and 8, 12, 16), as a user fits then measures, on one local Ray sized to this machine
+(MLflow off): the box's drift between the two (10-20% on the 2-core box for the same
+configurations) is part of what the model must survive. `--truth-dir` reuses a truth sweep
+measured before. `--interleaved` runs one sweep over both instead, its items repeat-major so
+drift lands on fitted and held-out points alike; the model is then fitted on the `--fit` rows
+only, with the closing calibration narrowed to the fitted device counts (its per-device-count
+fits up to the widest fitted one: prediction.calibration_up_to), so the held-out counts'
+all-reduce is extrapolated, as a user's would be whose cluster is no wider than the fitted
+counts. `--calibrated-to N` keeps the calibration's fits up to N devices instead: a user whose
+cluster holds the held-out counts but who ran trials only at the fitted ones (calibration takes
+seconds, trials minutes). `--param NAME=VALUE` (repeatable) sets a workload parameter in both
+sweeps: with `--workload simulated`, its jitter, straggler and in-core slowdown
+(workloads/simulated.py). Each held-out
+Each held-out
 configuration's measured median (over `--repeats` runs, with its standard error:
 Stat.rel_se_median) is compared with
 
@@ -30,12 +34,14 @@ it on a 16-core machine for the default counts.
 
     python benchmarks/scale_check.py [--fit 1,2,4] [--truth 8,12,16] [--batches 64,256]
         [--syncs ddp,none] [--steps 150] [--repeats 2] [--workload mlp] [--out DIR]
-        [--two-sweeps] [--evaluate DIR [DIR]] [--calibrated-to N]
+        [--param NAME=VALUE ...] [--interleaved] [--truth-dir DIR] [--evaluate DIR [DIR]]
+        [--calibrated-to N]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import tempfile
@@ -47,6 +53,17 @@ from _harness import add_smoke_flag, print_stamp
 
 def _ints(text: str) -> list[int]:
     return sorted(int(x) for x in text.split(",") if x.strip())
+
+
+def _param(text: str) -> tuple[str, object]:
+    """NAME=VALUE, the value read as JSON where it parses (numbers, null), else a string."""
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    try:
+        return name, json.loads(value)
+    except json.JSONDecodeError:
+        return name, value
 
 
 def main() -> None:
@@ -68,7 +85,19 @@ def main() -> None:
         metavar="DIR",
         help="only evaluate existing sweep directories: one interleaved sweep, or FIT TRUTH",
     )
-    parser.add_argument("--two-sweeps", action="store_true", help="a fit sweep, then a truth sweep")
+    parser.add_argument(
+        "--interleaved",
+        action="store_true",
+        help="one sweep over the fit and truth counts together instead of two",
+    )
+    parser.add_argument(
+        "--param",
+        type=_param,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a workload parameter, in both sweeps (repeatable)",
+    )
     parser.add_argument(
         "--truth-dir",
         type=Path,
@@ -120,6 +149,7 @@ def main() -> None:
             {
                 "name": name,
                 "workload": args.workload,
+                "params": dict(args.param),
                 "train": {
                     "steps": args.steps,
                     "warmup_steps": args.warmup,
@@ -136,7 +166,7 @@ def main() -> None:
     sweeps = [("fit", fit_devices), ("truth", truth_devices)]
     if args.truth_dir is not None:  # measured before: only the fit sweep runs
         dirs["truth"], sweeps = args.truth_dir, sweeps[:1]
-    elif not args.two_sweeps:
+    elif args.interleaved:
         sweeps = [("scale", sorted({*fit_devices, *truth_devices}))]
     try:
         for name, devices in sweeps:

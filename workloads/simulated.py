@@ -13,8 +13,15 @@ Each of `layers` layers sleeps, per step and micro-batch,
     backward  backward_factor x the forward
 
 times a precision factor (`bf16_factor`, `fp16_factor` for autocast or bf16 weights; 1 in
-fp32), times `straggler_factor` on rank `straggler_rank`, times a uniform jitter of +-`jitter`
-(seeded per rank). The numbers say what the simulated device would take; they are not measured.
+fp32), times `straggler_factor` on rank `straggler_rank` (every `straggler_every`-th pass only,
+where that is above 1: a rank that stalls now and then), times a uniform jitter of +-`jitter`
+per layer call and a lognormal one exp(`jitter_sigma` z), z ~ N(0, 1), drawn once per forward
+pass so a whole step is slow or fast together (both seeded by `jitter_seed` and the rank), times
+1 + `in_core_slowdown` x (ranks per node - 1): the slowdown of compute that shares a node's
+memory bandwidth (ranks per node: the world's size, or LOCAL_WORLD_SIZE where a launcher sets
+it). Jitter, stragglers and the in-core slowdown are what separate a user's fit sweep from their
+measured one; scale_check.py uses them for held-out sets. At the defaults each is off. The
+numbers say what the simulated device would take; they are not measured.
 `stated_memory_gb` states its memory, which the plan's memory check holds trials to (the
 tensors are real and small: set it low to see refusals at 8-16 ranks). `stated_tflops` states
 the simulated device's fp32 peak (`peak_flops`: divided by a
@@ -29,6 +36,8 @@ learnable, so validation loss and accuracy still say the training is correct.
 
 from __future__ import annotations
 
+import math
+import os
 import random
 import time
 from typing import Any
@@ -67,12 +76,15 @@ class _SleepLayer(torch.autograd.Function):
 class SimulatedLayer(nn.Module):
     """One layer of the simulated device: `size` real parameters, a stated time."""
 
-    def __init__(self, size: int, timing: SimulatedTiming):
+    def __init__(self, size: int, timing: SimulatedTiming, first: bool = False):
         super().__init__()
         self.weight = nn.Parameter(torch.zeros(size))
         self.timing = timing
+        self.first = first
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.first:
+            self.timing.next_pass()
         forward_s, backward_s = self.timing.seconds(x, self.weight)
         return _SleepLayer.apply(x, self.weight, forward_s, backward_s)
 
@@ -87,26 +99,59 @@ class SimulatedTiming:
         self.factors = {torch.bfloat16: params["bf16_factor"], torch.float16: params["fp16_factor"]}
         self.straggler_rank = params["straggler_rank"]
         self.straggler_factor = params["straggler_factor"]
+        self.straggler_every = params["straggler_every"]
         self.jitter = params["jitter"]
+        self.jitter_sigma = params["jitter_sigma"]
+        self.jitter_seed = params["jitter_seed"]
+        self.in_core_slowdown = params["in_core_slowdown"]
         self._rng: random.Random | None = None
+        self._pass_rng: random.Random | None = None
+        self._pass = 0
+        self._pass_factor = 1.0
+
+    def next_pass(self) -> None:
+        """A forward pass begins (the first layer's call): draw its lognormal jitter, so every
+        layer of one step shares it as a slow or fast step on a real device does."""
+        self._pass += 1
+        if self.jitter_sigma:
+            if self._pass_rng is None:
+                self._pass_rng = random.Random(f"{self.jitter_seed}:{_rank()}:pass")
+            self._pass_factor = math.exp(self.jitter_sigma * self._pass_rng.gauss(0.0, 1.0))
 
     def seconds(self, x: torch.Tensor, w: torch.Tensor) -> tuple[float, float]:
         forward = (self.fixed_s + self.per_sample_s * x.shape[0]) * self._factor(x, w)
         return forward, forward * self.backward_factor
 
     def _factor(self, x: torch.Tensor, w: torch.Tensor) -> float:
-        rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+        rank = _rank()
         dtype = w.dtype
         if torch.is_autocast_enabled(x.device.type):
             dtype = torch.get_autocast_dtype(x.device.type)
-        factor = self.factors.get(dtype, 1.0)
+        factor = self.factors.get(dtype, 1.0) * self._pass_factor
         if self.straggler_rank is not None and rank == self.straggler_rank:
-            factor *= self.straggler_factor
+            if self._pass % self.straggler_every == 0:
+                factor *= self.straggler_factor
         if self.jitter:
             if self._rng is None:
-                self._rng = random.Random(rank)
+                seed = f"{self.jitter_seed}:{rank}" if self.jitter_seed else rank
+                self._rng = random.Random(seed)
             factor *= 1.0 + self.jitter * self._rng.uniform(-1.0, 1.0)
+        if self.in_core_slowdown:
+            factor *= 1.0 + self.in_core_slowdown * (_ranks_per_node() - 1)
         return factor
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def _ranks_per_node() -> int:
+    """Ranks sharing this node's memory bandwidth: the launcher's LOCAL_WORLD_SIZE where it sets
+    one, else the world (amdahl places a simulated sweep's ranks on one node)."""
+    local = os.environ.get("LOCAL_WORLD_SIZE")
+    if local:
+        return int(local)
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
 class SimulatedAccelerator(Workload):
@@ -122,7 +167,11 @@ class SimulatedAccelerator(Workload):
         "fp16_factor": 0.5,
         "straggler_rank": None,
         "straggler_factor": 1.0,
+        "straggler_every": 1,
         "jitter": 0.0,
+        "jitter_sigma": 0.0,
+        "jitter_seed": 0,
+        "in_core_slowdown": 0.0,
         "stated_tflops": 100.0,
         "stated_memory_gb": 80.0,
         "train_rows": 8192,
@@ -146,14 +195,20 @@ class SimulatedAccelerator(Workload):
         for name in (*positive, "stated_memory_gb"):
             if not self.params[name] > 0:
                 raise UserError(f"params.{name}: must be > 0, got {self.params[name]!r}")
-        for name in ("forward_fixed_ms", "forward_per_sample_us", "jitter"):
+        non_negative = ("jitter", "jitter_sigma", "in_core_slowdown")
+        for name in ("forward_fixed_ms", "forward_per_sample_us", *non_negative):
             if not self.params[name] >= 0:
                 raise UserError(f"params.{name}: must be >= 0, got {self.params[name]!r}")
+        every = self.params["straggler_every"]
+        if not (isinstance(every, int) and every >= 1):
+            raise UserError(f"params.straggler_every: must be an integer >= 1, got {every!r}")
 
     def build_model(self) -> nn.Module:
         p = self.params
         timing = SimulatedTiming(p)
-        body = [SimulatedLayer(p["params_per_layer"], timing) for _ in range(p["layers"])]
+        body = [
+            SimulatedLayer(p["params_per_layer"], timing, first=i == 0) for i in range(p["layers"])
+        ]
         return nn.Sequential(*body, nn.Linear(p["features"], p["classes"]))
 
     def generate(self, split: str, num_rows: int, seed: int) -> dict[str, np.ndarray]:

@@ -14,7 +14,11 @@ from amdahl.sweepdir.table import read_results
 
 pytestmark = pytest.mark.integration
 
-STRAGGLER = 5
+STRAGGLER, STRAGGLER_FACTOR = 5, 4.0
+LAYERS, FORWARD_FIXED_MS, BATCH = 4, 2.0, 16
+#: One step's sleeps on a rank that is not the straggler: each layer's forward (fixed + 20 us a
+#: sample, the default) and its backward (2x, the default).
+STATED_STEP_S = LAYERS * (FORWARD_FIXED_MS + 0.020 * BATCH) / 1e3 * 3
 
 
 @pytest.fixture(scope="module")
@@ -24,17 +28,17 @@ def scale_sweep(ray_cluster, tmp_path_factory):
             "name": "scale8",
             "workload": "flaky_workload:SimulatedRankDies",
             "params": {
-                "layers": 4,
-                "forward_fixed_ms": 2.0,
+                "layers": LAYERS,
+                "forward_fixed_ms": FORWARD_FIXED_MS,
                 "straggler_rank": STRAGGLER,
-                "straggler_factor": 4.0,
+                "straggler_factor": STRAGGLER_FACTOR,
                 "train_rows": 1024,
                 "val_rows": 64,
             },
             "train": {"steps": 10, "warmup_steps": 2, "profile_steps": 2},
             "grid": {
                 "devices": [2, 4, 8],
-                "batch_size": [16],
+                "batch_size": [BATCH],
                 "sync": ["ddp"],
                 "params.kill_rank": [7, None],  # at 8 devices the dying trial goes first
             },
@@ -61,7 +65,11 @@ def test_one_worker_group_serves_2_4_and_8_devices(scale_sweep):
     outcome, rows = scale_sweep
     ok = [_row(rows, d) for d in (2, 4, 8)]
     assert [r["status"] for r in ok] == ["ok"] * 3, [(r["devices"], r["error"]) for r in ok]
-    assert all(r["throughput"] > 0 for r in ok)
+    # no faster than the stated sleeps allow (every rank sleeps them each step), and at 8 the
+    # straggler's 4x sleeps hold every rank back: measured against the workload's statement
+    for r in ok:
+        slowest = STRAGGLER_FACTOR if r["devices"] > STRAGGLER else 1.0
+        assert 0 < r["throughput"] <= r["devices"] * BATCH / (STATED_STEP_S * slowest)
     # the dead rank's trial cost one restart: the 2- and 4-device trials ran in the first
     # group, before it; the healthy 8-device trial after it, in the group started then
     assert outcome.group_starts == 2

@@ -1,8 +1,12 @@
 """The shipped workloads build, state the FLOPs torch counts, and learn from their own data."""
 
+import os
+from unittest import mock
+
 import pytest
 import torch
 
+from amdahl.errors import UserError
 from amdahl.workload.code import REGISTERED, make_workload
 
 
@@ -136,6 +140,43 @@ def test_the_simulated_accelerator_states_its_times_and_moves_real_gradients():
     assert workload.peak_flops("bf16") == 2 * workload.peak_flops("fp32") == 2e14
     per_sample_s = 3 * params["forward_per_sample_us"] * 1e-6 * (1 + params["backward_factor"])
     assert workload.flops_per_sample() == pytest.approx(1e14 * per_sample_s)
+
+
+def test_the_simulated_accelerators_jitter_straggler_and_in_core_slowdown():
+    """What separates a user's fit sweep from the one they measure (scale_check.py's held-out
+    sets): a per-pass lognormal jitter shared by every layer of a pass and reproducible from its
+    seed, a straggler slow only every k-th pass, and compute slowed by 1 + c(ranks per node - 1)."""
+    from workloads.simulated import SimulatedTiming
+
+    params = make_workload("simulated", {"forward_fixed_ms": 0.0}).params
+    x, w = torch.zeros(50, 16), torch.zeros(4)
+    base = params["forward_per_sample_us"] * 50e-6
+
+    def passes(timing: SimulatedTiming, n: int, layers: int = 2) -> list[list[float]]:
+        out = []
+        for _ in range(n):
+            timing.next_pass()
+            out.append([timing.seconds(x, w)[0] / base for _ in range(layers)])
+        return out
+
+    jittery = passes(SimulatedTiming({**params, "jitter_sigma": 0.2, "jitter_seed": 1}), 200)
+    assert all(a == b for a, b in jittery)  # one draw per pass, every layer of it alike
+    factors = sorted(a for a, _ in jittery)
+    assert factors[0] < 0.8 and factors[-1] > 1.25 and 0.9 < factors[100] < 1.1
+    again = passes(SimulatedTiming({**params, "jitter_sigma": 0.2, "jitter_seed": 1}), 200)
+    other = passes(SimulatedTiming({**params, "jitter_sigma": 0.2, "jitter_seed": 2}), 200)
+    assert again == jittery != other
+
+    every = {"straggler_rank": 0, "straggler_factor": 3.0, "straggler_every": 4}
+    stalls = [a for a, _ in passes(SimulatedTiming({**params, **every}), 8)]
+    assert stalls == pytest.approx([1, 1, 1, 3, 1, 1, 1, 3])
+
+    crowded = SimulatedTiming({**params, "in_core_slowdown": 0.1})
+    assert crowded.seconds(x, w)[0] == pytest.approx(base)  # alone on its node
+    with mock.patch.dict(os.environ, {"LOCAL_WORLD_SIZE": "8"}):
+        assert crowded.seconds(x, w)[0] == pytest.approx(base * 1.7)
+    with pytest.raises(UserError, match=r"params.straggler_every: must be an integer >= 1"):
+        make_workload("simulated", {"straggler_every": 0})
 
 
 def test_the_simulated_accelerators_times_must_be_positive():
