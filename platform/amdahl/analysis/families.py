@@ -120,21 +120,29 @@ class Family:
             return None
         one = self.a_c + self.b_c * batch
         if devices <= 1:
-            return one + self.wrapper_s
+            return self._wrapped(one)
         if devices in self.lines:
             a, b = self.lines[devices]
-            return a + b * batch + self.wrapper_s
+            return self._wrapped(a + b * batch)
         if self.contention is not None:
             anchor = self.contention_anchor(devices)
             base = one if anchor == 1 else self.lines[anchor][0] + self.lines[anchor][1] * batch
             ranks = math.ceil(devices / max(1, nodes))
             from_ranks = self.line_ranks.get(anchor, anchor)
-            return base * self.contention.ratio(one, batch, ranks, from_ranks) + self.wrapper_s
+            return self._wrapped(base * self.contention.ratio(one, batch, ranks, from_ranks))
         p = nearest_devices(sorted(self.lines), devices)
         if p is not None:
             a, b = self.lines[p]
-            return a + b * batch + self.wrapper_s
-        return one * self.kappa + self.wrapper_s
+            return self._wrapped(a + b * batch)
+        return self._wrapped(one * self.kappa)
+
+    def _wrapped(self, compute: float) -> float:
+        """Compute with the wrapper's seconds, which a noisy 1-device pair can fit below 0
+        (computefit.fit_wrapper reports it as it is); where that would leave no compute at all
+        (a step cannot take negative time, and the overlap fit takes its logarithm), the
+        wrapper is noise at this size and the compute stands without it."""
+        wrapped = compute + self.wrapper_s
+        return wrapped if wrapped > 0 else compute
 
     def comm_inflation(self, batch: float, devices: int, nodes: int = 1) -> float:
         """What host-side collectives (gloo) stretch by among this many ranks per node, from
