@@ -18,6 +18,15 @@ from amdahl.analysis.calibration import Calibration
 from amdahl.analysis.comm import Oversubscribed
 from amdahl.analysis.configs import NO_SYNC, Config, config_options, scale_batch
 from amdahl.analysis.cost import cost_per_million, device_hours_per_million
+from amdahl.analysis.intervals import (
+    REAL_RANKS,
+    SIMULATED,
+    Evidence,
+    Interval,
+    SelfCheck,
+    interval,
+    spread_of,
+)
 from amdahl.analysis.memory_model import predict_peak
 from amdahl.analysis.points import (
     FAMILY_SETTINGS,
@@ -182,23 +191,40 @@ def calibration_up_to(cal: Calibration | None, devices: int) -> Calibration | No
 
 def beyond_measured(devices: int, widest: int, checks: list[Extrapolation]) -> str:
     """The caveat of a prediction beyond the widest measured device count: the error measured
-    by the check nearest its distance (`nearest_check`), or that none was measured."""
-    head = f"{devices} devices is {devices / widest:.3g}x the widest measured ({widest})"
-    check = nearest_check(devices / widest, checks)
+    by the check nearest its distance (`nearest_check`) where one reaches that far; beyond
+    every check, how far out it is, which check is the farthest (its error not quoted: it was
+    measured nearer) and the only evidence at that distance (`held_out_evidence`)."""
+    distance = devices / widest
+    head = f"{devices} devices is {distance:.3g}x the widest measured ({widest})"
+    check = nearest_check(distance, checks)
     if check is None:
         return (
             f"{head}; the model's error beyond its fit was not measured (that needs ok runs at "
             "1 and at least two more device counts, predictable without the widest): treat "
-            "it as unchecked"
+            f"it as unchecked; {held_out_evidence(distance)}"
+        )
+    if check.distance < distance - 1e-9:
+        return (
+            f"{head}; the farthest check: fitted up to {check.fitted_max} devices, the model "
+            f"predicted {check.held_out} ({check.distance:.3g}x), nearer than this, so its "
+            f"error is not quoted here; {held_out_evidence(distance)}; farther out, expect more"
         )
     said = (
         f"fitted up to {check.fitted_max} devices, the model predicted {check.held_out} "
         f"({check.distance:.3g}x) with median error {check.median:.1%}, p90 {check.p90:.1%} "
         f"over {check.points} configurations, {_calibrated_as(check)}"
     )
-    if check.distance < devices / widest:
-        return f"{head}; the farthest check: {said}; farther out, expect more"
     return f"{head}; checked as far out: {said}"
+
+
+def held_out_evidence(distance: float) -> str:
+    """What was measured outside this sweep at `distance` x the widest fitted count: the
+    held-out checks (analysis/intervals.py), or that none reached so far."""
+    reach = max(SIMULATED.distance, REAL_RANKS.distance)
+    said = f"{SIMULATED.text()}; {REAL_RANKS.text()}"
+    if distance <= reach + 1e-9:
+        return f"the only evidence at this distance is held out: {said}"
+    return f"nothing was measured this far out; the held-out checks reach {reach:.3g}x: {said}"
 
 
 def nearest_check(distance: float, checks: list[Extrapolation]) -> Extrapolation | None:
@@ -257,6 +283,24 @@ class PredictedRow:
     unwrapped: float | None = None
     #: Peak tensor bytes per device, by the memory model (None without the probe's facts).
     memory_bytes: float | None = None
+    #: The throughput's 80% interval (analysis/intervals.py); None without a throughput.
+    interval: Interval | None = None
+
+    @property
+    def throughput_low(self) -> float | None:
+        return self.interval.low if self.interval else None
+
+    @property
+    def throughput_high(self) -> float | None:
+        return self.interval.high if self.interval else None
+
+    @property
+    def step_s_range(self) -> tuple[float, float] | None:
+        """The step time's 80% interval (the throughput's, inverted)."""
+        step = self.prediction.step_s
+        if self.interval is None or step is None:
+            return None
+        return self.interval.inverse(step)
 
     @property
     def speedup(self) -> float | None:
@@ -385,14 +429,20 @@ def _family_dict(fp: FamilyPrediction) -> dict[str, Any]:
 
 def _row_dict(r: PredictedRow) -> dict[str, Any]:
     pred = r.prediction
+    steps = r.step_s_range
     return {
         "devices": r.devices,
         "batch": r.batch,
         "throughput": pred.throughput,
+        "throughput_low": r.throughput_low,
+        "throughput_high": r.throughput_high,
+        "interval_basis": r.interval.basis if r.interval else None,
         "speedup": r.speedup,
         "efficiency": r.efficiency,
         "baseline_measured": r.baseline_measured,
         "step_s": pred.step_s,
+        "step_s_low": steps[0] if steps else None,
+        "step_s_high": steps[1] if steps else None,
         "compute_s": pred.compute_s,
         "comm_s": pred.comm_s,
         "data_wait_s": pred.data_wait_s,
@@ -420,7 +470,9 @@ def predict_inputs(
     out.notes = list(inputs.notes)
     out.extrapolations = extrapolation_checks(inputs)
     out.extrapolation = headline_check(out.extrapolations, inputs)
-    widest = max((pt.devices for pt in inputs.points()), default=1)
+    evidence = evidence_of(inputs, out.loo, out.extrapolations)
+    widest = evidence.widest
+    points = inputs.points()
     if model.comm.intra is None:
         out.notes.append(
             "no calibration.json with alpha and bandwidth: no communication model, so only "
@@ -447,6 +499,9 @@ def predict_inputs(
                 if p > widest:
                     caveat = beyond_measured(p, widest, out.extrapolations)
                     pred = dataclasses.replace(pred, caveats=(*pred.caveats, caveat))
+                regime = extrapolated_regime(fam, points, p, per_device, nodes)
+                if regime:
+                    pred = dataclasses.replace(pred, caveats=(*pred.caveats, _regime_text(regime)))
                 rows.append(
                     PredictedRow(
                         p,
@@ -457,11 +512,51 @@ def predict_inputs(
                         inputs.price,
                         unwrapped=unwrapped,
                         memory_bytes=memory(p, per_device),
+                        interval=_interval(pred, evidence, regime),
                     )
                 )
         measured_at = sorted({c.devices for c in configs if c.ok})
         out.families.append(FamilyPrediction(fam, rows, measured_at))
     return out
+
+
+def evidence_of(inputs: ModelInputs, loo: list[LooPoint], checks: list[Extrapolation]) -> Evidence:
+    """What the sweep shows of its model's errors, for every prediction's interval: the
+    multi-device leave-one-out errors, the extrapolation checks, the repeats' spread."""
+    widest = max((pt.devices for pt in inputs.points()), default=1)
+    errors = tuple(abs(p.error) for p in loo if p.error is not None and p.config.devices >= 2)
+    spread = spread_of(
+        c.throughput.cv for c in inputs.configs if c.ok and c.throughput and c.throughput.n >= 2
+    )
+    own = tuple(SelfCheck(c.distance, c.median, c.p90) for c in checks)
+    return Evidence(widest, errors, own, spread)
+
+
+def extrapolated_regime(
+    fam: Family, points: list[Point], devices: int, batch: float, nodes: int
+) -> str:
+    """The regime a prediction extrapolates that no measured point was in, or "": the ranks'
+    load on the host cores beyond any measured (contention's load caveat), or more ranks per
+    node than the node's cores where no measured point had more."""
+    ranks = math.ceil(devices / max(1, nodes))
+    if fam.contention is not None and fam.contention.load_caveat(batch, ranks):
+        return "the cores' load extrapolated"
+    cores = max((pt.host_cores for pt in points if pt.host_cores), default=None)
+    if cores is None or ranks <= cores:
+        return ""
+    if any(math.ceil(pt.devices / pt.nodes) > cores for pt in points):
+        return ""
+    return f"{ranks} ranks on {cores:g} cores, none measured above the cores"
+
+
+def _regime_text(regime: str) -> str:
+    return f"{regime}: where that was so, {REAL_RANKS.text()}, so the interval's low end is wider"
+
+
+def _interval(pred: Prediction, evidence: Evidence, regime: str) -> Interval | None:
+    if not pred.throughput:
+        return None
+    return interval(pred.throughput, pred.devices, evidence, regime)
 
 
 def _memory_of(inputs: ModelInputs, settings: dict[str, Any]) -> Callable[[int, float], Any]:
@@ -504,10 +599,17 @@ def unwrapped_baseline(wrapped: Config | None, none: Config | None) -> float | N
 
 
 def project_curve(
-    model: StepModel, last: Config, baseline: Config | None, devices: list[int]
+    model: StepModel,
+    last: Config,
+    baseline: Config | None,
+    devices: list[int],
+    evidence: Evidence | None = None,
+    checks: list[Extrapolation] | None = None,
 ) -> list[PredictedRow]:
     """A measured curve (the family and batch of `last`, its largest measured configuration)
-    predicted at more devices, against its measured 1-device `baseline` (else the model's)."""
+    predicted at more devices, against its measured 1-device `baseline` (else the model's),
+    each with its 80% interval and distance caveat where the sweep's `evidence` and
+    extrapolation `checks` are given."""
     fam = model.family_of(last)
     if fam is None:
         return []
@@ -519,5 +621,14 @@ def project_curve(
     for p in devices:
         per_device = b / p if fam.scaling == "strong" else float(b)
         pred = model.predict(fam, p, per_device, nodes_of(last))
-        out.append(PredictedRow(p, b, pred, base, baseline is not None))
+        band = None
+        if evidence is not None:
+            if p > evidence.widest:
+                caveat = beyond_measured(p, evidence.widest, checks or [])
+                pred = dataclasses.replace(pred, caveats=(*pred.caveats, caveat))
+            regime = extrapolated_regime(fam, [], p, per_device, nodes_of(last))
+            if regime:
+                pred = dataclasses.replace(pred, caveats=(*pred.caveats, _regime_text(regime)))
+            band = _interval(pred, evidence, regime)
+        out.append(PredictedRow(p, b, pred, base, baseline is not None, interval=band))
     return out
