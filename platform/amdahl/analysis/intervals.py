@@ -37,6 +37,11 @@ import math
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
+
+from amdahl.analysis.configs import Config
+from amdahl.analysis.points import Point
+from amdahl.analysis.stepmodel import Family, ModelInputs, Prediction
 
 #: The normal quantile of a two-sided 80% interval: the spread's standard deviations.
 Z80 = 1.2816
@@ -107,18 +112,24 @@ def _q80(median: float, p90: float) -> float:
     return median + (p90 - median) * (0.8 - 0.5) / (0.9 - 0.5)
 
 
-@dataclass(frozen=True)
-class SelfCheck:
-    """One extrapolation check's distance and |error| figures (analysis/prediction.py's
-    `Extrapolation`, without the model)."""
+class Checked(Protocol):
+    """An extrapolation check as the interval reads it (analysis/prediction.py's
+    `Extrapolation`): its distance and |error| figures."""
 
-    distance: float
+    @property
+    def distance(self) -> float: ...
+
     median: float
     p90: float
 
+
+class LeftOut(Protocol):
+    """A leave-one-out point as the interval reads it (analysis/prediction.py's `LooPoint`)."""
+
+    config: Config
+
     @property
-    def q80(self) -> float:
-        return _q80(self.median, self.p90)
+    def error(self) -> float | None: ...
 
 
 @dataclass(frozen=True)
@@ -127,7 +138,7 @@ class Evidence:
 
     widest: int  # the widest measured device count
     loo: tuple[float, ...] = ()  # |relative error| of each multi-device leave-one-out point
-    checks: tuple[SelfCheck, ...] = ()
+    checks: tuple[Checked, ...] = ()
     spread: float = 0.0  # median relative sd between repeats (0: no repeats)
 
     @property
@@ -141,15 +152,22 @@ class Evidence:
         return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
     @property
-    def farthest(self) -> SelfCheck | None:
+    def farthest(self) -> Checked | None:
         return max(self.checks, key=lambda c: c.distance, default=None)
 
 
-def spread_of(cvs: Iterable[float]) -> float:
-    """The median relative standard deviation between repeats over the configurations measured
-    more than once (their coefficients of variation); 0 where none was."""
-    xs = [c for c in cvs if c > 0]
-    return statistics.median(xs) if xs else 0.0
+def evidence_of(inputs: ModelInputs, loo: Iterable[LeftOut], checks: Iterable[Checked]) -> Evidence:
+    """What the sweep shows of its model's errors, for every prediction's interval: the
+    multi-device leave-one-out errors, the extrapolation checks, and the median relative
+    standard deviation between repeats over the configurations measured more than once."""
+    widest = max((pt.devices for pt in inputs.points()), default=1)
+    errors = tuple(abs(p.error) for p in loo if p.error is not None and p.config.devices >= 2)
+    cvs = [
+        c.throughput.cv
+        for c in inputs.configs
+        if c.ok and c.throughput and c.throughput.n >= 2 and c.throughput.cv > 0
+    ]
+    return Evidence(widest, errors, tuple(checks), statistics.median(cvs) if cvs else 0.0)
 
 
 @dataclass(frozen=True)
@@ -184,11 +202,12 @@ def model_error(distance: float, ev: Evidence) -> tuple[float, str]:
     covering = [c for c in ev.checks if c.distance >= distance - 1e-9]
     if covering:
         c = min(covering, key=lambda c: c.distance)
-        e = max(c.q80, loo or 0.0)
-        return e, f"the {c.distance:.3g}x self-check's p80 {c.q80:.1%}"
+        q80 = _q80(c.median, c.p90)
+        return max(q80, loo or 0.0), f"the {c.distance:.3g}x self-check's p80 {q80:.1%}"
     far = ev.farthest
     if far is not None:
-        base, reach, said = max(far.q80, loo or 0.0), far.distance, f"{far.distance:.3g}x check"
+        base, reach = max(_q80(far.median, far.p90), loo or 0.0), far.distance
+        said = f"{far.distance:.3g}x check"
     elif loo is not None:
         base, reach, said = loo, 1.0, "leave-one-out"
     else:
@@ -215,3 +234,42 @@ def interval(point: float, devices: int, ev: Evidence, regime: str = "") -> Inte
         h_low = h + REAL_RANKS.median
         basis += f", low end +{REAL_RANKS.median:.0%} ({regime})"
     return Interval(point, point / (1 + h_low), point * (1 + h), basis)
+
+
+def band_of(pred: Prediction, ev: Evidence, regime: str = "") -> Interval | None:
+    """A model prediction's throughput interval; None where it has no throughput."""
+    if not pred.throughput:
+        return None
+    return interval(pred.throughput, pred.devices, ev, regime)
+
+
+def extrapolated_regime(
+    fam: Family, points: list[Point], devices: int, batch: float, nodes: int
+) -> str:
+    """The regime a prediction extrapolates that no measured point was in, or "": the ranks'
+    load on the host cores beyond any measured (contention's load caveat), or more ranks per
+    node than the node's cores where no measured point had more."""
+    ranks = math.ceil(devices / max(1, nodes))
+    if fam.contention is not None and fam.contention.load_caveat(batch, ranks):
+        return "the cores' load extrapolated"
+    cores = max((pt.host_cores for pt in points if pt.host_cores), default=None)
+    if cores is None or ranks <= cores:
+        return ""
+    if any(math.ceil(pt.devices / pt.nodes) > cores for pt in points):
+        return ""
+    return f"{ranks} ranks on {cores:g} cores, none measured above the cores"
+
+
+def regime_text(regime: str) -> str:
+    """The caveat of an extrapolated regime: the only evidence of the model there."""
+    return f"{regime}: where that was so, {REAL_RANKS.text()}, so the interval's low end is wider"
+
+
+def held_out_evidence(distance: float) -> str:
+    """What was measured outside the sweep at `distance` x the widest fitted count: the
+    held-out checks, or that none reached so far."""
+    reach = max(SIMULATED.distance, REAL_RANKS.distance)
+    said = f"{SIMULATED.text()}; {REAL_RANKS.text()}"
+    if distance <= reach + 1e-9:
+        return f"the only evidence at this distance is held out: {said}"
+    return f"nothing was measured this far out; the held-out checks reach {reach:.3g}x: {said}"

@@ -19,13 +19,13 @@ from amdahl.analysis.comm import Oversubscribed
 from amdahl.analysis.configs import NO_SYNC, Config, config_options, scale_batch
 from amdahl.analysis.cost import cost_per_million, device_hours_per_million
 from amdahl.analysis.intervals import (
-    REAL_RANKS,
-    SIMULATED,
     Evidence,
     Interval,
-    SelfCheck,
-    interval,
-    spread_of,
+    band_of,
+    evidence_of,
+    extrapolated_regime,
+    held_out_evidence,
+    regime_text,
 )
 from amdahl.analysis.memory_model import predict_peak
 from amdahl.analysis.points import (
@@ -215,16 +215,6 @@ def beyond_measured(devices: int, widest: int, checks: list[Extrapolation]) -> s
         f"over {check.points} configurations, {_calibrated_as(check)}"
     )
     return f"{head}; checked as far out: {said}"
-
-
-def held_out_evidence(distance: float) -> str:
-    """What was measured outside this sweep at `distance` x the widest fitted count: the
-    held-out checks (analysis/intervals.py), or that none reached so far."""
-    reach = max(SIMULATED.distance, REAL_RANKS.distance)
-    said = f"{SIMULATED.text()}; {REAL_RANKS.text()}"
-    if distance <= reach + 1e-9:
-        return f"the only evidence at this distance is held out: {said}"
-    return f"nothing was measured this far out; the held-out checks reach {reach:.3g}x: {said}"
 
 
 def nearest_check(distance: float, checks: list[Extrapolation]) -> Extrapolation | None:
@@ -501,7 +491,7 @@ def predict_inputs(
                     pred = dataclasses.replace(pred, caveats=(*pred.caveats, caveat))
                 regime = extrapolated_regime(fam, points, p, per_device, nodes)
                 if regime:
-                    pred = dataclasses.replace(pred, caveats=(*pred.caveats, _regime_text(regime)))
+                    pred = dataclasses.replace(pred, caveats=(*pred.caveats, regime_text(regime)))
                 rows.append(
                     PredictedRow(
                         p,
@@ -512,51 +502,12 @@ def predict_inputs(
                         inputs.price,
                         unwrapped=unwrapped,
                         memory_bytes=memory(p, per_device),
-                        interval=_interval(pred, evidence, regime),
+                        interval=band_of(pred, evidence, regime),
                     )
                 )
         measured_at = sorted({c.devices for c in configs if c.ok})
         out.families.append(FamilyPrediction(fam, rows, measured_at))
     return out
-
-
-def evidence_of(inputs: ModelInputs, loo: list[LooPoint], checks: list[Extrapolation]) -> Evidence:
-    """What the sweep shows of its model's errors, for every prediction's interval: the
-    multi-device leave-one-out errors, the extrapolation checks, the repeats' spread."""
-    widest = max((pt.devices for pt in inputs.points()), default=1)
-    errors = tuple(abs(p.error) for p in loo if p.error is not None and p.config.devices >= 2)
-    spread = spread_of(
-        c.throughput.cv for c in inputs.configs if c.ok and c.throughput and c.throughput.n >= 2
-    )
-    own = tuple(SelfCheck(c.distance, c.median, c.p90) for c in checks)
-    return Evidence(widest, errors, own, spread)
-
-
-def extrapolated_regime(
-    fam: Family, points: list[Point], devices: int, batch: float, nodes: int
-) -> str:
-    """The regime a prediction extrapolates that no measured point was in, or "": the ranks'
-    load on the host cores beyond any measured (contention's load caveat), or more ranks per
-    node than the node's cores where no measured point had more."""
-    ranks = math.ceil(devices / max(1, nodes))
-    if fam.contention is not None and fam.contention.load_caveat(batch, ranks):
-        return "the cores' load extrapolated"
-    cores = max((pt.host_cores for pt in points if pt.host_cores), default=None)
-    if cores is None or ranks <= cores:
-        return ""
-    if any(math.ceil(pt.devices / pt.nodes) > cores for pt in points):
-        return ""
-    return f"{ranks} ranks on {cores:g} cores, none measured above the cores"
-
-
-def _regime_text(regime: str) -> str:
-    return f"{regime}: where that was so, {REAL_RANKS.text()}, so the interval's low end is wider"
-
-
-def _interval(pred: Prediction, evidence: Evidence, regime: str) -> Interval | None:
-    if not pred.throughput:
-        return None
-    return interval(pred.throughput, pred.devices, evidence, regime)
 
 
 def _memory_of(inputs: ModelInputs, settings: dict[str, Any]) -> Callable[[int, float], Any]:
@@ -628,7 +579,7 @@ def project_curve(
                 pred = dataclasses.replace(pred, caveats=(*pred.caveats, caveat))
             regime = extrapolated_regime(fam, [], p, per_device, nodes_of(last))
             if regime:
-                pred = dataclasses.replace(pred, caveats=(*pred.caveats, _regime_text(regime)))
-            band = _interval(pred, evidence, regime)
+                pred = dataclasses.replace(pred, caveats=(*pred.caveats, regime_text(regime)))
+            band = band_of(pred, evidence, regime)
         out.append(PredictedRow(p, b, pred, base, baseline is not None, interval=band))
     return out

@@ -11,13 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from amdahl.analysis.configs import Config, group_configs
-from amdahl.analysis.intervals import Evidence
+from amdahl.analysis.intervals import Evidence, evidence_of
 from amdahl.analysis.memory_model import overhead_from_rows
 from amdahl.analysis.prediction import (
     Extrapolation,
     LooPoint,
     SweepPrediction,
-    evidence_of,
     extrapolation_checks,
     leave_one_out,
     predict_inputs,

@@ -430,8 +430,8 @@ def predicted_skips(
     from amdahl.analysis.calibration import Calibration
     from amdahl.analysis.comm import options_from_mapping
     from amdahl.analysis.configs import group_configs
-    from amdahl.analysis.intervals import interval
-    from amdahl.analysis.prediction import evidence_of, extrapolation_checks, leave_one_out
+    from amdahl.analysis.intervals import evidence_of, interval
+    from amdahl.analysis.prediction import extrapolation_checks, leave_one_out
     from amdahl.analysis.stepmodel import ModelInputs, fit
 
     if search.skip_below is None or search.objective == "time_to_target":
