@@ -104,7 +104,8 @@ def _ring_model_text(r: Report) -> str:
         f"Ring all-reduce t = 2(p-1) alpha + 2(p-1)/p * bytes / bandwidth with alpha = "
         f"{cal.alpha_s * 1e6:,.1f} us and bandwidth = {cal.bandwidth_Bps / 1e9:.3f} GB/s "
         f"(measured by `platform calibrate` on {cal.devices} devices, {cal.backend or '?'}"
-        f"{fit}; alpha and bandwidth are assumed the same at other p)."
+        f"{fit}). This table's ring uses them at every p; the step-time model (Predicted "
+        f"vs measured) does not: {r.predicted.model.comm.growth()}."
     )
 
 
