@@ -145,3 +145,19 @@ def test_predict_text_shows_the_interval(tmp_path):
     result = wide.invoke(main, ["predict", str(d), "--devices", "16"])
     assert result.exit_code == 0, result.output
     assert "80% interval samples/s" in result.output and "80% interval step ms" in result.output
+
+
+def test_the_reports_projections_carry_the_interval_and_the_distance_words(tmp_path):
+    """Measured at 1, 2 and 4 devices, the report projects each curve past 4: every projected
+    row has its interval, and those beyond the one 2x check quote no check's error."""
+    from amdahl.report import write_reports
+
+    d = write_sweep(tmp_path / "s", scaling_rows(), CALIBRATION)
+    md = write_reports(d)["markdown"].read_text()
+    section = md[md.index("## Predicted vs measured") :]
+    section = section[: section.index("\n## ")]
+    table = section[section.index("PREDICTION from the step-time model") :]
+    projected = [line for line in table.splitlines() if line.startswith("| ") and " to " in line]
+    assert projected and "80% interval samples/s" in table
+    assert any("the farthest check" in line for line in projected)
+    assert all("median error" not in line for line in projected if "farthest check" in line)
