@@ -161,3 +161,15 @@ def test_the_reports_projections_carry_the_interval_and_the_distance_words(tmp_p
     assert projected and "80% interval samples/s" in table
     assert any("the farthest check" in line for line in projected)
     assert all("median error" not in line for line in projected if "farthest check" in line)
+
+
+def test_more_ranks_than_cores_with_none_measured_there_is_an_extrapolated_regime():
+    """Rows on a 4-core node at 1-4 devices: 8 ranks are above its cores, which no measured
+    point was, so the interval's low end widens and the caveat gives the real-rank figures."""
+    rows = [{**r, "host_cores": 4, "cpu_utilisation": 10.0} for r in scaling_rows()]
+    result = predict_inputs(_inputs(rows), [4, 8])
+    for fam in result.families:
+        four, eight = fam.rows
+        assert "above the cores" not in four.interval.basis
+        assert "8 ranks on 4 cores" in eight.interval.basis
+        assert any(f"median |error| {REAL_RANKS.median:.1%}" in c for c in eight.prediction.caveats)
