@@ -25,7 +25,9 @@ The interval is symmetric in log throughput: [point / (1 + h), point x (1 + h)],
 stays positive at any width. Where the prediction extrapolates a regime the fit never saw, the
 ranks' load on the host cores beyond any measured (contention's `load_caveat`) or ranks per node
 above the node's cores with no oversubscribed count measured, the low end widens by the real-rank
-held-out median (`REAL_RANKS`): there every miss was the model predicting too fast, by 25-53%.
+held-out median (`REAL_RANKS`): there the model missed by a median 25-53% at 12-16 ranks (runs 3
+and 4 in docs/performance.md), predicting too fast (sync none at 16 ranks 31-51% in run 3), so
+only the low end widens.
 
 The held-out figures are written here once, with their source; the caveats quote them from here.
 Pure: imports neither ray nor torch.
