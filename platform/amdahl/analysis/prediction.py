@@ -108,6 +108,7 @@ class Extrapolation:
     p90: float
     points: int
     calibrated_max: int | None = None  # the widest calibrated device count the check used
+    errors: tuple[float, ...] = ()  # each predicted point's |relative error|, sorted
 
     @property
     def distance(self) -> float:
@@ -141,6 +142,7 @@ def extrapolation_checks(inputs: ModelInputs) -> list[Extrapolation]:
                         quantile(errors, 0.9),
                         len(errors),
                         cal.devices if cal else None,
+                        tuple(errors),
                     )
                 )
     return checks

@@ -59,7 +59,7 @@ def test_past_the_farthest_check_the_interval_grows_with_the_distance():
 def test_beyond_every_check_it_is_never_narrower_than_the_held_out_error():
     tight = Evidence(4, (0.001,), (Extrapolation(2, 4, 0.002, 0.003, 3),))
     band = interval(1000.0, 16, tight)
-    assert band.high / 1000.0 - 1 >= SIMULATED.q80
+    assert band.high / 1000.0 - 1 >= SIMULATED.p90
     assert "simulated held-out" in band.basis
 
 
@@ -80,7 +80,7 @@ def test_an_extrapolated_regime_widens_the_low_end_only():
 
 def test_without_any_self_check_the_held_out_error_is_the_interval():
     band = interval(1000.0, 2, Evidence(1))
-    assert band.high == pytest.approx(1000.0 * (1 + SIMULATED.q80))
+    assert band.high == pytest.approx(1000.0 * (1 + SIMULATED.p90))
     assert "no self-check" in band.basis
 
 
