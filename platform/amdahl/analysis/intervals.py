@@ -213,11 +213,16 @@ def model_error(distance: float, ev: Evidence) -> tuple[float, str]:
     if covering:
         c = min(covering, key=lambda c: c.distance)
         bound = check_bound(c)
-        return max(bound, loo or 0.0), f"the {c.distance:.3g}x self-check's 80% bound {bound:.1%}"
+        said = f"the {c.distance:.3g}x self-check's 80% bound {bound:.1%}"
+        if loo is not None and loo > bound:
+            return loo, f"leave-one-out 80% bound {loo:.1%} (above {said})"
+        return bound, said
     far = ev.farthest
     if far is not None:
         base, reach = max(check_bound(far), loo or 0.0), far.distance
-        said = f"{far.distance:.3g}x check"
+        said = f"{far.distance:.3g}x check" + (
+            " (or leave-one-out)" if base != check_bound(far) else ""
+        )
     elif loo is not None:
         base, reach, said = loo, 1.0, "leave-one-out"
     else:
