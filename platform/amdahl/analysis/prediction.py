@@ -18,6 +18,15 @@ from amdahl.analysis.calibration import Calibration
 from amdahl.analysis.comm import Oversubscribed
 from amdahl.analysis.configs import NO_SYNC, Config, config_options, scale_batch
 from amdahl.analysis.cost import cost_per_million, device_hours_per_million
+from amdahl.analysis.intervals import (
+    Evidence,
+    Interval,
+    band_of,
+    evidence_of,
+    extrapolated_regime,
+    held_out_evidence,
+    regime_text,
+)
 from amdahl.analysis.memory_model import predict_peak
 from amdahl.analysis.points import (
     FAMILY_SETTINGS,
@@ -99,6 +108,7 @@ class Extrapolation:
     p90: float
     points: int
     calibrated_max: int | None = None  # the widest calibrated device count the check used
+    errors: tuple[float, ...] = ()  # each predicted point's |relative error|, sorted
 
     @property
     def distance(self) -> float:
@@ -132,6 +142,7 @@ def extrapolation_checks(inputs: ModelInputs) -> list[Extrapolation]:
                         quantile(errors, 0.9),
                         len(errors),
                         cal.devices if cal else None,
+                        tuple(errors),
                     )
                 )
     return checks
@@ -182,22 +193,29 @@ def calibration_up_to(cal: Calibration | None, devices: int) -> Calibration | No
 
 def beyond_measured(devices: int, widest: int, checks: list[Extrapolation]) -> str:
     """The caveat of a prediction beyond the widest measured device count: the error measured
-    by the check nearest its distance (`nearest_check`), or that none was measured."""
-    head = f"{devices} devices is {devices / widest:.3g}x the widest measured ({widest})"
-    check = nearest_check(devices / widest, checks)
+    by the check nearest its distance (`nearest_check`) where one reaches that far; beyond
+    every check, how far out it is, which check is the farthest (its error not quoted: it was
+    measured nearer) and the only evidence at that distance (`held_out_evidence`)."""
+    distance = devices / widest
+    head = f"{devices} devices is {distance:.3g}x the widest measured ({widest})"
+    check = nearest_check(distance, checks)
     if check is None:
         return (
             f"{head}; the model's error beyond its fit was not measured (that needs ok runs at "
             "1 and at least two more device counts, predictable without the widest): treat "
-            "it as unchecked"
+            f"it as unchecked; {held_out_evidence(distance)}"
+        )
+    if check.distance < distance - 1e-9:
+        return (
+            f"{head}; the farthest check: fitted up to {check.fitted_max} devices, the model "
+            f"predicted {check.held_out} ({check.distance:.3g}x), nearer than this, so its "
+            f"error is not quoted here; {held_out_evidence(distance)}; farther out, expect more"
         )
     said = (
         f"fitted up to {check.fitted_max} devices, the model predicted {check.held_out} "
         f"({check.distance:.3g}x) with median error {check.median:.1%}, p90 {check.p90:.1%} "
         f"over {check.points} configurations, {_calibrated_as(check)}"
     )
-    if check.distance < devices / widest:
-        return f"{head}; the farthest check: {said}; farther out, expect more"
     return f"{head}; checked as far out: {said}"
 
 
@@ -257,6 +275,24 @@ class PredictedRow:
     unwrapped: float | None = None
     #: Peak tensor bytes per device, by the memory model (None without the probe's facts).
     memory_bytes: float | None = None
+    #: The throughput's 80% interval (analysis/intervals.py); None without a throughput.
+    interval: Interval | None = None
+
+    @property
+    def throughput_low(self) -> float | None:
+        return self.interval.low if self.interval else None
+
+    @property
+    def throughput_high(self) -> float | None:
+        return self.interval.high if self.interval else None
+
+    @property
+    def step_s_range(self) -> tuple[float, float] | None:
+        """The step time's 80% interval (the throughput's, inverted)."""
+        step = self.prediction.step_s
+        if self.interval is None or step is None:
+            return None
+        return self.interval.inverse(step)
 
     @property
     def speedup(self) -> float | None:
@@ -385,14 +421,20 @@ def _family_dict(fp: FamilyPrediction) -> dict[str, Any]:
 
 def _row_dict(r: PredictedRow) -> dict[str, Any]:
     pred = r.prediction
+    steps = r.step_s_range
     return {
         "devices": r.devices,
         "batch": r.batch,
         "throughput": pred.throughput,
+        "throughput_low": r.throughput_low,
+        "throughput_high": r.throughput_high,
+        "interval_basis": r.interval.basis if r.interval else None,
         "speedup": r.speedup,
         "efficiency": r.efficiency,
         "baseline_measured": r.baseline_measured,
         "step_s": pred.step_s,
+        "step_s_low": steps[0] if steps else None,
+        "step_s_high": steps[1] if steps else None,
         "compute_s": pred.compute_s,
         "comm_s": pred.comm_s,
         "data_wait_s": pred.data_wait_s,
@@ -420,7 +462,9 @@ def predict_inputs(
     out.notes = list(inputs.notes)
     out.extrapolations = extrapolation_checks(inputs)
     out.extrapolation = headline_check(out.extrapolations, inputs)
-    widest = max((pt.devices for pt in inputs.points()), default=1)
+    evidence = evidence_of(inputs, out.loo, out.extrapolations)
+    widest = evidence.widest
+    points = inputs.points()
     if model.comm.intra is None:
         out.notes.append(
             "no calibration.json with alpha and bandwidth: no communication model, so only "
@@ -447,6 +491,9 @@ def predict_inputs(
                 if p > widest:
                     caveat = beyond_measured(p, widest, out.extrapolations)
                     pred = dataclasses.replace(pred, caveats=(*pred.caveats, caveat))
+                regime = extrapolated_regime(fam, points, p, per_device, nodes)
+                if regime:
+                    pred = dataclasses.replace(pred, caveats=(*pred.caveats, regime_text(regime)))
                 rows.append(
                     PredictedRow(
                         p,
@@ -457,6 +504,7 @@ def predict_inputs(
                         inputs.price,
                         unwrapped=unwrapped,
                         memory_bytes=memory(p, per_device),
+                        interval=band_of(pred, evidence, regime),
                     )
                 )
         measured_at = sorted({c.devices for c in configs if c.ok})
@@ -504,10 +552,17 @@ def unwrapped_baseline(wrapped: Config | None, none: Config | None) -> float | N
 
 
 def project_curve(
-    model: StepModel, last: Config, baseline: Config | None, devices: list[int]
+    model: StepModel,
+    last: Config,
+    baseline: Config | None,
+    devices: list[int],
+    evidence: Evidence | None = None,
+    checks: list[Extrapolation] | None = None,
 ) -> list[PredictedRow]:
     """A measured curve (the family and batch of `last`, its largest measured configuration)
-    predicted at more devices, against its measured 1-device `baseline` (else the model's)."""
+    predicted at more devices, against its measured 1-device `baseline` (else the model's),
+    each with its 80% interval and distance caveat where the sweep's `evidence` and
+    extrapolation `checks` are given."""
     fam = model.family_of(last)
     if fam is None:
         return []
@@ -519,5 +574,14 @@ def project_curve(
     for p in devices:
         per_device = b / p if fam.scaling == "strong" else float(b)
         pred = model.predict(fam, p, per_device, nodes_of(last))
-        out.append(PredictedRow(p, b, pred, base, baseline is not None))
+        band = None
+        if evidence is not None:
+            if p > evidence.widest:
+                caveat = beyond_measured(p, evidence.widest, checks or [])
+                pred = dataclasses.replace(pred, caveats=(*pred.caveats, caveat))
+            regime = extrapolated_regime(fam, [], p, per_device, nodes_of(last))
+            if regime:
+                pred = dataclasses.replace(pred, caveats=(*pred.caveats, regime_text(regime)))
+            band = band_of(pred, evidence, regime)
+        out.append(PredictedRow(p, b, pred, base, baseline is not None, interval=band))
     return out

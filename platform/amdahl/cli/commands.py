@@ -347,13 +347,18 @@ def _counts(ctx: click.Context, param: click.Parameter, value: str | None) -> li
     "--nodes", type=click.IntRange(min=1), default=1, show_default=True, help="Nodes spanned."
 )
 @click.option(
-    "--json", "as_json", is_flag=True, help="Print every prediction, its terms and caveats as JSON."
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print every prediction, its 80% interval (throughput_low/_high, step_s_low/_high), "
+    "terms and caveats as JSON.",
 )
 def predict(
     sweep_dir: str, devices: list[int], batch_sizes: list[int] | None, nodes: int, as_json: bool
 ) -> None:
-    """Predict throughput, speedup, efficiency and cost at device counts, batch sizes and node
-    counts SWEEP_DIR did not measure, from its results.parquet and calibration.json (no Ray)."""
+    """Predict throughput (with an 80% interval), speedup, efficiency and cost at device counts,
+    batch sizes and node counts SWEEP_DIR did not measure, from its results.parquet and
+    calibration.json (no Ray)."""
     from amdahl import predict_sweep
 
     result = predict_sweep(Path(sweep_dir), devices, batch_sizes, nodes)

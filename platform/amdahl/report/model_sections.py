@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from amdahl.analysis.comm import CommModel
 from amdahl.analysis.configs import NO_SYNC
-from amdahl.analysis.prediction import LooPoint, error_summary, project_curve
+from amdahl.analysis.prediction import LooPoint, PredictedRow, error_summary, project_curve
 from amdahl.analysis.scaling import PROJECTION_FACTORS, Curve
 from amdahl.analysis.stepmodel import Family, StepModel
 from amdahl.report.build import Report
 from amdahl.report.diagnose import Diagnosis
 from amdahl.report.document import Section, Table, mib, ms, pct, rate, spread, times
+from amdahl.report.predict import PredictedView
 from amdahl.sweepdir.layout import SweepDir
 
 # --------------------------------------------------------------------------- communication
@@ -103,7 +104,8 @@ def _ring_model_text(r: Report) -> str:
         f"Ring all-reduce t = 2(p-1) alpha + 2(p-1)/p * bytes / bandwidth with alpha = "
         f"{cal.alpha_s * 1e6:,.1f} us and bandwidth = {cal.bandwidth_Bps / 1e9:.3f} GB/s "
         f"(measured by `platform calibrate` on {cal.devices} devices, {cal.backend or '?'}"
-        f"{fit}; alpha and bandwidth are assumed the same at other p)."
+        f"{fit}). This table's ring uses them at every p; the step-time model (Predicted "
+        f"vs measured) does not: {r.predicted.model.comm.growth()}."
     )
 
 
@@ -211,11 +213,12 @@ def predicted_section(r: Report) -> Section:
         return sec
     sec.tables.append(_loo_table(view.loo))
     sec.paras.append(loo_caveat(view.loo))
-    projection = _projection_table(r.curves, view.model)
+    projection = _projection_table(r.curves, view)
     if projection.rows:
         sec.tables.append(projection)
         sec.paras.append(
-            "The projection to more devices is the step-time model's prediction; the Amdahl fit "
+            "The projection to more devices is the step-time model's prediction, with the 80% "
+            f"interval {INTERVAL_RULE}; the Amdahl fit "
             "beside it (Speedup against ideal) describes the measured curve and is shown for "
             "comparison only. Speedup is against the measured 1-device run where there is one."
         )
@@ -249,9 +252,28 @@ def _loo_table(loo: list[LooPoint]) -> Table:
     )
 
 
-def _projection_table(curves: list[Curve], model: StepModel) -> Table:
+#: How every prediction's 80% interval is made, for the documents (analysis/intervals.py).
+INTERVAL_RULE = (
+    "the sweep's own errors at the prediction's distance set (leave-one-out inside the measured "
+    "counts, the extrapolation check nearest at or beyond it, grown past the farthest), with "
+    "the repeats' spread; beyond every check it is at least the simulated held-out error, and "
+    "its low end widens where the cores' load or a regime never measured is extrapolated"
+)
+#: The column of a prediction's 80% interval (analysis/intervals.py).
+INTERVAL_HEADER = "80% interval samples/s"
+
+
+def interval_cell(pr: PredictedRow) -> str:
+    """The throughput's 80% interval as `low-high`; empty without a prediction."""
+    if pr.throughput_low is None or pr.throughput_high is None:
+        return ""
+    return f"{rate(pr.throughput_low)} to {rate(pr.throughput_high)}"
+
+
+def _projection_table(curves: list[Curve], view: PredictedView) -> Table:
     """Each curve's last measured configuration at the Amdahl projection's device counts (or
-    PROJECTION_FACTORS times its devices), as the step-time model predicts it."""
+    PROJECTION_FACTORS times its devices), as the step-time model predicts it, with its 80%
+    interval and, beyond the measured counts, how far out it is and what was checked there."""
     rows = []
     for curve in curves:
         last = curve.points[-1].config
@@ -259,21 +281,26 @@ def _projection_table(curves: list[Curve], model: StepModel) -> Table:
             k * last.devices for k in PROJECTION_FACTORS
         ]
         amdahl = {p.devices: p.speedup for p in curve.projections}
-        for pr in project_curve(model, last, curve.baseline, devices):
+        projected = project_curve(
+            view.model, last, curve.baseline, devices, view.evidence, view.checks
+        )
+        for pr in projected:
             pred = pr.prediction
             rows.append(
                 [
                     curve.label,
                     str(pr.devices),
                     rate(pred.throughput),
+                    interval_cell(pr),
                     times(pr.speedup) if pr.speedup else "n/a",
                     pct(pr.efficiency),
                     times(amdahl[pr.devices]) if pr.devices in amdahl else "",
                     pred.unknown or "; ".join(pred.caveats),
                 ]
             )
-    headers = ["configuration", "devices", "predicted samples/s", "predicted speedup"]
-    headers += ["predicted efficiency", "Amdahl fit speedup (descriptive)", "note"]
+    headers = ["configuration", "devices", "predicted samples/s", INTERVAL_HEADER]
+    headers += ["predicted speedup", "predicted efficiency", "Amdahl fit speedup (descriptive)"]
+    headers += ["note"]
     return Table(
         headers, rows, title="PREDICTION from the step-time model, not measured: more devices"
     )
@@ -360,8 +387,8 @@ def loo_caveat(loo: list[LooPoint]) -> str:
     )
     return (
         f"Leave-one-out check: median |error| {median:.1%}, p90 {p90:.1%} over {n} measured "
-        f"multi-device point(s){counted}; expect errors of that size or larger far from the "
-        "measured range."
+        f"multi-device point(s){counted}: the error inside the measured device counts only; "
+        "beyond them each prediction says how far out it is and what was checked there."
     )
 
 

@@ -11,8 +11,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from amdahl.analysis.configs import Config, group_configs
+from amdahl.analysis.intervals import Evidence, evidence_of
 from amdahl.analysis.memory_model import overhead_from_rows
-from amdahl.analysis.prediction import LooPoint, SweepPrediction, leave_one_out, predict_inputs
+from amdahl.analysis.prediction import (
+    Extrapolation,
+    LooPoint,
+    SweepPrediction,
+    extrapolation_checks,
+    leave_one_out,
+    predict_inputs,
+)
 from amdahl.analysis.stepmodel import ModelInputs, StepModel, fit
 from amdahl.errors import UserError
 from amdahl.report.inputs import SweepInputs, load_inputs
@@ -23,10 +31,13 @@ from amdahl.sweepdir.layout import RESULTS_FILE
 class PredictedView:
     """The step-time model fitted to a report's sweep and its leave-one-out check (every
     measured point, 1-device ones included): fitted once by the report's build, read by the
-    "Predicted vs measured" section and the HTML plot."""
+    "Predicted vs measured" section and the HTML plot; its extrapolation checks and the
+    evidence they make give the projections their intervals and distance caveats."""
 
     model: StepModel
     loo: list[LooPoint]
+    checks: list[Extrapolation]
+    evidence: Evidence
 
 
 def model_inputs(inputs: SweepInputs, configs: list[Config] | None = None) -> ModelInputs:
@@ -45,7 +56,9 @@ def model_inputs(inputs: SweepInputs, configs: list[Config] | None = None) -> Mo
 
 
 def fit_view(inputs: ModelInputs) -> PredictedView:
-    return PredictedView(fit(inputs), leave_one_out(inputs, min_devices=1))
+    loo = leave_one_out(inputs, min_devices=1)
+    checks = extrapolation_checks(inputs)
+    return PredictedView(fit(inputs), loo, checks, evidence_of(inputs, loo, checks))
 
 
 def load_model_inputs(sweep_dir: str | Path) -> ModelInputs:

@@ -16,9 +16,12 @@ from amdahl.analysis.prediction import (
 from amdahl.report.document import Section, Table, mib, ms, pct, rate, times
 from amdahl.report.model_sections import (
     BOUND_RULE,
+    INTERVAL_HEADER,
+    INTERVAL_RULE,
     MODEL_TEXT,
     failed_fit_notes,
     family_terms,
+    interval_cell,
     links_text,
     loo_caveat,
     model_caveats,
@@ -33,6 +36,9 @@ def prediction_sections(pred: SweepPrediction) -> list[Section]:
     head.paras.append(links_text(pred.model.comm))
     head.paras.append(loo_caveat(pred.loo))
     head.paras.append(extrapolation_text(pred.extrapolation, pred.extrapolations))
+    head.paras.append(
+        f"Each predicted throughput and step time comes with an 80% interval: {INTERVAL_RULE}."
+    )
     head.paras.append(
         f"Devices spread over {pred.nodes} node(s). Speedup and efficiency divide by the "
         "family's measured 1-device throughput at the same batch, with the family's own sync "
@@ -70,6 +76,7 @@ def _family_section(i: int, fp: FamilyPrediction, cost: str) -> Section:
                 str(pr.devices),
                 str(pr.batch),
                 rate(p.throughput),
+                interval_cell(pr),
                 times(pr.speedup) if pr.speedup else "n/a",
                 pct(pr.efficiency),
                 "n/a" if price is None else f"{price:,.3g}",
@@ -80,12 +87,14 @@ def _family_section(i: int, fp: FamilyPrediction, cost: str) -> Section:
         if unwrapped:
             rows[-1].insert(-1, times(pr.speedup_unwrapped) if pr.speedup_unwrapped else "")
         if p.step_s is not None:
+            steps = pr.step_s_range
             parts.append(
-                [str(pr.devices), str(pr.batch)]
-                + [ms(v) for v in (p.step_s, p.compute_s, p.comm_s, p.data_wait_s)]
+                [str(pr.devices), str(pr.batch), ms(p.step_s)]
+                + [f"{ms(steps[0])} to {ms(steps[1])}" if steps else ""]
+                + [ms(v) for v in (p.compute_s, p.comm_s, p.data_wait_s)]
             )
     batch = "global batch" if fam.scaling == "strong" else "batch/device"
-    headers = ["devices", batch, "predicted samples/s", "predicted speedup"]
+    headers = ["devices", batch, "predicted samples/s", INTERVAL_HEADER, "predicted speedup"]
     headers += ["predicted efficiency", cost, "memory / device MiB"]
     headers += ["predicted speedup vs 1 device, no wrapper", "note"] if unwrapped else ["note"]
     if rows:
@@ -93,7 +102,8 @@ def _family_section(i: int, fp: FamilyPrediction, cost: str) -> Section:
     else:
         sec.paras.append("No batch size to predict: the family has no ok run.")
     if parts:
-        headers = ["devices", batch, "step ms", "compute ms", "comm ms", "data wait ms"]
+        headers = ["devices", batch, "step ms", "80% interval step ms", "compute ms", "comm ms"]
+        headers += ["data wait ms"]
         sec.tables.append(Table(headers, parts, title="predicted ms per optimizer step"))
     if fam.sync == NO_SYNC:
         caveats.insert(
@@ -127,6 +137,8 @@ def extrapolation_text(ext: Extrapolation | None, checks: list[Extrapolation]) -
             f"{c.fitted_max} -> {c.held_out} ({c.distance:.3g}x) {c.median:.1%}" for c in others
         )
     return (
-        text + ". Each prediction beyond the measured counts quotes the check nearest its "
-        "distance, and says when it is farther out than any."
+        text + ". Each prediction beyond the measured counts quotes the check nearest at or "
+        "beyond its distance; farther out than every check it quotes none (each was measured "
+        "nearer), but says how far out it is and what was measured at that distance outside "
+        "this sweep."
     )

@@ -9,9 +9,10 @@ that failed, or breaks a constraint, is dropped with the reason. The last rung m
 finalist `final_repeats` times, interleaved, and ranks by the median; the finalists its spread
 cannot tell apart from the best are named as tied (`indistinct`). Before the first rung's remaining
 configurations run, the step-time model (analysis/stepmodel.py), fitted on each family's
-configurations at its smallest device count, predicts the others; one predicted below `skip_below`
-of the best measured objective is recorded with status `skipped` and the prediction as its reason,
-never silently dropped.
+configurations at its smallest device count, predicts the others; one whose prediction's 80%
+interval (analysis/intervals.py) lies wholly below `skip_below` of the best measured objective, its
+high end included, is recorded with status `skipped` and the prediction as its reason, never
+silently dropped: a point below the line with the interval reaching above it is measured.
 
 Every decision is a pure function of the results rows, so a resumed sweep and the report's "search"
 section recompute the same rungs from results.parquet (`replay`). Pure: no Ray, no torch
@@ -421,13 +422,16 @@ def predicted_skips(
     options: dict[str, Any],
     calibration: dict[str, Any] | None,
 ) -> dict[str, str]:
-    """Trial ids of `candidates` (row-shaped settings, not yet measured) that the step-time
-    model, fitted on the `measured` rows, predicts below `skip_below` of the best measured
-    objective, with the prediction as the reason. Candidates it cannot predict (no compute
-    line, no communication model) are never skipped."""
+    """Trial ids of `candidates` (row-shaped settings, not yet measured) whose objective, by
+    the step-time model fitted on the `measured` rows, stays below `skip_below` of the best
+    measured one at the high end of the prediction's 80% interval, with the prediction as the
+    reason. Candidates it cannot predict (no compute line, no communication model) are never
+    skipped."""
     from amdahl.analysis.calibration import Calibration
     from amdahl.analysis.comm import options_from_mapping
     from amdahl.analysis.configs import group_configs
+    from amdahl.analysis.intervals import evidence_of, interval
+    from amdahl.analysis.prediction import extrapolation_checks, leave_one_out
     from amdahl.analysis.stepmodel import ModelInputs, fit
 
     if search.skip_below is None or search.objective == "time_to_target":
@@ -439,13 +443,13 @@ def predicted_skips(
     # Grouped together, so that candidates get the settings their measured siblings get.
     pending = [{**c, "status": "pending"} for c in candidates]
     configs = group_configs([*measured, *pending])
-    model = fit(
-        ModelInputs(
-            configs=configs,
-            calibration=Calibration.from_dict(calibration) if calibration else None,
-            options=options_from_mapping({"options": options}),
-        )
+    inputs = ModelInputs(
+        configs=configs,
+        calibration=Calibration.from_dict(calibration) if calibration else None,
+        options=options_from_mapping({"options": options}),
     )
+    model = fit(inputs)
+    evidence = evidence_of(inputs, leave_one_out(inputs), extrapolation_checks(inputs))
     by_id = {c["trial_id"]: c for c in candidates}
     out = {}
     for config in configs:
@@ -458,12 +462,20 @@ def predicted_skips(
         p = model.predict(family, c["devices"], float(c["batch_size"]))
         if p.throughput is None:
             continue
-        value = objective_value({**c, "throughput": p.throughput}, search.objective)
-        if value is not None and value < search.skip_below * best:
+        band = interval(p.throughput, c["devices"], evidence)
+        ends = [
+            objective_value({**c, "throughput": x}, search.objective)
+            for x in (p.throughput, band.low, band.high)
+        ]
+        if any(v is None for v in ends):
+            continue
+        value, high = ends[0], max(ends[1:])
+        if high < search.skip_below * best:
             out[c["trial_id"]] = (
                 f"predicted {describe(value, search.objective)} by the step-time model (compute "
                 f"{p.compute_s * 1e3:.2f} ms + communication {(p.comm_s or 0) * 1e3:.2f} ms per "
-                f"step), below {search.skip_below:g} x the best measured "
-                f"{describe(best, search.objective)}"
+                f"step; 80% interval up to {describe(high, search.objective)}: "
+                f"{band.basis}), below {search.skip_below:g} x the best measured "
+                f"{describe(best, search.objective)} even at the interval's high end"
             )
     return out

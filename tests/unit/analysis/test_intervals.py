@@ -1,0 +1,175 @@
+"""Every prediction's 80% interval (analysis/intervals.py): from the sweep's own checks at the
+prediction's distance, wider past the farthest check and with the repeats' spread, and the words
+beyond every check, which quote no check measured nearer."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+from click.testing import CliRunner
+from report_rows import PARAMS, row, scaling_rows, write_sweep
+
+from amdahl.analysis.calibration import Calibration
+from amdahl.analysis.configs import group_configs
+from amdahl.analysis.intervals import REAL_RANKS, SIMULATED, Evidence, evidence_of, interval
+from amdahl.analysis.prediction import Extrapolation, predict_inputs
+from amdahl.analysis.stepmodel import ModelInputs
+from amdahl.cli.commands import main
+from amdahl.spec.schema import OptionsSpec
+
+CALIBRATION = {
+    "alpha_s": 20e-6,
+    "bandwidth_Bps": 1e9,
+    "devices": 2,
+    "backend": "gloo",
+    "grad_bytes_by_params": {PARAMS: 4e6},
+}
+#: Measured at 1-4 devices; leave-one-out errors 4-6%; one check 2x out (2 -> 4): 8% / 12%.
+EVIDENCE = Evidence(4, (0.04, 0.05, 0.06), (Extrapolation(2, 4, 0.08, 0.12, 3),))
+
+
+def _inputs(rows: list[dict]) -> ModelInputs:
+    return ModelInputs(
+        group_configs(rows), Calibration.from_dict(CALIBRATION), OptionsSpec(bucket_cap_mb=1)
+    )
+
+
+def test_the_interval_holds_the_point_at_every_distance():
+    for devices in (2, 4, 8, 16, 64):
+        band = interval(1000.0, devices, EVIDENCE)
+        assert band.low < 1000.0 < band.high and band.contains(1000.0)
+
+
+def test_inside_the_measured_counts_leave_one_out_sets_it_and_a_check_at_its_own_distance():
+    inside, at_check = interval(1000.0, 4, EVIDENCE), interval(1000.0, 8, EVIDENCE)
+    assert "leave-one-out" in inside.basis
+    assert "2x self-check" in at_check.basis
+    assert inside.half_width < at_check.half_width
+
+
+def test_past_the_farthest_check_the_interval_grows_with_the_distance():
+    """The check reaches 2x (8 devices); 16 and 32 devices are 4x and 8x: each wider."""
+    widths = [interval(1000.0, p, EVIDENCE).half_width for p in (8, 16, 32)]
+    assert widths[0] < widths[1] < widths[2]
+    assert "distance past it" in interval(1000.0, 32, EVIDENCE).basis
+
+
+def test_beyond_every_check_it_is_never_narrower_than_the_held_out_error():
+    tight = Evidence(4, (0.001,), (Extrapolation(2, 4, 0.002, 0.003, 3),))
+    band = interval(1000.0, 16, tight)
+    assert band.high / 1000.0 - 1 >= SIMULATED.p90
+    assert "simulated held-out" in band.basis
+
+
+def test_the_repeats_spread_widens_it():
+    noisy = Evidence(EVIDENCE.widest, EVIDENCE.loo, EVIDENCE.checks, spread=0.1)
+    for devices in (4, 8, 16):
+        assert interval(1000.0, devices, noisy).half_width > (
+            interval(1000.0, devices, EVIDENCE).half_width
+        )
+
+
+def test_an_extrapolated_regime_widens_the_low_end_only():
+    plain = interval(1000.0, 16, EVIDENCE)
+    loaded = interval(1000.0, 16, EVIDENCE, regime="the cores' load extrapolated")
+    assert loaded.high == pytest.approx(plain.high) and loaded.low < plain.low
+    assert loaded.low == pytest.approx(1000.0 / (1000.0 / plain.low + REAL_RANKS.median))
+
+
+def test_without_any_self_check_the_held_out_error_is_the_interval():
+    band = interval(1000.0, 2, Evidence(1))
+    assert band.high == pytest.approx(1000.0 * (1 + SIMULATED.p90))
+    assert "no self-check" in band.basis
+
+
+def test_every_predicted_row_carries_its_interval():
+    for fam in predict_inputs(_inputs(scaling_rows()), [4, 16]).families:
+        for pr in fam.rows:
+            assert pr.throughput_low < pr.prediction.throughput < pr.throughput_high
+            low, high = pr.step_s_range
+            assert low < pr.prediction.step_s < high
+
+
+def test_the_spread_is_the_one_between_a_sweeps_repeats():
+    """Each configuration measured twice, 10% apart: the spread is their relative sd, and every
+    interval of the sweep's predictions counts it."""
+    rows = scaling_rows()
+    again = [{**r, "repeat": 1, "throughput": r["throughput"] * 1.1} for r in rows]
+    inputs = _inputs(rows + again)
+    result = predict_inputs(inputs, [4, 16])
+    ev = evidence_of(inputs, result.loo, result.extrapolations)
+    assert ev.spread == pytest.approx(statistics.stdev([1.0, 1.1]) / 1.05, rel=1e-6)
+    assert evidence_of(_inputs(rows), result.loo, result.extrapolations).spread == 0.0
+    assert all("spread" in pr.interval.basis for f in result.families for pr in f.rows)
+
+
+def test_a_prediction_beyond_every_check_quotes_none_and_says_how_far_out_it_is():
+    """Measured at 1, 2 and 4: the one check is 2 -> 4 (2x). 16 devices is 4x out: the caveat
+    names the farthest check without its error and gives the held-out figures instead."""
+    result = predict_inputs(_inputs(scaling_rows()), [8, 16])
+    ext = result.extrapolation
+    assert (ext.fitted_max, ext.held_out) == (2, 4)
+    for fam in result.families:
+        for pr in fam.rows:
+            beyond = next(c for c in pr.prediction.caveats if "the widest measured" in c)
+            if pr.devices == 8:
+                assert f"median error {ext.median:.1%}" in beyond
+                continue
+            assert "4x the widest measured (4)" in beyond
+            assert "the farthest check: fitted up to 2 devices, the model predicted 4 (2x)" in (
+                beyond
+            )
+            assert f"median error {ext.median:.1%}" not in beyond
+            assert f"median |error| {SIMULATED.median:.1%}" in beyond
+            assert f"naive Amdahl {SIMULATED.naive_median:.1%}" in beyond
+
+
+def test_predict_json_has_each_interval_beside_its_point(tmp_path):
+    rows = scaling_rows() + [row(2, 512, "none", 5600.0, phases=(0.001, 0.04, 0.08, 0.007))]
+    d = write_sweep(tmp_path / "s", rows, CALIBRATION)
+    result = CliRunner().invoke(main, ["predict", str(d), "--devices", "8,16", "--json"])
+    assert result.exit_code == 0, result.output
+    predictions = [p for f in json.loads(result.output)["families"] for p in f["predictions"]]
+    assert predictions
+    for p in predictions:
+        assert p["throughput_low"] < p["throughput"] < p["throughput_high"]
+        assert p["step_s_low"] < p["step_s"] < p["step_s_high"]
+        assert p["interval_basis"]
+
+
+def test_predict_text_shows_the_interval(tmp_path):
+    d = write_sweep(tmp_path / "s", scaling_rows(), CALIBRATION)
+    wide = CliRunner(env={"COLUMNS": "240"})
+    result = wide.invoke(main, ["predict", str(d), "--devices", "16"])
+    assert result.exit_code == 0, result.output
+    assert "80% interval samples/s" in result.output and "80% interval step ms" in result.output
+
+
+def test_the_reports_projections_carry_the_interval_and_the_distance_words(tmp_path):
+    """Measured at 1, 2 and 4 devices, the report projects each curve past 4: every projected
+    row has its interval, and those beyond the one 2x check quote no check's error."""
+    from amdahl.report import write_reports
+
+    d = write_sweep(tmp_path / "s", scaling_rows(), CALIBRATION)
+    md = write_reports(d)["markdown"].read_text()
+    section = md[md.index("## Predicted vs measured") :]
+    section = section[: section.index("\n## ")]
+    table = section[section.index("PREDICTION from the step-time model") :]
+    projected = [line for line in table.splitlines() if line.startswith("| ") and " to " in line]
+    assert projected and "80% interval samples/s" in table
+    assert any("the farthest check" in line for line in projected)
+    assert all("median error" not in line for line in projected if "farthest check" in line)
+
+
+def test_more_ranks_than_cores_with_none_measured_there_is_an_extrapolated_regime():
+    """Rows on a 4-core node at 1-4 devices: 8 ranks are above its cores, which no measured
+    point was, so the interval's low end widens and the caveat gives the real-rank figures."""
+    rows = [{**r, "host_cores": 4, "cpu_utilisation": 10.0} for r in scaling_rows()]
+    result = predict_inputs(_inputs(rows), [4, 8])
+    for fam in result.families:
+        four, eight = fam.rows
+        assert "above the cores" not in four.interval.basis
+        assert "8 ranks on 4 cores" in eight.interval.basis
+        assert any(f"median |error| {REAL_RANKS.median:.1%}" in c for c in eight.prediction.caveats)
