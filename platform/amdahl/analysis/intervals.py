@@ -28,9 +28,9 @@ The interval is symmetric in log throughput: [point / (1 + h), point x (1 + h)],
 stays positive at any width. Where the prediction extrapolates a regime the fit never saw, the
 ranks' load on the host cores beyond any measured (contention's `load_caveat`) or ranks per node
 above the node's cores with no oversubscribed count measured, the low end widens by the real-rank
-held-out median (`REAL_RANKS`): there the model missed by a median 25-53% at 12-16 ranks (runs 3
-and 4 in docs/performance.md), predicting too fast (sync none at 16 ranks 31-51% in run 3), so
-only the low end widens.
+held-out median (`REAL_RANKS`): there the model missed by a median 25-53% at 12-16 ranks (runs
+3 and 4 in docs/performance-history.md), predicting too fast (sync none at 16 ranks 31-51% in
+run 3), so only the low end widens.
 
 Tuned once, on the first held-out set of session 27 (simulated, fit 1-2-4 and truth 8 in separate
 sweeps): the rank was the 80th percentile read between a check's median and p90, which held 2 of
@@ -68,6 +68,10 @@ class HeldOut:
     p90: float
     naive_median: float
     naive_p90: float | None = None
+    #: Which naive predictor the naive figures are: "naive Amdahl" (the Amdahl fit over the
+    #: fitted speedups) or "the naive per-device line" (the widest fitted count's per-device
+    #: throughput times p).
+    naive_what: str = "naive Amdahl"
 
     @property
     def distance(self) -> float:
@@ -82,7 +86,7 @@ class HeldOut:
         return (
             f"{self.what}, fitted at 1-{self.fitted_max} devices and measured at {counts} "
             f"(up to {self.distance:.3g}x): median |error| {self.median:.1%}, p90 {self.p90:.1%}; "
-            f"naive Amdahl {naive} ({self.source})"
+            f"{self.naive_what} {naive} ({self.source})"
         )
 
 
@@ -97,11 +101,12 @@ SIMULATED = HeldOut(
     0.098,
     0.175,
     0.586,
+    naive_what="the naive per-device line",
 )
 #: Real CPU ranks on the H200 machine's 16 cores (ddp, zero1, none), the fourth run.
 REAL_RANKS = HeldOut(
     "real ranks on a 16-core host (ddp/zero1/none), 12-16 ranks with the cores' load extrapolated",
-    "docs/performance.md, held-out 8/12/16 real CPU ranks, run 4",
+    "docs/performance-history.md, held-out 8/12/16 real CPU ranks, run 4",
     4,
     (8, 12, 16),
     0.340,

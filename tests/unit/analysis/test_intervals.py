@@ -123,7 +123,7 @@ def test_a_prediction_beyond_every_check_quotes_none_and_says_how_far_out_it_is(
             )
             assert f"median error {ext.median:.1%}" not in beyond
             assert f"median |error| {SIMULATED.median:.1%}" in beyond
-            assert f"naive Amdahl {SIMULATED.naive_median:.1%}" in beyond
+            assert f"per-device line {SIMULATED.naive_median:.1%}" in beyond
 
 
 def test_predict_json_has_each_interval_beside_its_point(tmp_path):
