@@ -32,7 +32,6 @@ from amdahl.analysis.points import (
     FAMILY_SETTINGS,
     Point,
     family_key,
-    family_micro_steps,
     nodes_of,
 )
 from amdahl.analysis.stats import differs
@@ -473,7 +472,7 @@ def predict_inputs(
         )
     for key, fam in model.families.items():
         configs = by_family.get(key, [])
-        memory = _memory_of(inputs, fam.settings)
+        memory = _memory_of(inputs, fam)
         none = by_family.get(sibling_key(key), []) if fam.sync != NO_SYNC else []
         batches = batch_sizes or sorted(
             {scale_batch(c.settings) for c in configs if c.ok and c.batch_size}
@@ -512,13 +511,15 @@ def predict_inputs(
     return out
 
 
-def _memory_of(inputs: ModelInputs, settings: dict[str, Any]) -> Callable[[int, float], Any]:
+def _memory_of(inputs: ModelInputs, fam: Family) -> Callable[[int, float], Any]:
     """(devices, per-device batch) -> the family's predicted peak bytes per device, or None
-    where plan.json holds no probe facts for its parameters and precision."""
+    where plan.json holds no probe facts for its parameters and precision. Its micro-steps are
+    the family's own (a swept accumulate_steps), as the step-time model's."""
+    settings = fam.settings
     facts = inputs.memory_facts.get((settings.get("params") or "{}", settings.get("precision")))
     if facts is None:
         return lambda devices, batch: None
-    micro = family_micro_steps(settings, inputs.options.model_dump())
+    micro = int(fam.micro)
     overhead = inputs.memory_overhead_bytes
     mode = settings.get("activation_checkpointing") or "none"
     options, precision = config_options(settings), settings["precision"]

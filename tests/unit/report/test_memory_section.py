@@ -176,3 +176,27 @@ def test_the_report_predicts_a_row_with_the_fsdp_options_its_options_column_name
     assert report.memory.predicted(config) == held
     [family] = predict_sweep(d, [2]).families
     assert [r.memory_bytes for r in family.rows if r.devices == 2] == [held]
+
+
+def test_predict_holds_each_familys_own_accumulation_not_the_specs(tmp_path):
+    """sync accumulate swept at accumulate_steps 1 (`grid.options.accumulate_steps`, recorded in
+    the rows' options column) holds no gradient across micro-batches; the spec's option (4,
+    the default) would add one: `platform predict` reads the family's own."""
+    import json
+
+    from report_rows import scaling_rows
+
+    from amdahl.analysis.memory_model import MemoryFacts, predict_peak
+    from amdahl.report.predict import predict_sweep
+
+    facts = MemoryFacts(100 * MIB, 100 * MIB, 100 * MIB, 0, (50 * MIB, 50 * MIB), 0.0, MIB)
+    rows = [r for r in scaling_rows() if r["sync"] != "none"]
+    for r in rows:
+        r.update(sync="accumulate", options=json.dumps({"accumulate_steps": 1}))
+    d = _with_facts(write_sweep(tmp_path / "s", rows), facts)
+    result = predict_sweep(d, [16])
+    predicted = [r for f in result.families for r in f.rows]
+    assert predicted
+    for r in predicted:
+        assert r.memory_bytes == predict_peak(facts, "accumulate", r.devices, r.batch, 1).total
+        assert r.memory_bytes < predict_peak(facts, "accumulate", r.devices, r.batch, 4).total
