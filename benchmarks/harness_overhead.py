@@ -10,7 +10,8 @@ optimizer, warmup and steps, interleaved rounds of three arms (their order rotat
                 own Train release benchmark runs its vanilla baseline: the only difference from
                 plain is that the ranks are Ray worker processes, beside Ray's daemons
   plain         torch.multiprocessing + gloo DDP over in-memory tensors, the same loop without
-                any of the platform's timers
+                any of the platform's timers; every arm's plain loop reads a fresh batch each
+                step, gathered at shuffled rows of its in-memory shard (nothing else)
 The arms are timed alike: every arm's window opens after its warmup with the heap frozen
 (`gc.freeze`, as the platform's trial does) and its throughput is the global batch x steps over
 the slowest rank's window (the platform's row: the same over its own window). It prints per
@@ -94,7 +95,11 @@ def ddp_loop(
 ) -> float:
     """The plain DDP loop on the default process group, timed from the end of warmup only, the
     heap frozen for the window as the platform's trial freezes it (benchmarks/loop_overhead.py
-    runs it too); this rank's window seconds."""
+    runs it too); this rank's window seconds.
+
+    Each step reads a fresh batch from this rank's in-memory shard, gathered at shuffled rows
+    (a new permutation each pass), as a user's loop must: a contiguous slice is a view that
+    copies nothing, so a loop reading one pays less per step than any real input does."""
     import gc
 
     from amdahl.workload import make_workload
@@ -110,14 +115,19 @@ def ddp_loop(
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(workload.build_model())
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    start = 0.0
+    shuffle = torch.Generator().manual_seed(rank)
+    order = torch.randperm(n, generator=shuffle)
+    start, i = 0.0, 0
     for step in range(warmup + steps):
         if step == warmup:
             dist.barrier()
             gc.freeze()
             start = time.perf_counter()
-        i = (step * batch) % (n - batch)
-        x, y = workload.split_batch({k: v[i : i + batch] for k, v in shard.items()})
+        if i + batch > n:
+            order, i = torch.randperm(n, generator=shuffle), 0
+        rows = order[i : i + batch]
+        i += batch
+        x, y = workload.split_batch({k: v[rows] for k, v in shard.items()})
         loss = workload.loss(model(x), y)
         loss.backward()
         optimizer.step()
