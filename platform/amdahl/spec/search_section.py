@@ -66,8 +66,9 @@ class SearchSpec(Section):
         0.5,
         gt=0,
         le=1,
-        description="halving: skip (and record as `skipped`) a configuration the step-time "
-        "model predicts below this share of the best measured objective; null: never.",
+        description="halving: skip (and record as `skipped`) a configuration whose predicted "
+        "objective is below this share of the best measured one even at the high end of the "
+        "step-time model's 80% interval; null: never.",
     )
     continue_rungs: bool = Field(
         True,
