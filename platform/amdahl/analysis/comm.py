@@ -257,9 +257,9 @@ class Oversubscribed:
     Every ring step then waits for a process to get a core. The step's latency grows with the
     ranks per core, but more slowly than the ranks: a woken rank finds more of its messages
     already there. A power law fitted at 3-4 ranks on 2 cores put 16 ranks' alpha 2.2x too
-    high; this log law put alpha within -6% to +26% of the 8- and 16-rank calibrations of five
-    runs on that box, 8 of the 10 within 6% (docs/performance-history.md, "gloo beyond the node's
-    cores")."""
+    high; this log law put alpha within -6% to +26% of the 8- and 16-rank calibrations of four
+    calibrations on that box, 7 of the 8 within 6% (docs/performance-history.md, "gloo beyond
+    the node's cores")."""
 
     cores: float
     anchor: Link
