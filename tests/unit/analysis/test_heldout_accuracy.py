@@ -84,6 +84,46 @@ def test_the_models_error_on_a_held_out_set_stays_within_its_ledger(name: str) -
             assert got[naive][stat] == pytest.approx(recorded[naive][stat], abs=5e-4)
 
 
+def _intervals(name: str) -> tuple[int, int, float]:
+    """(points its 80% interval held, points, median half-width) at the set's held-out counts:
+    the interval `platform predict` gives (analysis/intervals.py: the same evidence and regime),
+    made for a prediction the model withholds as a failed fit too, as the error above is."""
+    from amdahl.analysis.intervals import band_of, evidence_of, extrapolated_regime
+    from amdahl.analysis.prediction import predict_inputs
+
+    entry = LEDGER["sets"][name]
+    fit_inputs = load_model_inputs(HELDOUT / entry["fit"])
+    truth_inputs = load_model_inputs(HELDOUT / entry["truth"])
+    result = predict_inputs(fit_inputs, entry["truth_devices"])
+    evidence = evidence_of(fit_inputs, result.loo, result.extrapolations)
+    points = fit_inputs.points()
+    held, halves = 0, []
+    for c in truth_inputs.configs:
+        if not (c.ok and c.throughput and c.devices in entry["truth_devices"]):
+            continue
+        fam = result.model.family_of(c)
+        assert fam is not None, f"{name}: no fitted family for {_key(c)}"
+        batch = float(_key(c)[1])
+        pred = result.model.predict(fam, c.devices, batch, 1, withhold=False)
+        band = band_of(pred, evidence, extrapolated_regime(fam, points, c.devices, batch, 1))
+        assert band is not None, f"{name}: no interval for {_key(c)} at {c.devices}"
+        held += band.contains(c.throughput.median)
+        halves.append(band.half_width)
+    return held, len(halves), statistics.median(halves)
+
+
+@pytest.mark.parametrize("name", sorted(LEDGER["sets"]))
+def test_the_intervals_cover_a_held_out_set_as_its_ledger_recorded(name: str) -> None:
+    """Coverage may not fall by more than one point below the ledger's, nor the median
+    half-width grow by more than 5 points: intervals that narrow by missing more, or hold by
+    widening, fail here."""
+    recorded = LEDGER["sets"][name]["interval"]
+    held, points, half = _intervals(name)
+    assert points == recorded["points"]
+    assert held >= recorded["held"] - 1, f"{name}: {held} of {points} held, ledger {recorded}"
+    assert half <= recorded["median_half_width"] + 0.05, f"{name}: half-width {half:.1%}"
+
+
 def test_a_noisy_sweeps_report_is_written_whole(tmp_path: Path) -> None:
     """sim-a's fit rows put DDP's 1-device wrapper below 0 (the wrapped runs faster than the
     unwrapped ones on a loaded box), which once drove a 2-device compute below 0 and the overlap
