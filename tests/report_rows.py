@@ -15,6 +15,17 @@ from amdahl.columns import COLUMNS, SCHEMA
 from amdahl.sweepdir.layout import RESULTS_FILE
 
 PARAMS = json.dumps({"hidden": [16]}, sort_keys=True)
+#: The step-time model tests' gloo link (20 us, 1 GB/s) and gradient: 4 MB of PARAMS's, four
+#: DDP buckets at 1 MiB, one at the default 25.
+ALPHA, BANDWIDTH, GRAD = 20e-6, 1e9, 4e6
+#: calibration.json of that link, measured at 2 devices.
+CALIBRATION = {
+    "alpha_s": ALPHA,
+    "bandwidth_Bps": BANDWIDTH,
+    "devices": 2,
+    "backend": "gloo",
+    "grad_bytes_by_params": {PARAMS: GRAD},
+}
 
 
 def row(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from report_rows import PARAMS, conform, row, write_sweep
+from report_rows import ALPHA, BANDWIDTH, CALIBRATION, GRAD, conform, row, write_sweep
 
 from amdahl.analysis.calibration import Calibration
 from amdahl.analysis.comm import Link, comm_volume
@@ -26,14 +26,6 @@ from amdahl.cli.commands import main
 from amdahl.report import write_reports
 from amdahl.spec.schema import OptionsSpec
 
-ALPHA, BANDWIDTH, GRAD = 20e-6, 1e9, 4e6
-CALIBRATION = {
-    "alpha_s": ALPHA,
-    "bandwidth_Bps": BANDWIDTH,
-    "devices": 2,
-    "backend": "gloo",
-    "grad_bytes_by_params": {PARAMS: GRAD},
-}
 LINK = Link(ALPHA, BANDWIDTH, "intra-node")
 #: GRAD in four 1-MiB DDP buckets: DDP can overlap them with the backward, so gamma is free (one
 #: bucket would fix it at 1: comm.no_overlap).

@@ -9,7 +9,7 @@ import statistics
 
 import pytest
 from click.testing import CliRunner
-from report_rows import PARAMS, row, scaling_rows, write_sweep
+from report_rows import CALIBRATION, row, scaling_rows, write_sweep
 
 from amdahl.analysis.calibration import Calibration
 from amdahl.analysis.configs import group_configs
@@ -19,13 +19,6 @@ from amdahl.analysis.stepmodel import ModelInputs
 from amdahl.cli.commands import main
 from amdahl.spec.schema import OptionsSpec
 
-CALIBRATION = {
-    "alpha_s": 20e-6,
-    "bandwidth_Bps": 1e9,
-    "devices": 2,
-    "backend": "gloo",
-    "grad_bytes_by_params": {PARAMS: 4e6},
-}
 #: Measured at 1-4 devices; leave-one-out errors 4-6%; one check 2x out (2 -> 4): 8% / 12%.
 EVIDENCE = Evidence(4, (0.04, 0.05, 0.06), (Extrapolation(2, 4, 0.08, 0.12, 3),))
 

@@ -10,7 +10,16 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from report_rows import PARAMS, conform, row, scaling_rows, write_sweep
+from report_rows import (
+    ALPHA,
+    BANDWIDTH,
+    CALIBRATION,
+    PARAMS,
+    conform,
+    row,
+    scaling_rows,
+    write_sweep,
+)
 
 from amdahl.analysis.calibration import Calibration
 from amdahl.analysis.comm import Link, comm_volume, options_from_mapping
@@ -29,14 +38,6 @@ OPTIONS = OptionsSpec(powersgd_rank=2, local_sgd_every=4, ps_shards=2, accumulat
 #: The synthetic sweeps' 4e6 gradient bytes in four 1-MiB DDP buckets: DDP can overlap them
 #: with the backward, so gamma is free (one bucket would fix it at 1: comm.no_overlap).
 BUCKETS = OptionsSpec(bucket_cap_mb=1)
-ALPHA, BANDWIDTH = 20e-6, 1e9
-CALIBRATION = {
-    "alpha_s": ALPHA,
-    "bandwidth_Bps": BANDWIDTH,
-    "devices": 2,
-    "backend": "gloo",
-    "grad_bytes_by_params": {PARAMS: 4e6},
-}
 
 
 # --------------------------------------------------------------------------- volumes by hand

@@ -6,7 +6,7 @@ forward where only its non-checkpointed twin was measured."""
 import json
 
 import pytest
-from report_rows import PARAMS, conform, row
+from report_rows import ALPHA, BANDWIDTH, CALIBRATION, GRAD, conform, row
 
 from amdahl.analysis.calibration import Calibration
 from amdahl.analysis.comm import Link, comm_volume
@@ -14,16 +14,7 @@ from amdahl.analysis.configs import group_configs
 from amdahl.analysis.stepmodel import ModelInputs, combine, fit
 from amdahl.spec.schema import OptionsSpec
 
-GRAD = 4e6  # gradient bytes: four DDP buckets at 1 MiB, one at 100 (or at the default 25)
-ALPHA, BANDWIDTH = 20e-6, 1e9
 LINK = Link(ALPHA, BANDWIDTH, "intra-node")
-CALIBRATION = {
-    "alpha_s": ALPHA,
-    "bandwidth_Bps": BANDWIDTH,
-    "devices": 2,
-    "backend": "gloo",
-    "grad_bytes_by_params": {PARAMS: GRAD},
-}
 A, B, WAIT = 2e-3, 5e-5, 1e-3  # the compute line (s, s per sample) and the data wait
 #: gamma of the several-bucket families (overlapping); one bucket cannot overlap: gamma 1.
 GAMMA = 2.5
