@@ -18,10 +18,10 @@ where that is above 1: a rank that stalls now and then), times a uniform jitter 
 per layer call and a lognormal one exp(`jitter_sigma` z), z ~ N(0, 1), drawn once per forward
 pass so a whole step is slow or fast together (both seeded by `jitter_seed` and the rank), times
 1 + `in_core_slowdown` x (ranks per node - 1): the slowdown of compute that shares a node's
-memory bandwidth (ranks per node: the world's size, or LOCAL_WORLD_SIZE where a launcher sets
-it). Jitter, stragglers and the in-core slowdown are what separate a user's fit sweep from their
-measured one; scale_check.py uses them for held-out sets. At the defaults each is off. The
-numbers say what the simulated device would take; they are not measured.
+memory bandwidth (ranks per node: the trial's world over the launch's nodes,
+`_ranks_per_node`). Jitter, stragglers and the in-core slowdown are what separate a user's fit
+sweep from their measured one; scale_check.py uses them for held-out sets. At the defaults
+each is off. The numbers say what the simulated device would take; they are not measured.
 `stated_memory_gb` states its memory, which the plan's memory check holds trials to (the
 tensors are real and small: set it low to see refusals at 8-16 ranks). `stated_tflops` states
 the simulated device's fp32 peak (`peak_flops`: divided by a
@@ -146,12 +146,17 @@ def _rank() -> int:
 
 
 def _ranks_per_node() -> int:
-    """Ranks sharing this node's memory bandwidth: the launcher's LOCAL_WORLD_SIZE where it sets
-    one, else the world (amdahl places a simulated sweep's ranks on one node)."""
-    local = os.environ.get("LOCAL_WORLD_SIZE")
-    if local:
-        return int(local)
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    """This trial's ranks on this node, the ones sharing its memory bandwidth: the trial's
+    world (its default process group) over the launch's nodes. The launch's nodes are the
+    launcher's WORLD_SIZE over LOCAL_WORLD_SIZE, where it sets them; one node otherwise.
+    Not LOCAL_WORLD_SIZE itself: a launch holds as many workers as its widest trial
+    (amdahl/worker/worlds.py), and the ranks a narrower trial leaves idle wait in a barrier
+    that takes no bandwidth (counting them slowed a 1-device trial in a 4-worker launch as
+    4 ranks would be)."""
+    world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    local, launch = os.environ.get("LOCAL_WORLD_SIZE"), os.environ.get("WORLD_SIZE")
+    nodes = max(1, int(launch) // int(local)) if local and launch else 1
+    return max(1, math.ceil(world / nodes))
 
 
 class SimulatedAccelerator(Workload):

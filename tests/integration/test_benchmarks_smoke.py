@@ -22,6 +22,7 @@ SMOKE_RUN = (
     "host_contention",
     "compile_per_config",
     "memory_check",
+    "calibration_cost",
 )
 
 

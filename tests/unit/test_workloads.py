@@ -173,8 +173,19 @@ def test_the_simulated_accelerators_jitter_straggler_and_in_core_slowdown():
 
     crowded = SimulatedTiming({**params, "in_core_slowdown": 0.1})
     assert crowded.seconds(x, w)[0] == pytest.approx(base)  # alone on its node
-    with mock.patch.dict(os.environ, {"LOCAL_WORLD_SIZE": "8"}):
-        assert crowded.seconds(x, w)[0] == pytest.approx(base * 1.7)
+    # a launch of 8 workers on one node: its 1-device trial is alone on the node's bandwidth
+    with mock.patch.dict(os.environ, {"LOCAL_WORLD_SIZE": "8", "WORLD_SIZE": "8"}):
+        assert crowded.seconds(x, w)[0] == pytest.approx(base)
+        with mock.patch("workloads.simulated.dist.is_initialized", return_value=True):
+            with mock.patch("workloads.simulated.dist.get_world_size", return_value=8):
+                with mock.patch("workloads.simulated.dist.get_rank", return_value=3):
+                    assert crowded.seconds(x, w)[0] == pytest.approx(base * 1.7)
+    # the same 8 ranks over 2 nodes of 4 (a launch of 16, 8 per node): 4 per node
+    with mock.patch.dict(os.environ, {"LOCAL_WORLD_SIZE": "8", "WORLD_SIZE": "16"}):
+        with mock.patch("workloads.simulated.dist.is_initialized", return_value=True):
+            with mock.patch("workloads.simulated.dist.get_world_size", return_value=8):
+                with mock.patch("workloads.simulated.dist.get_rank", return_value=3):
+                    assert crowded.seconds(x, w)[0] == pytest.approx(base * 1.3)
     with pytest.raises(UserError, match=r"params.straggler_every: must be an integer >= 1"):
         make_workload("simulated", {"straggler_every": 0})
 

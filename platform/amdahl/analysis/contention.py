@@ -35,7 +35,14 @@ multi-device point's CPU seconds per step over the 1-device demand is its in-cor
 grew as much while every rank stayed on its core); the queueing model serves that larger
 demand, and an unmeasured device count keeps the in-core factor of the measured one it is
 scaled from. (Carrying it on as 1 + a ln p was tried and failed its first held-out test:
-docs/performance-history.md, "The in-core factor carried beyond the measured counts".) What is
+docs/performance-history.md, "The in-core factor carried beyond the measured counts".)
+
+The time without a core can grow among more ranks too: a device's kernels waiting on memory or
+a bus the node's ranks share (a simulated device's `in_core_slowdown`). No CPU figure sees it,
+and queueing cannot explain it where the ranks leave cores idle, so it is its own term:
+think(p) = think(1) x (1 + `growth` x (p - 1)), linear in the ranks sharing the node, as a
+shared bandwidth's queue is once it is saturated (docs/performance-history.md, "Off-core
+growth"). Fitted with the cores, at least 0 (more ranks never make a device faster). What is
 fitted, over the measured multi-device `sync: none` points, is the node's effective cores C:
 the cores the ranks get, less what Ray, the driver and the OS take, with a weak prior at the
 node's nominal cores
@@ -61,6 +68,15 @@ from amdahl.analysis.stats import minimize_scalar
 CORES_SPAN = 8.0
 #: Weight of log(C / nominal)^2 in the fit: small against a point's squared log error.
 CORES_PRIOR = 0.01
+#: The off-core growth per added rank is fitted within [0, GROWTH_MAX] (each added rank
+#: doubling the device time is beyond any shared bus; a fit there is a failed fit), and only
+#: where queueing alone leaves the widest measured count slower than the model by more than
+#: GROWTH_EVIDENCE (mean log residual), or puts the cores on their lower bound: where the two
+#: explain the rows alike (4 ranks on 2 cores whose CPU work queues), the queueing the CPU
+#: figures measure is kept. A weak prior GROWTH_PRIOR x log(growth's factor there)^2 at none.
+GROWTH_MAX = 1.0
+GROWTH_EVIDENCE = 0.03
+GROWTH_PRIOR = 0.01
 
 
 def closed_step_s(ranks: int, think_s: float, demand_s: float, cores: float) -> float:
@@ -112,6 +128,14 @@ class Contention:
     #: (ranks per node, CPU seconds per step there / the 1-device demand), medians over the
     #: fitted points: the work's own slowdown among more ranks, apart from queueing
     in_core: tuple[tuple[int, float], ...] = ()
+    #: The off-core time's growth per added rank on the node (think(p) = think(1) x
+    #: `off_core_at(p)`), fitted with the cores; 0 where the rows show none.
+    growth: float = 0.0
+    growth_on_bound: bool = False
+
+    def off_core_at(self, ranks: int) -> float:
+        """How much longer a rank's time without a core is among `ranks` than alone."""
+        return 1.0 + self.growth * (max(1, ranks) - 1)
 
     def in_core_at(self, ranks: int) -> float:
         """The in-core factor measured at the count nearest `ranks` (log scale, the larger on a
@@ -126,7 +150,7 @@ class Contention:
         """Compute per step of one rank among `ranks_per_node`, from its 1-device compute, its
         CPU work `in_core` times the 1-device demand."""
         demand = self.share.at(batch) * one_device_s
-        think = one_device_s - demand
+        think = (one_device_s - demand) * self.off_core_at(ranks_per_node)
         return closed_step_s(ranks_per_node, think, demand * in_core, self.cores)
 
     def inflation(self, one_device_s: float, batch: float, ranks: int) -> float:
@@ -138,12 +162,13 @@ class Contention:
         demand = self.share.at(batch) * one_device_s
         if demand <= 0:
             return 1.0
-        think = one_device_s - demand
+        think = (one_device_s - demand) * self.off_core_at(ranks)
         return (closed_step_s(ranks, think, demand * k, self.cores) - think) / (demand * k)
 
     def ratio(self, one_device_s: float, batch: float, ranks: int, from_ranks: int) -> float:
         """How much slower a rank's compute is among `ranks` ranks of a node than among
-        `from_ranks` (measured there: its in-core factor carries over, only queueing changes)."""
+        `from_ranks` (measured there: its in-core factor carries over; queueing and the off-core
+        growth change)."""
         k = self.in_core_at(from_ranks)
         base = self.step_s(one_device_s, batch, from_ranks, k)
         return self.step_s(one_device_s, batch, ranks, k) / base if base > 0 else 1.0
@@ -173,6 +198,13 @@ class Contention:
     def bound_hit(self) -> BoundHit | None:
         """The fitted cores on a bound of their range as a failed fit (computefit's rule), or
         None; it withholds only the predictions that scale compute by contention."""
+        if self.growth_on_bound:
+            meaning = (
+                "each added rank would double a rank's time off the cores: the measured compute "
+                "grows faster than a shared device or bus explains (another bottleneck, or "
+                "other load on the node)"
+            )
+            return BoundHit("growth", self.growth, GROWTH_MAX, "upper", meaning, "contention")
         if self.on_bound is None:
             return None
         fewer = self.on_bound == "lower"
@@ -191,9 +223,12 @@ class Contention:
         in_core = ", ".join(f"x{k:.2g} at {r}" for r, k in self.in_core if abs(k - 1) >= 0.05)
         if in_core:
             in_core = f"; CPU work per step {in_core} ranks, the nearest measured count's elsewhere"
+        growth = ""
+        if self.growth >= 0.005:
+            growth = f"; time off the cores +{self.growth:.0%} per added rank on the node"
         return (
             f"host contention: {self.cores:.2g} effective cores of {self.nominal_cores:g} per "
-            f"node, a rank's step {share} CPU work at 1 device{in_core} ({self.source})"
+            f"node, a rank's step {share} CPU work at 1 device{in_core}{growth} ({self.source})"
         )
 
 
@@ -232,12 +267,26 @@ def fit_contention(
             "no multi-device compute measured: nominal cores",
         )
 
-    def cost(cores: float) -> float:
-        model = Contention(cores, nominal_cores, share, 0, "")
+    def cost(cores: float, growth: float) -> float:
+        model = Contention(cores, nominal_cores, share, 0, "", growth=growth)
         err = sum(math.log(model.step_s(t1, b, p, k) / t) ** 2 for p, b, t, t1, k in obs)
-        return err + CORES_PRIOR * math.log(cores / nominal_cores) ** 2
+        prior = CORES_PRIOR * math.log(cores / nominal_cores) ** 2
+        prior += GROWTH_PRIOR * math.log(model.off_core_at(widest)) ** 2
+        return err + prior
 
-    cores = minimize_scalar(cost, lo, hi, log=True)
+    widest = max(p for p, *_ in obs)
+
+    def best_cores(growth: float) -> float:
+        return minimize_scalar(lambda c: cost(c, growth), lo, hi, log=True)
+
+    growth, cores = 0.0, best_cores(0.0)
+    queued = Contention(cores, nominal_cores, share, 0, "")
+    unexplained = statistics.fmean(
+        math.log(t / queued.step_s(t1, b, p, k)) for p, b, t, t1, k in obs if p == widest
+    )
+    if widest > 1 and (unexplained > GROWTH_EVIDENCE or cores <= lo * 1.01):
+        growth = minimize_scalar(lambda g: cost(best_cores(g), g), 0.0, GROWTH_MAX)
+        cores = best_cores(growth)
     side = None
     if cores <= lo * 1.01:
         side = "lower"
@@ -253,4 +302,6 @@ def fit_contention(
         f"fitted on {len(obs)} sync none point(s) at {', '.join(map(str, counts))} ranks per node",
         side,
         in_core,
+        growth,
+        growth >= GROWTH_MAX * 0.99,
     )

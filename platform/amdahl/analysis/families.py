@@ -174,10 +174,16 @@ class Family:
         if devices > 1 and devices not in self.lines and self.contention is not None:
             anchor = self.contention_anchor(devices)
             load = self.contention.load_caveat(batch, math.ceil(devices / max(1, nodes)))
-            k = self.contention.in_core_at(math.ceil(devices / max(1, nodes)))
+            ranks = math.ceil(devices / max(1, nodes))
+            k = self.contention.in_core_at(ranks)
+            grown = self.contention.off_core_at(ranks) / self.contention.off_core_at(
+                self.line_ranks.get(anchor, anchor)
+            )
+            growth = f", time off the cores x{grown:.3g}" if abs(grown - 1) >= 0.005 else ""
             return (
                 f"compute at {devices} devices: measured at {anchor}, scaled by the host contention"
-                f" model ({self.contention.cores:.2g} effective cores per node, CPU work x{k:.2g})"
+                f" model ({self.contention.cores:.2g} effective cores per node, CPU work x{k:.2g}"
+                f"{growth})"
             ) + (f"; {load}" if load else "")
         p = nearest_devices(sorted(self.lines), devices)
         if devices > 1 and p is None and self.kappa_source.startswith("default"):

@@ -57,12 +57,13 @@ def item_key(trial_id: str, repeat: int, rung: int | None) -> str:
 
 
 def message_sizes(max_bytes: int) -> list[int]:
-    """All-reduce message sizes a calibration measures, 4 B to `max_bytes`: powers of 4 below
-    1 MiB (latency: a few points suffice), every power of 2 from 1 MiB (the bandwidth fit's
-    range), and `max_bytes` itself, rounded down to whole float32s."""
+    """All-reduce message sizes a calibration measures, 4 B to `max_bytes`: 4 B and powers of
+    16 below 1 MiB (latency: the fit reads it off a median of a few small sizes,
+    analysis/alphabeta.py), every power of 2 from 1 MiB (the bandwidth fit's range), and
+    `max_bytes` itself, rounded down to whole float32s."""
     if max_bytes < 16:
         raise UserError(f"--max-bytes {max_bytes}: needs at least 16 (two message sizes)")
-    sizes = [4**k for k in range(1, 10) if 4**k < min(2**20, max_bytes)]
+    sizes = [4 * 16**k for k in range(5) if 4 * 16**k < min(2**20, max_bytes)]
     sizes += [2**k for k in range(20, 64) if 2**k <= max_bytes]
     top = max_bytes // 4 * 4
     return sorted(set(sizes) | {top})

@@ -22,15 +22,15 @@ from amdahl.worker.peak import matrix_size, measure_peak_flops
 
 #: The file the measurement is written to in the checkpoint rank 0 reports it with.
 _CHECKPOINT_FILE = "calibration.json"
-#: Timed rounds per message size, each about _ROUND_S long, at most _MAX_ITERS calls.
+#: Timed rounds per message size, each about _ROUND_S long (the calls per round re-read from
+#: the first round), at most _MAX_ITERS calls. Below _LATENCY_BYTES (the sizes that set alpha,
+#: not the bandwidth fit's) a round is _LATENCY_ROUND_S: still ~40 calls at gloo's ~0.5 ms.
+#: `python benchmarks/calibration_cost.py` on the 2-core box (2 gloo ranks, interleaved
+#: rounds): 0.25x the seconds of a reference three times as thorough, the same fitted alpha
+#: (1.03, 0.89-1.12) and bandwidth (1.01, 0.96-1.07).
 _ROUNDS = 5
-_ROUND_S = 0.05
+_ROUND_S = 0.03
 _MAX_ITERS = 100
-#: Below _LATENCY_BYTES (the sizes that set alpha, not the bandwidth fit's) a round is
-#: _LATENCY_ROUND_S: still ~50 calls a round at gloo's ~0.4 ms. Measured on the 2-core box
-#: (2 gloo ranks, 6 interleaved rounds): the all-reduce measurement took 0.56 (0.36-0.70) of
-#: its time at 0.05 s, about 2 s less closing calibration at the end of a first sweep, with
-#: the same fitted alpha (median 0.23 ms both); the bandwidth sizes are timed as before.
 _LATENCY_BYTES = 2**20
 _LATENCY_ROUND_S = 0.02
 
@@ -126,9 +126,11 @@ def measure_all_reduce(sizes: list[int], device: Any, group: Any = None) -> list
         probe = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=device)
         dist.all_reduce(probe, op=dist.ReduceOp.MAX, group=group)  # every rank runs the same count
         round_s = _LATENCY_ROUND_S if nbytes < _LATENCY_BYTES else _ROUND_S
-        iters = int(min(_MAX_ITERS, max(3, round_s / max(float(probe), 1e-6))))
+        iters = _iterations(round_s, float(probe))
         rounds, cpu_rounds = [], []
-        for _ in range(_ROUNDS):
+        for r in range(_ROUNDS):
+            if r == 1:  # one call alone ran faster than calls back to back: a round's mean is
+                iters = _iterations(round_s, rounds[0])  # the same on every rank (the max)
             dist.barrier(group=group)
             t0, c0 = time.perf_counter(), time.process_time()
             for _ in range(iters):
@@ -155,6 +157,11 @@ def measure_all_reduce(sizes: list[int], device: Any, group: Any = None) -> list
             }
         )
     return out
+
+
+def _iterations(round_s: float, per_call_s: float) -> int:
+    """Calls in a round of about `round_s` at `per_call_s` each (3 to _MAX_ITERS)."""
+    return int(min(_MAX_ITERS, max(3, round_s / max(per_call_s, 1e-6))))
 
 
 def measure_peaks(device: Any) -> dict[str, Any]:

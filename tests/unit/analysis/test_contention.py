@@ -147,6 +147,32 @@ def test_work_that_slows_on_its_core_is_not_queueing_for_cores():
     assert not any("queueing for cores" in c for c in model.predict(fam, 6, 64).caveats)
 
 
+def test_device_time_that_grows_with_the_ranks_is_carried_beyond_the_measured_counts():
+    """A device whose kernels share a node's bus: at 2 and 4 ranks on 16 cores each step's time
+    off the cores grew 1.05x and 1.15x (a CPU share of 10%, nothing queued, CPU seconds per step
+    unchanged). No CPU figure sees that and queueing cannot explain it with 15 cores idle, so it
+    is the off-core growth, and 8 ranks keep growing from the measured 4 (the nearest count
+    held still was 17% too fast at 8 ranks on a held-out simulated set whose slowdown was this
+    one). Rows whose slowdown queueing explains keep growth 0 (the test above)."""
+    share, one = 0.1, {32: 0.060, 128: 0.115}
+
+    def step(p, b):
+        return one[b] * (share + (1 - share) * (1 + 0.05 * (p - 1)))
+
+    rows = [
+        _none_rows(p, b, step(p, b), share * one[b] / step(p, b), cores=16)
+        for p in (1, 2, 4)
+        for b in one
+    ]
+    fam = next(iter(fit(ModelInputs(group_configs(rows))).families.values()))
+    assert fam.contention.growth == pytest.approx(0.05, rel=0.05)
+    assert fam.contention.cores == pytest.approx(16, rel=0.05)
+    for b in one:
+        assert fam.compute_s(b, 8) == pytest.approx(step(8, b), rel=0.01)
+    assert "time off the cores +5% per added rank" in fam.contention.describe()
+    assert "time off the cores x1.17" in fam.compute_caveat(8)  # 1.35 / 1.15, from 4
+
+
 def test_rows_without_the_hosts_cores_keep_the_nearest_measured_line():
     rows = [
         {**_none_rows(p, b, 0.04 + 0.001 * b + 0.002 * p, 0.2), "host_cores": None}
