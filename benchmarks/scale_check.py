@@ -252,29 +252,44 @@ def evaluate(
         if c.ok and c.throughput and c.devices in truth_devices:
             _print_point(c, model, fitted.get(_key(c), {}), errors)
     _print_summary(errors, truth_devices)
-    _print_quoted(fit_inputs, max(fit_devices), truth_devices, errors["model"])
+    _print_intervals(fit_inputs, truth_inputs, truth_devices)
 
 
-def _print_quoted(fit_inputs, widest: int, truth_devices: list[int], model_errors) -> None:
-    """What `platform predict` of the fit rows quotes beside each held-out count (the fit's own
-    check nearest that distance: analysis.prediction.nearest_check) against the error measured
-    there: is the caveat honest?"""
-    from amdahl.analysis.prediction import extrapolation_checks, nearest_check
+def _print_intervals(fit_inputs, truth_inputs, truth_devices: list[int]) -> None:
+    """The 80% interval `platform predict` gives each held-out point (analysis/intervals.py,
+    made for a withheld failed fit too) against its measured throughput, per device count:
+    how many it held and its median half-width (issue 49's goal: 75-90% held, <= 20%)."""
+    from amdahl.analysis.intervals import band_of, evidence_of, extrapolated_regime
+    from amdahl.analysis.prediction import predict_inputs
 
-    checks = extrapolation_checks(fit_inputs)
-    print("the caveat's quoted error (the fit rows' own check nearest the distance) / measured:")
-    for p in truth_devices:
-        xs = model_errors.get(p)
-        if not xs:
+    result = predict_inputs(fit_inputs, truth_devices)
+    evidence = evidence_of(fit_inputs, result.loo, result.extrapolations)
+    points = fit_inputs.points()
+    held: dict[int, list[bool]] = {}
+    halves: dict[int, list[float]] = {}
+    for c in truth_inputs.configs:
+        fam = result.model.family_of(c)
+        if not (c.ok and c.throughput and c.devices in truth_devices and fam is not None):
             continue
-        c = nearest_check(p / widest, checks)
-        if c is None:
-            quoted = "none measured"
-        else:
-            quoted = f"{c.fitted_max} -> {c.held_out} ({c.distance:.3g}x) median {c.median:.1%}"
-            if c.distance < p / widest:
-                quoted += ", farther out than any check"
-        print(f"  p={p:<3d} quoted {quoted}; measured median {statistics.median(xs):.1%}")
+        batch = float(_key(c)[1])
+        pred = result.model.predict(fam, c.devices, batch, 1, withhold=False)
+        band = band_of(pred, evidence, extrapolated_regime(fam, points, c.devices, batch, 1))
+        if band is not None:
+            held.setdefault(c.devices, []).append(band.contains(c.throughput.median))
+            halves.setdefault(c.devices, []).append(band.half_width)
+    print("80% intervals (platform predict's) against the measured throughput:")
+    for p in sorted(held):
+        print(
+            f"  p={p:<3d} held {sum(held[p])} of {len(held[p])}, median half-width "
+            f"{statistics.median(halves[p]):.1%}"
+        )
+    every = [h for p in held for h in held[p]]
+    if every:
+        widths = [w for p in halves for w in halves[p]]
+        print(
+            f"  all: held {sum(every)} of {len(every)} ({sum(every) / len(every):.0%}), median "
+            f"half-width {statistics.median(widths):.1%}"
+        )
 
 
 def _print_fit(model) -> None:
