@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import socket
 import statistics
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
@@ -90,6 +91,13 @@ def paired(a: Sequence[float], b: Sequence[float], how: Callable[[float, float],
     operator.sub), summarised: a pair shares a round, so the box's drift between rounds
     cancels."""
     return spread([how(x, y) for x, y in zip(a, b, strict=True)])
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 for a torch.distributed rendezvous."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def add_smoke_flag(parser: argparse.ArgumentParser) -> None:

@@ -22,23 +22,17 @@ Run it on a quiet machine.
 from __future__ import annotations
 
 import argparse
+import operator
 import os
-import socket
 import statistics
 import time
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from _harness import add_smoke_flag, print_stamp, rotated
+from _harness import add_smoke_flag, free_port, paired, print_stamp, rotated
 
 WORLD = 2
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _arm(rank: int, port: int, arm: str, out: dict) -> None:
@@ -68,7 +62,7 @@ def _arm(rank: int, port: int, arm: str, out: dict) -> None:
 
 def run(arm: str) -> tuple[float, float, float]:
     out = mp.Manager().dict()
-    mp.spawn(_arm, args=(_free_port(), arm, out), nprocs=WORLD)
+    mp.spawn(_arm, args=(free_port(), arm, out), nprocs=WORLD)
     return out["result"]
 
 
@@ -95,13 +89,13 @@ def main() -> None:
             flush=True,
         )
     print_stamp()
-    med = {a: [statistics.median(x[i] for x in got[a]) for i in range(3)] for a in arms}
     for i, what in enumerate(("seconds", "alpha", "bandwidth")):
-        ratios = [s[i] / t[i] for s, t in zip(got["shipped"], got["thorough"], strict=True)]
+        shipped, thorough = ([x[i] for x in got[a]] for a in arms)
+        ratio = paired(shipped, thorough, operator.truediv)
         print(
-            f"{what:9s}: shipped {med['shipped'][i]:.3g}, thorough {med['thorough'][i]:.3g}; "
-            f"shipped / thorough per round median {statistics.median(ratios):.2f} "
-            f"(min {min(ratios):.2f}, max {max(ratios):.2f})"
+            f"{what:9s}: shipped {statistics.median(shipped):.3g}, thorough "
+            f"{statistics.median(thorough):.3g}; shipped / thorough per round "
+            f"{ratio.min_max('.2f')}"
         )
 
 

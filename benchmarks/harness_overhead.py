@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import operator
 import os
-import socket
 import tempfile
 import time
 from pathlib import Path
@@ -47,7 +46,7 @@ from typing import NamedTuple
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from _harness import add_smoke_flag, paired, print_stamp, rotated
+from _harness import add_smoke_flag, free_port, paired, print_stamp, rotated
 
 #: Measured steps give each run about 10-20 s of steps here: shorter windows made the plain
 #: baseline itself vary by 20% between rounds.
@@ -142,12 +141,6 @@ def _plain_worker(rank: int, port: int, loop: LoopArgs, out: dict) -> None:
     out[rank] = _plain_loop(rank, port, loop)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _loop_args(name: str, warmup: int, steps: int) -> LoopArgs:
     cfg = WORKLOADS[name]
     return LoopArgs(WORKERS, name, cfg["params"], cfg["batch"], warmup, steps)
@@ -162,7 +155,7 @@ def plain_throughput(name: str, warmup: int, steps: int) -> float:
     manager = mp.Manager()
     out = manager.dict()
     loop = _loop_args(name, warmup, steps)
-    mp.spawn(_plain_worker, args=(_free_port(), loop, out), nprocs=WORKERS)
+    mp.spawn(_plain_worker, args=(free_port(), loop, out), nprocs=WORKERS)
     windows = list(out.values())
     manager.shutdown()
     return _throughput(name, steps, windows)
@@ -181,7 +174,7 @@ def plain_on_ray_throughput(name: str, warmup: int, steps: int) -> float:
     # Fresh actors per run, as the platform starts a fresh worker group per sweep.
     actor = ray.remote(_PlainActor).options(num_cpus=CPUS_PER_DEVICE)
     actors = [actor.remote() for _ in range(WORKERS)]
-    port, loop = _free_port(), _loop_args(name, warmup, steps)
+    port, loop = free_port(), _loop_args(name, warmup, steps)
     try:
         windows = ray.get([a.run.remote(rank, port, loop) for rank, a in enumerate(actors)])
         return _throughput(name, steps, windows)
