@@ -259,24 +259,13 @@ def _print_intervals(fit_inputs, truth_inputs, truth_devices: list[int]) -> None
     """The 80% interval `platform predict` gives each held-out point (analysis/intervals.py,
     made for a withheld failed fit too) against its measured throughput, per device count:
     how many it held and its median half-width (issue 49's goal: 75-90% held, <= 20%)."""
-    from amdahl.analysis.intervals import band_of, evidence_of, extrapolated_regime
-    from amdahl.analysis.prediction import predict_inputs
+    from amdahl.analysis.heldout import held_out_bands
 
-    result = predict_inputs(fit_inputs, truth_devices)
-    evidence = evidence_of(fit_inputs, result.loo, result.extrapolations)
-    points = fit_inputs.points()
     held: dict[int, list[bool]] = {}
     halves: dict[int, list[float]] = {}
-    for c in truth_inputs.configs:
-        fam = result.model.family_of(c)
-        if not (c.ok and c.throughput and c.devices in truth_devices and fam is not None):
-            continue
-        batch = float(_key(c)[1])
-        pred = result.model.predict(fam, c.devices, batch, 1, withhold=False)
-        band = band_of(pred, evidence, extrapolated_regime(fam, points, c.devices, batch, 1))
-        if band is not None:
-            held.setdefault(c.devices, []).append(band.contains(c.throughput.median))
-            halves.setdefault(c.devices, []).append(band.half_width)
+    for c, band in held_out_bands(fit_inputs, truth_inputs, truth_devices):
+        held.setdefault(c.devices, []).append(band.contains(c.throughput.median))
+        halves.setdefault(c.devices, []).append(band.half_width)
     print("80% intervals (platform predict's) against the measured throughput:")
     for p in sorted(held):
         print(

@@ -282,6 +282,16 @@ class Oversubscribed:
             self.anchor.scope,
         )
 
+    def held(self) -> Oversubscribed:
+        """The alternative the calibration cannot rule out beyond its widest count: the link
+        held there, with no further growth. In training, a ring's steps wait less for cores
+        than in a calibration whose every rank is in the collective at once: on a 1 MiB set
+        the law put PowerSGD's time beyond sync none's 9x up from 4 to 16 ranks where the
+        measured grew 4.5x, about the ring's steps alone; on a 4 MiB set DDP's grew faster than
+        the law (docs/performance-history.md, "The law's alternative")."""
+        widest = max(self.measured)
+        return replace(self, anchor=self.measured[widest], alpha_log=0.0, bandwidth_exp=0.0)
+
     def describe(self) -> str:
         return (
             f"above the node's {self.cores:g} cores (gloo ranks queue for them): alpha x "
@@ -340,6 +350,20 @@ class CommModel:
         contention model must not stretch the collective again."""
         over = self.oversubscribed
         return over is not None and nodes == 1 and devices > over.cores
+
+    def law_extrapolated(self, devices: int, nodes: int = 1) -> int | None:
+        """The widest calibrated count above the cores where `devices` ranks on one node take
+        their link from the oversubscribed law beyond it, else None."""
+        over = self.oversubscribed
+        if over is None or nodes != 1 or devices <= max(over.cores, *over.measured):
+            return None
+        return max(over.measured)
+
+    def held(self) -> CommModel:
+        """This model with the oversubscribed link held at its widest calibration
+        (`Oversubscribed.held`)."""
+        over = self.oversubscribed
+        return self if over is None else replace(self, oversubscribed=over.held())
 
     def link(self, nodes: int, devices: int | None = None) -> tuple[Link | None, str]:
         """The link a collective over `devices` ranks on `nodes` nodes runs at, and a caveat

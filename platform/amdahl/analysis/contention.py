@@ -179,14 +179,17 @@ class Contention:
         return ranks * self.share.at(batch) * self.in_core_at(ranks) / self.cores
 
     def load_caveat(self, batch: float, ranks: int) -> str:
-        """Where `ranks` would load the cores far beyond any measured count (at least half of
-        them, and over twice the most measured): said, since the queueing there is
-        extrapolated. The effective cores only show where the measured ranks load them: 2-4
-        ranks of the D2L MLP on 16 cores left them at the nominal 16, and gloo's all-reduce
-        among 16 such ranks, which need their cores too, measured 2-3x the model's."""
+        """Where `ranks` would load the cores beyond any measured count, and at least half of
+        them: said, since the queueing there is extrapolated. The effective cores only show
+        where the measured ranks load them: 2-4 ranks of the D2L MLP on 16 cores left them at
+        the nominal 16, and gloo's all-reduce among 16 such ranks, which need their cores too,
+        measured 2-3x the model's. Twice the most measured was once the threshold: then 8
+        simulated ranks on 2 cores (load 0.8, the measured 4 ranks 0.4) passed as measured, and
+        on three held-out sets 12 of their 18 8-rank points fell outside the interval
+        (docs/performance-history.md, "The cores' load at 8 ranks")."""
         measured = max([self.load(batch, 1), *(self.load(batch, r) for r, _ in self.in_core)])
         target = self.load(batch, ranks)
-        if target < 0.5 or target <= 2 * measured:
+        if target < 0.5 or target <= measured * (1 + 1e-9):
             return ""
         return (
             f"host cores: {ranks} ranks' CPU work would keep {min(target, 9.99):.0%} of the "

@@ -21,11 +21,9 @@ from amdahl.analysis.cost import cost_per_million, device_hours_per_million
 from amdahl.analysis.intervals import (
     Evidence,
     Interval,
-    band_of,
     evidence_of,
-    extrapolated_regime,
+    extrapolated_band,
     held_out_evidence,
-    regime_text,
 )
 from amdahl.analysis.memory_model import predict_peak
 from amdahl.analysis.points import (
@@ -490,9 +488,10 @@ def predict_inputs(
                 if p > widest:
                     caveat = beyond_measured(p, widest, out.extrapolations)
                     pred = dataclasses.replace(pred, caveats=(*pred.caveats, caveat))
-                regime = extrapolated_regime(fam, points, p, per_device, nodes)
-                if regime:
-                    pred = dataclasses.replace(pred, caveats=(*pred.caveats, regime_text(regime)))
+                band, said = extrapolated_band(
+                    model, fam, points, pred, per_device, nodes, evidence
+                )
+                pred = dataclasses.replace(pred, caveats=(*pred.caveats, *said))
                 rows.append(
                     PredictedRow(
                         p,
@@ -503,7 +502,7 @@ def predict_inputs(
                         inputs.price,
                         unwrapped=unwrapped,
                         memory_bytes=memory(p, per_device),
-                        interval=band_of(pred, evidence, regime),
+                        interval=band,
                     )
                 )
         measured_at = sorted({c.devices for c in configs if c.ok})
@@ -580,9 +579,9 @@ def project_curve(
             if p > evidence.widest:
                 caveat = beyond_measured(p, evidence.widest, checks or [])
                 pred = dataclasses.replace(pred, caveats=(*pred.caveats, caveat))
-            regime = extrapolated_regime(fam, [], p, per_device, nodes_of(last))
-            if regime:
-                pred = dataclasses.replace(pred, caveats=(*pred.caveats, regime_text(regime)))
-            band = band_of(pred, evidence, regime)
+            band, said = extrapolated_band(
+                model, fam, [], pred, per_device, nodes_of(last), evidence
+            )
+            pred = dataclasses.replace(pred, caveats=(*pred.caveats, *said))
         out.append(PredictedRow(p, b, pred, base, baseline is not None, interval=band))
     return out

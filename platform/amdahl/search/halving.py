@@ -430,7 +430,7 @@ def predicted_skips(
     from amdahl.analysis.calibration import Calibration
     from amdahl.analysis.comm import options_from_mapping
     from amdahl.analysis.configs import group_configs
-    from amdahl.analysis.intervals import evidence_of, interval
+    from amdahl.analysis.intervals import evidence_of, extrapolated_band
     from amdahl.analysis.prediction import extrapolation_checks, leave_one_out
     from amdahl.analysis.stepmodel import ModelInputs, fit
 
@@ -451,6 +451,7 @@ def predicted_skips(
     model = fit(inputs)
     evidence = evidence_of(inputs, leave_one_out(inputs), extrapolation_checks(inputs))
     by_id = {c["trial_id"]: c for c in candidates}
+    points = inputs.points()
     out = {}
     for config in configs:
         if not all(r.get("status") == "pending" for r in config.rows):
@@ -462,7 +463,10 @@ def predicted_skips(
         p = model.predict(family, c["devices"], float(c["batch_size"]))
         if p.throughput is None:
             continue
-        band = interval(p.throughput, c["devices"], evidence)
+        # the regime and the communication law's alternative widen it as in `platform predict`
+        band, _ = extrapolated_band(model, family, points, p, float(c["batch_size"]), 1, evidence)
+        if band is None:
+            continue
         ends = [
             objective_value({**c, "throughput": x}, search.objective)
             for x in (p.throughput, band.low, band.high)

@@ -86,30 +86,17 @@ def test_the_models_error_on_a_held_out_set_stays_within_its_ledger(name: str) -
 
 def _intervals(name: str) -> tuple[int, int, float]:
     """(points its 80% interval held, points, median half-width) at the set's held-out counts:
-    the interval `platform predict` gives (analysis/intervals.py: the same evidence and regime),
-    made for a prediction the model withholds as a failed fit too, as the error above is."""
-    from amdahl.analysis.intervals import band_of, evidence_of, extrapolated_regime
-    from amdahl.analysis.prediction import predict_inputs
+    the interval `platform predict` gives (analysis/intervals.py: the same evidence, regime and
+    law's alternative), made for a prediction the model withholds as a failed fit too, as the
+    error above is."""
+    from amdahl.analysis.heldout import held_out_bands
 
     entry = LEDGER["sets"][name]
     fit_inputs = load_model_inputs(HELDOUT / entry["fit"])
     truth_inputs = load_model_inputs(HELDOUT / entry["truth"])
-    result = predict_inputs(fit_inputs, entry["truth_devices"])
-    evidence = evidence_of(fit_inputs, result.loo, result.extrapolations)
-    points = fit_inputs.points()
-    held, halves = 0, []
-    for c in truth_inputs.configs:
-        if not (c.ok and c.throughput and c.devices in entry["truth_devices"]):
-            continue
-        fam = result.model.family_of(c)
-        assert fam is not None, f"{name}: no fitted family for {_key(c)}"
-        batch = float(_key(c)[1])
-        pred = result.model.predict(fam, c.devices, batch, 1, withhold=False)
-        band = band_of(pred, evidence, extrapolated_regime(fam, points, c.devices, batch, 1))
-        assert band is not None, f"{name}: no interval for {_key(c)} at {c.devices}"
-        held += band.contains(c.throughput.median)
-        halves.append(band.half_width)
-    return held, len(halves), statistics.median(halves)
+    bands = held_out_bands(fit_inputs, truth_inputs, entry["truth_devices"])
+    held = sum(band.contains(c.throughput.median) for c, band in bands)
+    return held, len(bands), statistics.median(band.half_width for _, band in bands)
 
 
 @pytest.mark.parametrize("name", sorted(LEDGER["sets"]))

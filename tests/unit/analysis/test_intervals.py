@@ -71,6 +71,51 @@ def test_an_extrapolated_regime_widens_the_low_end_only():
     assert loaded.low == pytest.approx(1000.0 / (1000.0 / plain.low + REAL_RANKS.median))
 
 
+def test_the_interval_spans_the_communication_laws_alternative():
+    """An alternative throughput beyond either end (the gloo link held at its widest
+    calibration) moves that end to it and is said; one inside changes nothing."""
+    plain = interval(1000.0, 16, EVIDENCE)
+    faster = interval(1000.0, 16, EVIDENCE, alternative=plain.high * 1.3)
+    assert faster.high == pytest.approx(plain.high * 1.3) and faster.low == plain.low
+    assert "held at its widest calibration" in faster.basis
+    slower = interval(1000.0, 16, EVIDENCE, alternative=plain.low * 0.8)
+    assert slower.low == pytest.approx(plain.low * 0.8) and slower.high == plain.high
+    inside = interval(1000.0, 16, EVIDENCE, alternative=1010.0)
+    assert (inside.low, inside.high, inside.basis) == (plain.low, plain.high, plain.basis)
+
+
+def test_a_prediction_beyond_the_calibrated_gloo_counts_spans_the_held_link(tmp_path):
+    """Rows on a 2-core node at 1-4 devices, gloo calibrated at 2-4 ranks (3 and 4 above the
+    cores, alpha growing there): 16 ranks' link is the law's, extrapolated. The prediction
+    says so with the alternative's throughput (the link held at 4 ranks': faster, since the
+    law grows alpha), and its interval holds it; 4 devices, calibrated, has neither."""
+    import math
+
+    by = {
+        str(q): {"alpha_s": 3e-4 * (1 + 1.5 * math.log(q / 2)), "bandwidth_Bps": 1e9}
+        for q in (2, 3, 4)
+    }
+    calibration = {**CALIBRATION, "devices": 4, "by_devices": by}
+    rows = [{**r, "host_cores": 2, "cpu_utilisation": 5.0} for r in scaling_rows()]
+    inputs = ModelInputs(
+        group_configs(rows), Calibration.from_dict(calibration), OptionsSpec(bucket_cap_mb=1)
+    )
+    result = predict_inputs(inputs, [4, 16])
+    spanned = 0
+    for fam in result.families:
+        four, sixteen = fam.rows
+        assert not any("held at 4 ranks' link" in c for c in four.prediction.caveats)
+        said = [c for c in sixteen.prediction.caveats if "held at 4 ranks' link" in c]
+        if fam.family.sync == "none":
+            assert not said
+            continue
+        assert said
+        alt = float(said[0].split("it gives ")[1].split(" samples/s")[0].replace(",", ""))
+        assert alt > sixteen.prediction.throughput and sixteen.interval.contains(alt)
+        spanned += 1
+    assert spanned
+
+
 def test_without_any_self_check_the_held_out_error_is_the_interval():
     band = interval(1000.0, 2, Evidence(1))
     assert band.high == pytest.approx(1000.0 * (1 + SIMULATED.p90))
@@ -157,9 +202,11 @@ def test_the_reports_projections_carry_the_interval_and_the_distance_words(tmp_p
 
 
 def test_more_ranks_than_cores_with_none_measured_there_is_an_extrapolated_regime():
-    """Rows on a 4-core node at 1-4 devices: 8 ranks are above its cores, which no measured
-    point was, so the interval's low end widens and the caveat gives the real-rank figures."""
-    rows = [{**r, "host_cores": 4, "cpu_utilisation": 10.0} for r in scaling_rows()]
+    """Rows on a 4-core node at 1-4 devices, each rank's step 4% CPU work (8 ranks would load
+    the cores 11%, under the half where the load's own regime starts): 8 ranks are above its
+    cores, which no measured point was, so the interval's low end widens and the caveat gives
+    the real-rank figures."""
+    rows = [{**r, "host_cores": 4, "cpu_utilisation": 1.0} for r in scaling_rows()]
     result = predict_inputs(_inputs(rows), [4, 8])
     for fam in result.families:
         four, eight = fam.rows

@@ -632,6 +632,13 @@ def test_gloo_counts_above_the_nodes_cores_fit_a_law_of_their_own():
     assert gloo.queueing_measured(16) and gloo.queueing_measured(3)
     assert not gloo.queueing_measured(2) and not gloo.queueing_measured(16, nodes=2)
     assert "ln(p/2)" in gloo.growth() and "fitted at 3, 4" in gloo.growth()
+    # beyond the widest calibrated count the law is extrapolated; its alternative holds the
+    # link at that count's calibration, and leaves the calibrated counts as measured
+    assert gloo.law_extrapolated(16) == 4 and gloo.law_extrapolated(4) is None
+    assert gloo.law_extrapolated(3) is None and gloo.law_extrapolated(16, nodes=2) is None
+    held = gloo.held()
+    assert held.link(1, 16)[0] == gloo.link(1, 4)[0]
+    assert held.link(1, 3)[0] == gloo.link(1, 3)[0] and held.link(1, 2)[0] == gloo.link(1, 2)[0]
     from amdahl.analysis.prediction import _oversubscribed_dict
 
     as_json = _oversubscribed_dict(over)  # what `platform predict --json` prints
