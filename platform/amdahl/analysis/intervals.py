@@ -16,9 +16,9 @@ quadrature of:
   Beyond every check, the farthest check's figure grows with the distance ratio past it
   (`d / farthest`): the checks show errors growing with distance, and nothing says they stop.
   With no check at all, the leave-one-out figure grows with `d`. Beyond every check the half-width
-  is at least the simulated held-out p90 (`SIMULATED`, its 12 points' conformal rank; grown past
-  its own distance the same way), the only evidence measured that far out; with no self-check at
-  all, that figure is the whole of it.
+  is at least the simulated held-out sets' 80% bound (`SIMULATED`: their 54 points' conformal
+  rank; grown past their own distance the same way), the only evidence measured that far out;
+  with no self-check at all, that figure is the whole of it.
 - **the measured medians' spread** (`spread`): Z80 x the median relative standard deviation
   between repeats of the sweep's measured configurations. A measurement at the predicted point
   varies that much run to run, whatever the model does; a sweep without repeats says nothing
@@ -78,6 +78,13 @@ class HeldOut:
     #: fitted speedups) or "the naive per-device line" (the widest fitted count's per-device
     #: throughput times p).
     naive_what: str = "naive Amdahl"
+    #: The 80% bound of its |errors| (`conformal`), where its points are known; else its p90.
+    bound: float | None = None
+
+    @property
+    def floor(self) -> float:
+        """What an 80% interval must hold at its distance: the conformal bound, or the p90."""
+        return self.p90 if self.bound is None else self.bound
 
     @property
     def distance(self) -> float:
@@ -96,18 +103,26 @@ class HeldOut:
         )
 
 
-#: A sleep-based stand-in accelerator, a 4 MiB gradient, ddp / ddp_fp16 / none at batch 32 and
-#: 128, fitted in one sweep and measured in another.
+#: The committed simulated held-out sets sim-d, sim-e and sim-f pooled (54 points;
+#: tests/data/heldout/ledger.yaml): a sleep-based stand-in accelerator with jitter, a straggler
+#: and an in-core slowdown, 1-4 MiB gradients, ddp / ddp_fp16 / PowerSGD / none at batch 32 and
+#: 128, fitted at 1-2-4 in one sweep and measured at 8/12/16 in another on a 2-core box; each
+#: set fresh for the model that first evaluated it (023dcb6's, unchanged to fbc4783). `bound`,
+#: the 80% conformal bound of the 54 |errors|, is the interval's floor beyond every check.
+#: (Until session 29 this was the issue's own first check, 9.8% / 17.5% at 8 and 16 devices,
+#: rows never committed.) tests/unit/analysis/test_intervals.py recomputes the figures from the
+#: committed rows.
 SIMULATED = HeldOut(
-    "simulated held-out (sleep-based accelerator, ddp/ddp_fp16/none, fit and truth in separate "
-    "sweeps)",
-    "issue 49",
+    "simulated held-out (sleep-based accelerator, ddp/ddp_fp16/powersgd/none, 1-4 MiB, fit and "
+    "truth in separate sweeps, 2 cores)",
+    "tests/data/heldout: sim-d, sim-e, sim-f",
     4,
-    (8, 16),
-    0.098,
-    0.175,
-    0.586,
-    naive_what="the naive per-device line",
+    (8, 12, 16),
+    0.0599,
+    0.2497,
+    0.0673,
+    0.2275,
+    bound=0.2256,
 )
 #: Real CPU ranks on the H200 machine's 16 cores (ddp, zero1, none), the fourth run.
 REAL_RANKS = HeldOut(
@@ -237,12 +252,12 @@ def model_error(distance: float, ev: Evidence) -> tuple[float, str]:
     elif loo is not None:
         base, reach, said = loo, 1.0, "leave-one-out"
     else:
-        grown = SIMULATED.p90 * max(1.0, distance / SIMULATED.distance)
-        return grown, f"no self-check: the simulated held-out p90 {SIMULATED.p90:.1%}"
+        grown = SIMULATED.floor * max(1.0, distance / SIMULATED.distance)
+        return grown, f"no self-check: the simulated held-out 80% bound {SIMULATED.floor:.1%}"
     grown = base * distance / reach
-    floor = SIMULATED.p90 * max(1.0, distance / SIMULATED.distance)
+    floor = SIMULATED.floor * max(1.0, distance / SIMULATED.distance)
     if floor > grown:
-        return floor, f"the simulated held-out p90 {SIMULATED.p90:.1%} (above the {said}'s)"
+        return floor, f"the simulated held-out 80% bound {SIMULATED.floor:.1%} (above the {said}'s)"
     return grown, f"the {said}'s {base:.1%} x {distance / reach:.3g} (distance past it)"
 
 
