@@ -44,6 +44,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -180,10 +181,26 @@ def main() -> None:
                 f"{walls[name]:.0f} s -> {outcome.sweep_dir}",
                 flush=True,
             )
+            if refused := _refused_syncs(outcome.sweep_dir, syncs):
+                said = "; ".join(f"{s}: {why}" for s, why in refused.items())
+                print(f"scale_check: --syncs asked for what the plan refused ({said})")
+                sys.exit(2)
     finally:
         ray.shutdown()
     paths = [dirs["scale"]] if "scale" in dirs else [dirs["fit"], dirs["truth"]]
     evaluate(paths, fit_devices, truth_devices)
+
+
+def _refused_syncs(sweep_dir: Path, syncs: list[str]) -> dict[str, str]:
+    """The asked-for sync strategies the plan refused for every trial (plan.json), with the
+    reason: a held-out set without them would measure fewer strategies than its command says."""
+    trials = json.loads((Path(sweep_dir) / "plan.json").read_text())["trials"]
+    out = {}
+    for sync in syncs:
+        mine = [t for t in trials if t["settings"]["sync"] == sync]
+        if mine and all(t.get("refused") for t in mine):
+            out[sync] = mine[0]["refused"]
+    return out
 
 
 def _split(
