@@ -294,20 +294,20 @@ def band_of(
 
 
 def law_alternative(
-    model: StepModel, fam: Family, devices: int, batch: float, nodes: int
+    model: StepModel, fam: Family, pred: Prediction, batch: float, nodes: int
 ) -> tuple[float, str] | None:
-    """Where `devices` ranks' gloo link comes from the oversubscribed law beyond its widest
+    """Where the prediction's gloo link comes from the oversubscribed law beyond its widest
     calibrated count, the throughput with the link held at that count instead
     (comm.Oversubscribed.held), and its caveat; None elsewhere, or where it does not differ.
     The calibration cannot tell the two apart: its collectives have every rank in them at
     once, training's do not, and held-out sets missed on both sides of the law."""
+    devices, point = pred.devices, pred.throughput
     widest = model.comm.law_extrapolated(devices, nodes)
-    if widest is None:
+    if widest is None or not point:
         return None
-    point = model.predict(fam, devices, batch, nodes, withhold=False).throughput
     held = replace(model, comm=model.comm.held())
     alt = held.predict(fam, devices, batch, nodes, withhold=False).throughput
-    if not point or not alt or abs(alt / point - 1) < 0.005:
+    if not alt or abs(alt / point - 1) < 0.005:
         return None
     return alt, (
         f"gloo above the node's cores: the link at {devices} ranks follows the law fitted on "
@@ -328,7 +328,7 @@ def extrapolated_band(
     """A prediction's interval with every extrapolation the rows did not cover (the regime
     and the law's alternative), and the caveats that say them."""
     regime = extrapolated_regime(fam, points, pred.devices, batch, nodes)
-    law = law_alternative(model, fam, pred.devices, batch, nodes)
+    law = law_alternative(model, fam, pred, batch, nodes)
     caveats = ((regime_text(regime),) if regime else ()) + ((law[1],) if law else ())
     return band_of(pred, ev, regime, law[0] if law else None), caveats
 
