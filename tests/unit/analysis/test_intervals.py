@@ -13,7 +13,15 @@ from report_rows import CALIBRATION, row, scaling_rows, write_sweep
 
 from amdahl.analysis.calibration import Calibration
 from amdahl.analysis.configs import group_configs
-from amdahl.analysis.intervals import REAL_RANKS, SIMULATED, Evidence, evidence_of, interval
+from amdahl.analysis.intervals import (
+    REAL_RANKS,
+    SIMULATED,
+    Evidence,
+    Regime,
+    evidence_of,
+    interval,
+    nearest_evidence,
+)
 from amdahl.analysis.prediction import Extrapolation, predict_inputs
 from amdahl.analysis.stepmodel import ModelInputs
 from amdahl.cli.commands import main
@@ -64,11 +72,46 @@ def test_the_repeats_spread_widens_it():
         )
 
 
-def test_an_extrapolated_regime_widens_the_low_end_only():
+def test_an_extrapolated_regime_holds_the_low_end_at_its_held_out_sets_bound():
+    """Only the low end moves: to the regime's held-out bound where the sweep's own width is
+    narrower than it, nowhere where the sweep's own width is wider already."""
     plain = interval(1000.0, 16, EVIDENCE)
-    loaded = interval(1000.0, 16, EVIDENCE, regime="the cores' load extrapolated")
+    loaded = interval(1000.0, 16, EVIDENCE, Regime("the cores' load extrapolated", REAL_RANKS))
     assert loaded.high == pytest.approx(plain.high) and loaded.low < plain.low
-    assert loaded.low == pytest.approx(1000.0 / (1000.0 / plain.low + REAL_RANKS.median))
+    assert loaded.low == pytest.approx(1000.0 / (1 + REAL_RANKS.floor))
+    assert "low end at least 61.3%" in loaded.basis
+    wide = Evidence(4, (0.5, 0.5, 0.5))  # leave-one-out 50%, grown 4x: past either set's bound
+    held = interval(1000.0, 16, wide, Regime("the cores' load extrapolated", SIMULATED))
+    assert (held.low, held.high) == pytest.approx(
+        (lambda b: (b.low, b.high))(interval(1000.0, 16, wide))
+    )
+
+
+def test_the_regimes_evidence_is_the_held_out_set_whose_ranks_are_most_alike():
+    """Ranks mostly off the cores (a device's kernels, the simulated device's sleeps) are the
+    simulated sets' regime; ranks whose step is CPU work are the real-rank run's."""
+    assert nearest_evidence(0.05) is SIMULATED and nearest_evidence(0.2) is SIMULATED
+    assert nearest_evidence(0.8) is REAL_RANKS and nearest_evidence(1.0) is REAL_RANKS
+    assert nearest_evidence(0.0) is SIMULATED
+
+
+@pytest.mark.parametrize(("cpu_percent", "evidence"), [(5.0, SIMULATED), (50.0, REAL_RANKS)])
+def test_the_cores_load_regime_quotes_and_holds_the_set_measured_with_ranks_like_these(
+    cpu_percent, evidence
+):
+    """Rows on a 2-core node at 1-4 devices: 16 ranks load the cores beyond any measured count.
+    Ranks 10% CPU work (5% of 2 cores) get the simulated sets' words and bound; ranks that keep
+    a core busy (50% of 2), the real-rank run's."""
+    rows = [{**r, "host_cores": 2, "cpu_utilisation": cpu_percent} for r in scaling_rows()]
+    result = predict_inputs(_inputs(rows), [4, 16])
+    for fam in result.families:
+        four, sixteen = fam.rows
+        assert "load extrapolated" not in four.interval.basis
+        said = [c for c in sixteen.prediction.caveats if c.startswith("the cores' load")]
+        assert said and f"median |error| {evidence.median:.1%}" in said[0]
+        assert f"80% bound, {evidence.floor:.1%}" in said[0]
+        point = sixteen.prediction.throughput
+        assert sixteen.interval.low <= point / (1 + evidence.floor) * (1 + 1e-9)
 
 
 def test_the_interval_spans_the_communication_laws_alternative():
