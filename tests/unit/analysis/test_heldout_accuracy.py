@@ -132,8 +132,10 @@ def _intervals(name: str) -> tuple[int, int, float]:
 def test_the_intervals_cover_a_held_out_set_as_its_ledger_recorded(name: str) -> None:
     """Coverage may not fall by more than one point below the ledger's, nor the median
     half-width grow by more than 5 points: intervals that narrow by missing more, or hold by
-    widening, fail here."""
-    recorded = LEDGER["sets"][name]["interval"]
+    widening, fail here. The ledger's latest figures: a deliberate trade re-records them
+    (`reevaluated`), the first evaluation kept beside."""
+    entry = LEDGER["sets"][name]
+    recorded = entry.get("reevaluated", entry["interval"])
     held, points, half = _intervals(name)
     assert points == recorded["points"]
     assert held >= recorded["held"] - 1, f"{name}: {held} of {points} held, ledger {recorded}"
