@@ -242,6 +242,7 @@ def evaluate(
     calibrated_to: int | None = None,
 ) -> None:
     """Print each held-out point against the model and the two naive predictors."""
+    from amdahl.analysis.heldout import curve_key, scored_points
     from amdahl.analysis.stepmodel import fit as fit_model
 
     fit_inputs, truth_inputs = _split(paths, fit_devices, truth_devices, calibrated_to)
@@ -256,18 +257,14 @@ def evaluate(
         print(
             f"calibration: alpha {comm.alpha_s * 1e6:.1f} us, B {comm.bandwidth_Bps / 1e9:.3f} GB/s"
         )
-    fitted: dict[tuple, dict[int, float]] = {}
-    for c in fit_inputs.configs:
-        if c.ok and c.throughput:
-            fitted.setdefault(_key(c), {})[c.devices] = c.throughput.median
     errors: dict[str, dict[int, list[float]]] = {"model": {}, "amdahl": {}, "linear": {}, "se": {}}
     print(
         f"\n{'held-out':24s} {'measured':>10s} {'se':>7s} {'model':>10s} {'err':>7s} "
         f"{'amdahl':>10s} {'err':>7s} {'linear':>10s} {'err':>7s}"
     )
-    for c in sorted(truth_inputs.configs, key=lambda c: (_key(c), c.devices)):
-        if c.ok and c.throughput and c.devices in truth_devices:
-            _print_point(c, model, fitted.get(_key(c), {}), errors)
+    scored = scored_points(model, fit_inputs, truth_inputs, truth_devices)
+    for point in sorted(scored, key=lambda s: (curve_key(s.config), s.config.devices)):
+        _print_point(point, errors)
     _print_summary(errors, truth_devices)
     _print_intervals(fit_inputs, truth_inputs, truth_devices)
 
@@ -309,44 +306,18 @@ def _print_fit(model) -> None:
     print(f"communication: {model.comm.growth()}")
 
 
-def _key(c) -> tuple:
-    from amdahl.analysis.configs import scale_batch
+def _print_point(point, errors) -> None:
+    """One held-out point against each predictor (analysis/heldout.py's scorer), its errors
+    kept by device count for the summary."""
+    from amdahl.analysis.heldout import curve_key
 
-    return (c.sync, scale_batch(c.settings))
-
-
-def _naive(curve: dict[int, float], p: int) -> tuple[float | None, float | None]:
-    """(Amdahl fit over the measured speedups, extrapolated; the largest measured device
-    count's per-device throughput times p)."""
-    from amdahl.analysis.scaling import amdahl_speedup, fit_amdahl
-
-    naive_a = naive_b = None
-    if 1 in curve and len(curve) >= 2:
-        amdahl = fit_amdahl([(q, x / curve[1]) for q, x in sorted(curve.items())])
-        if amdahl is not None:
-            naive_a = curve[1] * amdahl_speedup(amdahl.serial_fraction, p)
-    if curve:
-        p_max = max(curve)
-        naive_b = curve[p_max] / p_max * p
-    return naive_a, naive_b
-
-
-def _print_point(c, model, curve: dict[int, float], errors) -> None:
-    measured = c.throughput.median
-    fam = model.family_of(c)
-    batch = float(_key(c)[1])
-    pred = model.predict(fam, c.devices, batch, 1, withhold=False) if fam else None
-    naive_a, naive_b = _naive(curve, c.devices)
+    c, pred = point.config, point.prediction
     cells = []
-    for name, value in (
-        ("model", pred.throughput if pred else None),
-        ("amdahl", naive_a),
-        ("linear", naive_b),
-    ):
+    for name, value in point.predicted().items():
         if value is None:
             cells.append(f"{'n/a':>10s} {'':>7s}")
             continue
-        err = (value - measured) / measured
+        err = value / point.measured - 1
         errors[name].setdefault(c.devices, []).append(abs(err))
         cells.append(f"{value:10,.0f} {err:+7.1%}")
     se = c.throughput.rel_se_median
@@ -358,8 +329,9 @@ def _print_point(c, model, curve: dict[int, float], errors) -> None:
     if pred and pred.unknown:
         mark += f" ({pred.unknown})"
     spread = f"{se:7.1%}" if se is not None else f"{'n=1':>7s}"
-    label = f"{c.sync} b{_key(c)[1]} p{c.devices}"
-    print(f"{label:24s} {measured:10,.0f} {spread} {' '.join(cells)}{mark}")
+    sync, batch = curve_key(c)
+    label = f"{sync} b{batch} p{c.devices}"
+    print(f"{label:24s} {point.measured:10,.0f} {spread} {' '.join(cells)}{mark}")
 
 
 def _print_summary(errors, truth_devices: list[int]) -> None:

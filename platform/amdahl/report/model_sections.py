@@ -257,9 +257,9 @@ INTERVAL_RULE = (
     "the sweep's own errors at the prediction's distance set (leave-one-out inside the measured "
     "counts, the extrapolation check nearest at or beyond it, grown past the farthest), with "
     "the repeats' spread; beyond every check it is at least the simulated held-out sets' 80% "
-    "bound; its low end widens where the cores' load or a regime never measured is "
-    "extrapolated, and it spans gloo's link held at its widest calibration where the law above "
-    "the cores is extrapolated"
+    "bound; where the cores' load or a regime never measured is extrapolated, its low end is at "
+    "least the 80% bound of the held-out set measured with ranks like these, and it spans "
+    "gloo's link held at its widest calibration where the law above the cores is extrapolated"
 )
 #: The column of a prediction's 80% interval (analysis/intervals.py).
 INTERVAL_HEADER = "80% interval samples/s"

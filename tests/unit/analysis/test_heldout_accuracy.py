@@ -15,9 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from amdahl.analysis.configs import Config, scale_batch
+from amdahl.analysis.heldout import PREDICTORS, scored_points
 from amdahl.analysis.prediction import quantile
-from amdahl.analysis.scaling import amdahl_speedup, fit_amdahl
 from amdahl.analysis.stepmodel import fit
 from amdahl.report.predict import load_model_inputs
 
@@ -26,10 +25,6 @@ LEDGER = yaml.safe_load((HELDOUT / "ledger.yaml").read_text())
 #: How far above its recorded figures a set's error may go: the fit is deterministic on fixed
 #: rows, so any rise is the model's; these allow small deliberate trade-offs, not a regression.
 TOLERANCE = LEDGER["tolerance"]
-
-
-def _key(c: Config) -> tuple[str, int | None]:
-    return (c.sync, scale_batch(c.settings))
 
 
 def _summary(errors: list[float]) -> dict[str, float]:
@@ -43,35 +38,18 @@ def _errors(name: str) -> dict[str, dict[str, float]]:
 
 
 def _point_errors(name: str) -> dict[str, list[float]]:
-    """|relative error| of the model and of the two naive predictors (scale_check.py's: Amdahl
-    fitted on the fitted counts' speedups; the widest fitted count's per-device throughput times
-    p) at every held-out configuration."""
+    """|relative error| of the model and of the two naive predictors at every held-out
+    configuration (analysis/heldout.py's scorer, scale_check.py's)."""
     entry = LEDGER["sets"][name]
     fit_inputs = load_model_inputs(HELDOUT / entry["fit"])
     truth_inputs = load_model_inputs(HELDOUT / entry["truth"])
-    model = fit(fit_inputs)
-    curves: dict[tuple, dict[int, float]] = {}
-    for c in fit_inputs.configs:
-        if c.ok and c.throughput:
-            curves.setdefault(_key(c), {})[c.devices] = c.throughput.median
-    errors: dict[str, list[float]] = {"model": [], "amdahl": [], "linear": []}
-    for c in truth_inputs.configs:
-        if not (c.ok and c.throughput and c.devices in entry["truth_devices"]):
-            continue
-        measured, curve = c.throughput.median, curves[_key(c)]
-        fam = model.family_of(c)
-        assert fam is not None, f"{name}: no fitted family for {_key(c)}"
-        pred = model.predict(fam, c.devices, float(_key(c)[1]), 1, withhold=False)
-        amdahl = fit_amdahl([(q, x / curve[1]) for q, x in sorted(curve.items())])
-        widest = max(curve)
-        values = {
-            "model": pred.throughput,
-            "amdahl": curve[1] * amdahl_speedup(amdahl.serial_fraction, c.devices),
-            "linear": curve[widest] / widest * c.devices,
-        }
-        for predictor, value in values.items():
-            errors[predictor].append(abs(value - measured) / measured)
-    assert len(errors["model"]) == entry["points"], f"{name}: held-out points changed"
+    scored = scored_points(fit(fit_inputs), fit_inputs, truth_inputs, entry["truth_devices"])
+    errors: dict[str, list[float]] = {k: [] for k in PREDICTORS}
+    for point in scored:
+        for predictor, err in point.errors().items():
+            errors[predictor].append(abs(err))
+    for predictor, xs in errors.items():
+        assert len(xs) == entry["points"], f"{name}: {predictor} has {len(xs)} held-out points"
     return errors
 
 
