@@ -138,7 +138,7 @@ def main() -> None:
 
     import ray
 
-    from amdahl import run_sweep, validate_spec
+    from amdahl import UserError, run_sweep, validate_spec
 
     out = args.out or Path(tempfile.mkdtemp(prefix="amdahl-scale-"))
     resources = {}
@@ -172,7 +172,11 @@ def main() -> None:
     try:
         for name, devices in sweeps:
             start = time.perf_counter()
-            outcome = run_sweep(spec(name, devices), runs_dir=out, tracking=False, on_event=None)
+            try:
+                outcome = run_sweep(spec(name, devices), runs_dir=out, tracking=False)
+            except UserError as e:  # a sweep the plan refuses whole: its reason, not a traceback
+                print(f"scale_check: the {name} sweep cannot run: {e}", file=sys.stderr)
+                sys.exit(2)
             walls[name] = time.perf_counter() - start
             dirs[name] = outcome.sweep_dir
             ok = sum(1 for r in outcome.rows if r.get("status") == "ok")
