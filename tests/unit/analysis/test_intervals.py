@@ -14,6 +14,7 @@ from report_rows import CALIBRATION, row, scaling_rows, write_sweep
 from amdahl.analysis.calibration import Calibration
 from amdahl.analysis.configs import group_configs
 from amdahl.analysis.intervals import (
+    REAL_OVERSUBSCRIBED,
     REAL_RANKS,
     SIMULATED,
     Evidence,
@@ -89,19 +90,26 @@ def test_an_extrapolated_regime_holds_the_low_end_at_its_held_out_sets_bound():
 
 def test_the_regimes_evidence_is_the_held_out_set_whose_ranks_are_most_alike():
     """Ranks mostly off the cores (a device's kernels, the simulated device's sleeps) are the
-    simulated sets' regime; ranks whose step is CPU work are the real-rank run's."""
-    assert nearest_evidence(0.05) is SIMULATED and nearest_evidence(0.2) is SIMULATED
-    assert nearest_evidence(0.8) is REAL_RANKS and nearest_evidence(1.0) is REAL_RANKS
-    assert nearest_evidence(0.0) is SIMULATED
+    simulated sets' regime; CPU-bound ranks near a core each are the 16-core real-rank run's,
+    and far above the cores the 2-core real-rank set's."""
+    for per_core in (1.0, 2.0, 8.0):
+        assert nearest_evidence(0.05, per_core) is SIMULATED
+        assert nearest_evidence(0.2, per_core) is SIMULATED
+    assert nearest_evidence(1.0, 1.0) is REAL_RANKS and nearest_evidence(0.8, 2.0) is REAL_RANKS
+    assert nearest_evidence(1.0, 8.0) is REAL_OVERSUBSCRIBED
+    assert nearest_evidence(0.9, 4.0) is REAL_OVERSUBSCRIBED
+    assert nearest_evidence(0.0, 0.0) is SIMULATED
 
 
-@pytest.mark.parametrize(("cpu_percent", "evidence"), [(5.0, SIMULATED), (50.0, REAL_RANKS)])
+@pytest.mark.parametrize(
+    ("cpu_percent", "evidence"), [(5.0, SIMULATED), (50.0, REAL_OVERSUBSCRIBED)]
+)
 def test_the_cores_load_regime_quotes_and_holds_the_set_measured_with_ranks_like_these(
     cpu_percent, evidence
 ):
     """Rows on a 2-core node at 1-4 devices: 16 ranks load the cores beyond any measured count.
     Ranks 10% CPU work (5% of 2 cores) get the simulated sets' words and bound; ranks that keep
-    a core busy (50% of 2), the real-rank run's."""
+    a core busy (50% of 2), 8 to a core at 16, the 2-core real-rank set's."""
     rows = [{**r, "host_cores": 2, "cpu_utilisation": cpu_percent} for r in scaling_rows()]
     result = predict_inputs(_inputs(rows), [4, 16])
     for fam in result.families:
@@ -248,11 +256,13 @@ def test_more_ranks_than_cores_with_none_measured_there_is_an_extrapolated_regim
     """Rows on a 4-core node at 1-4 devices, each rank's step 4% CPU work (8 ranks would load
     the cores 11%, under the half where the load's own regime starts): 8 ranks are above its
     cores, which no measured point was, so the interval's low end widens and the caveat gives
-    the real-rank figures."""
+    the figures of the set whose ranks are most like these (mostly off the cores: the simulated
+    sets'); CPU-bound ranks there get a real-rank set's."""
     rows = [{**r, "host_cores": 4, "cpu_utilisation": 1.0} for r in scaling_rows()]
     result = predict_inputs(_inputs(rows), [4, 8])
     for fam in result.families:
         four, eight = fam.rows
         assert "above the cores" not in four.interval.basis
         assert "8 ranks on 4 cores" in eight.interval.basis
-        assert any(f"median |error| {REAL_RANKS.median:.1%}" in c for c in eight.prediction.caveats)
+        said = [c for c in eight.prediction.caveats if c.startswith("8 ranks on 4 cores")]
+        assert said and f"median |error| {SIMULATED.median:.1%}" in said[0]
