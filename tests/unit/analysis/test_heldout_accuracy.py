@@ -71,7 +71,7 @@ def test_the_models_error_on_a_held_out_set_stays_within_its_ledger(name: str) -
     ("quoted", "names"),
     [
         ("SIMULATED", ["sim-d", "sim-e", "sim-f", "sim-g", "sim-h", "sim-i"]),
-        ("REAL_OVERSUBSCRIBED", ["real-a"]),
+        ("REAL_OVERSUBSCRIBED", ["real-a", "real-b"]),
     ],
 )
 def test_the_held_out_figures_every_caveat_quotes_are_the_committed_sets(
