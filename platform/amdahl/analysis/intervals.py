@@ -160,8 +160,8 @@ REAL_RANKS = HeldOut(
 #: Real CPU ranks far above the cores: the committed sets real-a and real-b pooled (24 points;
 #: tests/data/heldout/ledger.yaml), the D2L MLP at 8-16 ranks on 2 cores, 1-2 ms steps; sync
 #: none too fast by 29-119% (the throughput fell from 8 to 16 ranks), ddp by 19-28%, ZeRO-1
-#: within 12%. Its bound is real-a's as first quoted (50d5f47); real-b, measured after, held 9
-#: of 12 under it. tests/unit/analysis/test_heldout_accuracy.py recomputes the figures.
+#: within 12%. Its 80% bound is real-a's as first quoted (50d5f47), and the 24 points' alike;
+#: real-b, measured after, held 9 of 12 under it. test_heldout_accuracy.py recomputes them.
 REAL_OVERSUBSCRIBED = HeldOut(
     "real ranks at 4-8x a 2-core host's cores (ddp/zero1/none, the D2L MLP)",
     "tests/data/heldout: real-a, real-b",
