@@ -83,9 +83,8 @@ def test_an_extrapolated_regime_holds_the_low_end_at_its_held_out_sets_bound():
     assert "low end at least 61.3%" in loaded.basis
     wide = Evidence(4, (0.5, 0.5, 0.5))  # leave-one-out 50%, grown 4x: past either set's bound
     held = interval(1000.0, 16, wide, Regime("the cores' load extrapolated", SIMULATED))
-    assert (held.low, held.high) == pytest.approx(
-        (lambda b: (b.low, b.high))(interval(1000.0, 16, wide))
-    )
+    unheld = interval(1000.0, 16, wide)
+    assert (held.low, held.high) == pytest.approx((unheld.low, unheld.high))
 
 
 def test_the_regimes_evidence_is_the_held_out_set_whose_ranks_are_most_alike():
