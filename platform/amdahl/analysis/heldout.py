@@ -103,7 +103,7 @@ def held_out_bands(
             continue
         batch = float(scale_batch(c.settings))
         pred = result.model.predict(fam, c.devices, batch, 1, withhold=False)
-        band, _ = extrapolated_band(result.model, fam, points, pred, batch, 1, evidence)
+        band = extrapolated_band(result.model, fam, points, pred, batch, 1, evidence).band
         if band is not None:
             out.append((c, band))
     return out

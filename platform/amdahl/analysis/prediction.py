@@ -20,6 +20,7 @@ from amdahl.analysis.configs import NO_SYNC, Config, config_options, scale_batch
 from amdahl.analysis.cost import cost_per_million, device_hours_per_million
 from amdahl.analysis.intervals import (
     Evidence,
+    HeldOut,
     Interval,
     evidence_of,
     extrapolated_band,
@@ -188,11 +189,14 @@ def calibration_up_to(cal: Calibration | None, devices: int) -> Calibration | No
     )
 
 
-def beyond_measured(devices: int, widest: int, checks: list[Extrapolation]) -> str:
+def beyond_measured(
+    devices: int, widest: int, checks: list[Extrapolation], quoted: HeldOut | None = None
+) -> str:
     """The caveat of a prediction beyond the widest measured device count: the error measured
     by the check nearest its distance (`nearest_check`) where one reaches that far; beyond
     every check, how far out it is, which check is the farthest (its error not quoted: it was
-    measured nearer) and the only evidence at that distance (`held_out_evidence`)."""
+    measured nearer) and the only evidence at that distance (`held_out_evidence`, naming the
+    set its regime caveat quotes, `quoted`, without repeating it)."""
     distance = devices / widest
     head = f"{devices} devices is {distance:.3g}x the widest measured ({widest})"
     check = nearest_check(distance, checks)
@@ -200,13 +204,14 @@ def beyond_measured(devices: int, widest: int, checks: list[Extrapolation]) -> s
         return (
             f"{head}; the model's error beyond its fit was not measured (that needs ok runs at "
             "1 and at least two more device counts, predictable without the widest): treat "
-            f"it as unchecked; {held_out_evidence(distance)}"
+            f"it as unchecked; {held_out_evidence(distance, quoted)}"
         )
     if check.distance < distance - 1e-9:
         return (
             f"{head}; the farthest check: fitted up to {check.fitted_max} devices, the model "
             f"predicted {check.held_out} ({check.distance:.3g}x), nearer than this, so its "
-            f"error is not quoted here; {held_out_evidence(distance)}; farther out, expect more"
+            f"error is not quoted here; {held_out_evidence(distance, quoted)}; farther out, "
+            "expect more"
         )
     said = (
         f"fitted up to {check.fitted_max} devices, the model predicted {check.held_out} "
@@ -485,13 +490,11 @@ def predict_inputs(
             for p in devices:
                 per_device = b / p if fam.scaling == "strong" else float(b)
                 pred = model.predict(fam, p, per_device, nodes)
+                wide = extrapolated_band(model, fam, points, pred, per_device, nodes, evidence)
                 if p > widest:
-                    caveat = beyond_measured(p, widest, out.extrapolations)
+                    caveat = beyond_measured(p, widest, out.extrapolations, wide.quoted)
                     pred = dataclasses.replace(pred, caveats=(*pred.caveats, caveat))
-                band, said = extrapolated_band(
-                    model, fam, points, pred, per_device, nodes, evidence
-                )
-                pred = dataclasses.replace(pred, caveats=(*pred.caveats, *said))
+                pred = dataclasses.replace(pred, caveats=(*pred.caveats, *wide.caveats))
                 rows.append(
                     PredictedRow(
                         p,
@@ -502,7 +505,7 @@ def predict_inputs(
                         inputs.price,
                         unwrapped=unwrapped,
                         memory_bytes=memory(p, per_device),
-                        interval=band,
+                        interval=wide.band,
                     )
                 )
         measured_at = sorted({c.devices for c in configs if c.ok})
@@ -576,12 +579,11 @@ def project_curve(
         pred = model.predict(fam, p, per_device, nodes_of(last))
         band = None
         if evidence is not None:
+            wide = extrapolated_band(model, fam, [], pred, per_device, nodes_of(last), evidence)
             if p > evidence.widest:
-                caveat = beyond_measured(p, evidence.widest, checks or [])
+                caveat = beyond_measured(p, evidence.widest, checks or [], wide.quoted)
                 pred = dataclasses.replace(pred, caveats=(*pred.caveats, caveat))
-            band, said = extrapolated_band(
-                model, fam, [], pred, per_device, nodes_of(last), evidence
-            )
-            pred = dataclasses.replace(pred, caveats=(*pred.caveats, *said))
+            pred = dataclasses.replace(pred, caveats=(*pred.caveats, *wide.caveats))
+            band = wide.band
         out.append(PredictedRow(p, b, pred, base, baseline is not None, interval=band))
     return out

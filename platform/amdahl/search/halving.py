@@ -464,7 +464,7 @@ def predicted_skips(
         if p.throughput is None:
             continue
         # the regime and the communication law's alternative widen it as in `platform predict`
-        band, _ = extrapolated_band(model, family, points, p, float(c["batch_size"]), 1, evidence)
+        band = extrapolated_band(model, family, points, p, float(c["batch_size"]), 1, evidence).band
         if band is None:
             continue
         ends = [

@@ -70,7 +70,7 @@ def test_the_models_error_on_a_held_out_set_stays_within_its_ledger(name: str) -
 @pytest.mark.parametrize(
     ("quoted", "names"),
     [
-        ("SIMULATED", ["sim-d", "sim-e", "sim-f", "sim-g", "sim-h", "sim-i"]),
+        ("SIMULATED", [f"sim-{x}" for x in "defghijk"]),
         ("REAL_OVERSUBSCRIBED", ["real-a", "real-b"]),
     ],
 )
@@ -129,6 +129,33 @@ def test_the_intervals_cover_a_held_out_set_as_its_ledger_recorded(name: str) ->
     assert points == recorded["points"]
     assert held >= recorded["held"] - 1, f"{name}: {held} of {points} held, ledger {recorded}"
     assert half <= recorded["median_half_width"] + 0.05, f"{name}: half-width {half:.1%}"
+
+
+def _drift(original: str, replicate: str) -> dict[str, float]:
+    """|relative change| of each configuration's measured throughput from a sweep to the same
+    sweep re-run, summarised: the box's drift, which no model fitted on one of them predicts."""
+    a, b = (load_model_inputs(HELDOUT / d).configs for d in (original, replicate))
+    before = {c.label: c.throughput.median for c in a if c.ok and c.throughput}
+    moved = [abs(c.throughput.median / before[c.label] - 1) for c in b if c.label in before]
+    assert len(moved) == len(before)
+    return _summary(moved)
+
+
+REPLICATES = sorted(n for n, e in LEDGER["sets"].items() if "replicate_of" in e)
+
+
+@pytest.mark.parametrize("name", REPLICATES)
+def test_a_replicated_sets_drift_from_its_original_is_the_ledgers(name: str) -> None:
+    """A set re-measured with an earlier set's command (`replicate_of`): how far its fit and
+    truth rows moved from the original's is what the ledger (and the docs after it) quote."""
+    entry = LEDGER["sets"][name]
+    original = LEDGER["sets"][entry["replicate_of"]]
+    for part in ("fit", "truth"):
+        got = _drift(original[part], entry[part])
+        recorded = entry["drift"][part]
+        assert (got["median"], got["p90"]) == pytest.approx(
+            (recorded["median"], recorded["p90"]), abs=5e-4
+        ), f"{name} {part}: {got}"
 
 
 def test_a_noisy_sweeps_report_is_written_whole(tmp_path: Path) -> None:

@@ -117,6 +117,9 @@ def test_the_cores_load_regime_quotes_and_holds_the_set_measured_with_ranks_like
         said = [c for c in sixteen.prediction.caveats if c.startswith("the cores' load")]
         assert said and f"median |error| {evidence.median:.1%}" in said[0]
         assert f"80% bound, {evidence.floor:.1%}" in said[0]
+        # 16 is beyond every check too: the distance caveat names that set, not repeating it
+        quoting = [c for c in sixteen.prediction.caveats if evidence.text() in c]
+        assert quoting == said[:1]
         point = sixteen.prediction.throughput
         assert sixteen.interval.low <= point / (1 + evidence.floor) * (1 + 1e-9)
 
