@@ -42,7 +42,9 @@ a bus the node's ranks share (a simulated device's `in_core_slowdown`). No CPU f
 and queueing cannot explain it where the ranks leave cores idle, so it is its own term:
 think(p) = think(1) x (1 + `growth` x (p - 1)), linear in the ranks sharing the node, as a
 shared bandwidth's queue is once it is saturated (docs/performance-history.md, "Off-core
-growth"). Fitted with the cores, at least 0 (more ranks never make a device faster). What is
+growth"). Fitted with the cores, at least 0 (more ranks never make a device faster), on each
+point's typical step, not its window's (families._fit_contention: a straggler's constant is not
+growth). What is
 fitted, over the measured multi-device `sync: none` points, is the node's effective cores C:
 the cores the ranks get, less what Ray, the driver and the OS take, with a weak prior at the
 node's nominal cores

@@ -254,7 +254,15 @@ def _take_lines(fam: Family, lines: Lines, obs: dict[int, list[tuple[float, floa
 
 def _fit_contention(fam: Family, points: list[Point]) -> None:
     """The family's host contention model, where its 1-device sync none points say their CPU
-    share and the node's cores (rows from before `host_cores` was recorded do not)."""
+    share and the node's cores (rows from before `host_cores` was recorded do not).
+
+    It is fitted on the typical rank's step: each multi-device point's compute at its median
+    step's share of its window step (`_typical`, relative to 1 device's). A straggler, one rank
+    slow now and then, lengthens the window by a constant, which the nearest measured count's
+    line carries to the counts beyond; fitted as it was, the window's, a straggler that first
+    ran at 4 ranks was read as time off the cores growing 10% per added rank and 8-16 ranks came
+    out 7-30% too slow (held-out sim-i and its re-run sim-k; docs/performance-history.md,
+    "Session 31")."""
     for p in fam.lines:
         nodes = [pt.nodes for pt in points if pt.devices == p] or [1]
         fam.line_ranks[p] = math.ceil(p / max(1, statistics.median(nodes)))
@@ -267,7 +275,12 @@ def _fit_contention(fam: Family, points: list[Point]) -> None:
         by_batch.setdefault(pt.batch, []).append(min(1.0, pt.host_cpu_s / pt.busy_s))
     share = HostShare(tuple((b, statistics.median(v)) for b, v in sorted(by_batch.items())))
     observed = [
-        (math.ceil(pt.devices / max(1, pt.nodes)), pt.batch, pt.compute_s, pt.host_cpu_s)
+        (
+            math.ceil(pt.devices / max(1, pt.nodes)),
+            pt.batch,
+            pt.compute_s * _typical(pt) / _typical_at_one(points, pt.batch),
+            pt.host_cpu_s,
+        )
         for pt in points
         if pt.devices > 1 and pt.compute_s
     ]
@@ -275,6 +288,21 @@ def _fit_contention(fam: Family, points: list[Point]) -> None:
     fam.contention = fit_contention(share, statistics.median(cores), one_device, observed)
     if hit := fam.contention.bound_hit():
         fam.hits.append(hit)
+
+
+def _typical(pt: Point) -> float:
+    """The point's median step over its window step (1 where not recorded): below 1 by what
+    its slowest steps (a straggler's) add to the window."""
+    med, wall = pt.config.stat("step_time_s"), pt.config.step_wall
+    if med is None or wall is None or not wall.median or not med.median:
+        return 1.0
+    return med.median / wall.median
+
+
+def _typical_at_one(points: list[Point], batch: float) -> float:
+    """`_typical` at 1 device and this per-device batch (the line the contention scales)."""
+    ones = [_typical(pt) for pt in points if pt.devices == 1 and pt.batch == batch]
+    return statistics.median(ones) if ones else 1.0
 
 
 def adopt_compute(fam: Family, sibling: Family, points: list[Point]) -> None:

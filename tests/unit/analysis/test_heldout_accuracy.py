@@ -55,12 +55,15 @@ def _point_errors(name: str) -> dict[str, list[float]]:
 
 @pytest.mark.parametrize("name", sorted(LEDGER["sets"]))
 def test_the_models_error_on_a_held_out_set_stays_within_its_ledger(name: str) -> None:
-    recorded: dict[str, Any] = LEDGER["sets"][name]["figures"]
+    entry = LEDGER["sets"][name]
+    recorded: dict[str, Any] = entry["figures"]
+    # a deliberate trade re-records the model's figures (`model_reevaluated`), the first kept
+    model = entry.get("model_reevaluated", recorded)["model"]
     got = _errors(name)
     for stat in ("median", "p90"):
-        assert got["model"][stat] <= recorded["model"][stat] + TOLERANCE[stat], (
+        assert got["model"][stat] <= model[stat] + TOLERANCE[stat], (
             f"{name}: the model's {stat} |error| {got['model'][stat]:.1%} is above the ledger's "
-            f"{recorded['model'][stat]:.1%} + {TOLERANCE[stat]:.0%}"
+            f"{model[stat]:.1%} + {TOLERANCE[stat]:.0%}"
         )
         # the naive predictors read only the rows: equal figures say they are the rows evaluated
         for naive in ("amdahl", "linear"):
