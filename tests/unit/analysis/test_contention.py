@@ -175,6 +175,26 @@ def test_device_time_that_grows_with_the_ranks_is_carried_beyond_the_measured_co
     assert "time off the cores x1.17" in fam.compute_caveat(8)  # 1.35 / 1.15, from 4
 
 
+def test_a_straggler_that_first_runs_at_the_widest_count_is_not_growth():
+    """One rank 1.5x slow every 6th step from 4 ranks on (held-out sim-i and sim-k): the
+    window, its slowest rank's, is 8% above the typical step at 4 ranks, the same at 1-2. The
+    typical steps show no growth, so none is fitted: 8-16 ranks take the 4-rank line, which
+    holds the straggler's 8%, and nothing more. Fitted on the window, that 8% was growth per
+    added rank, carried to 16 ranks (7-30% too slow there)."""
+    share, one = 0.1, {32: 0.060, 128: 0.115}
+    late = {1: 1.0, 2: 1.0, 4: 1.08}
+    rows = []
+    for p in late:
+        for b in one:
+            r = _none_rows(p, b, one[b] * late[p], share / late[p], cores=16)
+            r["step_time_s"] = one[b]  # the typical rank's (median) step
+            rows.append(r)
+    fam = next(iter(fit(ModelInputs(group_configs(rows))).families.values()))
+    assert fam.contention.growth == pytest.approx(0.0, abs=1e-3)
+    for b in one:
+        assert fam.compute_s(b, 16) == pytest.approx(one[b] * 1.08, rel=0.01)
+
+
 def test_rows_without_the_hosts_cores_keep_the_nearest_measured_line():
     rows = [
         {**_none_rows(p, b, 0.04 + 0.001 * b + 0.002 * p, 0.2), "host_cores": None}
