@@ -274,11 +274,15 @@ def _fit_contention(fam: Family, points: list[Point]) -> None:
     for pt in ones:  # CPU seconds per second of the step's compute (a core at most: see below)
         by_batch.setdefault(pt.batch, []).append(min(1.0, pt.host_cpu_s / pt.busy_s))
     share = HostShare(tuple((b, statistics.median(v)) for b, v in sorted(by_batch.items())))
+    at_one: dict[float, list[float]] = {}  # `_typical` at 1 device, per batch
+    for pt in points:
+        if pt.devices == 1:
+            at_one.setdefault(pt.batch, []).append(_typical(pt))
     observed = [
         (
             math.ceil(pt.devices / max(1, pt.nodes)),
             pt.batch,
-            pt.compute_s * _typical(pt) / _typical_at_one(points, pt.batch),
+            pt.compute_s * _typical(pt) / statistics.median(at_one.get(pt.batch, [1.0])),
             pt.host_cpu_s,
         )
         for pt in points
@@ -297,12 +301,6 @@ def _typical(pt: Point) -> float:
     if med is None or wall is None or not wall.median or not med.median:
         return 1.0
     return med.median / wall.median
-
-
-def _typical_at_one(points: list[Point], batch: float) -> float:
-    """`_typical` at 1 device and this per-device batch (the line the contention scales)."""
-    ones = [_typical(pt) for pt in points if pt.devices == 1 and pt.batch == batch]
-    return statistics.median(ones) if ones else 1.0
 
 
 def adopt_compute(fam: Family, sibling: Family, points: list[Point]) -> None:
