@@ -62,29 +62,20 @@ class Link:
     alpha_s: float
     bandwidth_Bps: float
     scope: str  # "intra-node" or "inter-node"
-    #: alpha of a step's collectives after its first, where it differs (`Oversubscribed.link`)
-    later_alpha_s: float | None = None
 
 
 @dataclass(frozen=True)
 class CommVolume:
     """What one rank moves per optimizer step: `bytes` over the link's bandwidth, plus
-    `latency_steps` times the link's alpha. `later_steps` of them belong to collectives that
-    follow the step's first back to back (PowerSGD's factors, ZeRO-1's broadcasts; not DDP's
-    buckets or FSDP's gathers, each launched by compute): those pay the link's `later_alpha_s`
-    where it has one."""
+    `latency_steps` times the link's alpha."""
 
     bytes: float
     latency_steps: float
     model: str
     estimate: str = ""  # why a stand-in was used, when one was
-    later_steps: float = 0.0
 
     def seconds(self, link: Link) -> float:
-        later_alpha = link.alpha_s if link.later_alpha_s is None else link.later_alpha_s
-        first = self.latency_steps - self.later_steps
-        latency = first * link.alpha_s + self.later_steps * later_alpha
-        return latency + self.bytes / link.bandwidth_Bps
+        return self.latency_steps * link.alpha_s + self.bytes / link.bandwidth_Bps
 
 
 def ddp_buckets(grad_bytes: float, options: OptionsSpec) -> int:
@@ -195,15 +186,13 @@ def _powersgd(p: int, g: float, options: OptionsSpec, shapes: list[list[int]] | 
             "matrix (run `platform calibrate` again to record the shapes)"
         )
     wire = g * sent / total if total else 0.0
-    steps = 3 * 2 * (p - 1) * ddp_buckets(g, options)
     return CommVolume(
         2 * (p - 1) / p * wire,
-        steps,
+        3 * 2 * (p - 1) * ddp_buckets(g, options),
         f"ring all-reduce of rank-{r} factors ({sent / total:.1%} of the gradient)"
         if total
         else "ring all-reduce of rank-r factors",
         estimate,
-        later_steps=steps - 2 * (p - 1),
     )
 
 
@@ -211,12 +200,10 @@ def _zero1(p: int, g: float, options: OptionsSpec, shapes: Any) -> CommVolume:
     """As worker/sync.py builds it: DDP's gradient all-reduce, then ZeroRedundancyOptimizer
     broadcasts each rank's updated partition, (p-1)/p x n more bytes per rank, 3(p-1)/p in all
     (a ZeRO-1 that reduce-scatters instead would move 2(p-1)/p)."""
-    steps = 2 * (p - 1) * ddp_buckets(g, options) + (p - 1)
     return CommVolume(
         2 * (p - 1) / p * g + (p - 1) / p * g,
-        steps,
+        2 * (p - 1) * ddp_buckets(g, options) + (p - 1),
         "gradient all-reduce + partition broadcasts (3(p-1)/p of the gradient)",
-        later_steps=steps - 2 * (p - 1),
     )
 
 
@@ -285,24 +272,14 @@ class Oversubscribed:
         return tuple(sorted(self.measured))
 
     def link(self, devices: int) -> Link:
-        """The calibrated link at `devices` where measured, else the law's; beyond the widest
-        calibrated count, collectives that follow a step's first back to back keep that
-        count's alpha (`later_alpha_s`). The law's growth is the calibration's, every rank in
-        the collective at once; a step's first collective in training grows with it (the ranks
-        arrive from compute, queued for cores), the ones straight after it grew with the
-        ring's steps alone: PowerSGD's second and third all-reduce, ZeRO-1's broadcasts
-        (docs/performance-history.md, "Collectives after a step's first")."""
+        """The calibrated link at `devices` where measured, else the law's."""
         if devices in self.measured:
             return self.measured[devices]
         x = math.log(max(devices, self.cores) / self.cores)
-        law_alpha = self.anchor.alpha_s * (1 + self.alpha_log * x)
-        widest = self.measured[max(self.measured)]
-        held = devices > max(self.measured) and widest.alpha_s < law_alpha
         return Link(
-            law_alpha,
+            self.anchor.alpha_s * (1 + self.alpha_log * x),
             self.anchor.bandwidth_Bps * math.exp(-self.bandwidth_exp * x),
             self.anchor.scope,
-            widest.alpha_s if held else None,
         )
 
     def held(self) -> Oversubscribed:

@@ -648,36 +648,6 @@ def test_gloo_counts_above_the_nodes_cores_fit_a_law_of_their_own():
     assert not nccl.queueing_measured(16)
 
 
-def test_collectives_after_a_steps_first_keep_the_widest_calibrated_alpha():
-    """gloo on 2 cores, calibrated to 4 ranks, predicted at 16: a step's first collective pays
-    the law's alpha, the ones straight after it (PowerSGD's factors, ZeRO-1's broadcasts) the
-    4-rank calibration's; DDP's one bucket and every count up to 4 are as before."""
-    import math
-
-    from amdahl.analysis.comm import comm_model, comm_volume
-
-    a2, b2, g = 3e-4, 1e9, 2.0 * 2**20
-    law = {q: (a2 * (1 + 1.5 * math.log(q / 2)), b2 * (q / 2) ** -0.5) for q in (2, 3, 4)}
-    by = {str(q): {"alpha_s": a, "bandwidth_Bps": b} for q, (a, b) in law.items()}
-    raw = {**CALIBRATION, "alpha_s": law[4][0], "bandwidth_Bps": law[4][1], "devices": 4}
-    gloo = comm_model(Calibration.from_dict({**raw, "by_devices": by}), host_cores=2)
-    at16, at4 = gloo.link(1, 16)[0], gloo.link(1, 4)[0]
-    assert at16.later_alpha_s == pytest.approx(law[4][0]) and law[4][0] < at16.alpha_s
-    assert at4.later_alpha_s is None and gloo.held().link(1, 16)[0].later_alpha_s is None
-    ddp, zero1 = comm_volume("ddp", 16, g), comm_volume("zero1", 16, g)
-    powersgd = comm_volume("powersgd", 16, g, shapes=[[512, 1024]])
-    assert ddp.later_steps == 0 and ddp.seconds(at16) == pytest.approx(
-        30 * at16.alpha_s + ddp.bytes / at16.bandwidth_Bps
-    )
-    assert powersgd.latency_steps == 90 and powersgd.later_steps == 60
-    assert powersgd.seconds(at16) == pytest.approx(
-        30 * at16.alpha_s + 60 * law[4][0] + powersgd.bytes / at16.bandwidth_Bps
-    )
-    assert zero1.later_steps == 15  # the 15 broadcasts after the all-reduce's 30 steps
-    four = comm_volume("powersgd", 4, g, shapes=[[512, 1024]])  # calibrated: as measured
-    assert four.seconds(at4) == pytest.approx(18 * at4.alpha_s + four.bytes / at4.bandwidth_Bps)
-
-
 def test_gloo_within_the_nodes_cores_has_no_oversubscribed_law():
     """16 cores, calibrated at 2-4 ranks: nothing above the cores was measured, so no law of
     its own (the contention term stretches gloo there instead)."""
