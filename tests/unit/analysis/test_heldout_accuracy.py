@@ -103,6 +103,20 @@ def test_the_held_out_figures_every_caveat_quotes_are_the_committed_sets(
     assert model["median"] <= held_out.median + TOLERANCE["median"]
     assert model["p90"] <= held_out.p90 + TOLERANCE["p90"]
     assert conformal(pooled["model"]) <= held_out.floor + TOLERANCE["p90"]
+    # the regime a caveat matches it to (`nearest_evidence`) is its fit sweeps' own CPU share
+    assert held_out.cpu_share == pytest.approx(statistics.median(_cpu_shares(names)), abs=5e-3)
+
+
+def _cpu_shares(names: list[str]) -> list[float]:
+    """Every 1-device CPU share of the sets' fit sweeps, as the contention model measures it
+    (contention.HostShare: one per per-device batch, per family)."""
+    shares = []
+    for name in names:
+        model = fit(load_model_inputs(HELDOUT / LEDGER["sets"][name]["fit"]))
+        for family in model.families.values():
+            if family.contention is not None:
+                shares += [share for _, share in family.contention.share.shares]
+    return shares
 
 
 def _intervals(name: str) -> tuple[int, int, float]:
