@@ -453,7 +453,7 @@ def held_out_evidence(distance: float, quoted: HeldOut | None = None) -> str:
     quotes in full (`quoted`, its regime's) is named, not repeated."""
     reach = max(e.distance for e in HELD_OUT)
     said = "; ".join(
-        f"{e.what}: quoted with the regime below" if e is quoted else e.text() for e in HELD_OUT
+        f"{e.what}: quoted in its regime's caveat" if e is quoted else e.text() for e in HELD_OUT
     )
     if distance <= reach + 1e-9:
         return f"the only evidence at this distance is held out: {said}"

@@ -1,6 +1,7 @@
 """`platform predict`'s document: the step-time model's terms and leave-one-out caveat, then one
 section per configuration family with its predicted throughput, speedup, efficiency and cost at
-the device counts and batch sizes asked for (report/predict.py computes them).
+the device counts and batch sizes asked for (report/predict.py computes them), then the caveats
+several families share, once.
 
 Pure: imports neither ray nor torch.
 """
@@ -53,23 +54,74 @@ def prediction_sections(pred: SweepPrediction) -> list[Section]:
         )
     head.bullets = failed_fit_notes(pred.model) + list(pred.notes) + model_caveats(pred.model)
     cost = "predicted $/M samples" if pred.price > 0 else "predicted device-h/M samples"
-    return [head] + [_family_section(i, fp, cost) for i, fp in enumerate(pred.families)]
+    caveats = [_family_caveats(fp) for fp in pred.families]
+    shared = _shared(caveats)
+    sections = [head]
+    for i, (fp, own) in enumerate(zip(pred.families, caveats, strict=True)):
+        sections.append(_family_section(i, fp, cost, _own_bullets(own, shared)))
+    if shared:
+        sections.append(_shared_section(shared, pred.families, caveats))
+    return sections
 
 
-def _family_section(i: int, fp: FamilyPrediction, cost: str) -> Section:
+def _family_caveats(fp: FamilyPrediction) -> list[str]:
+    """The caveats a family's rows carry, each once, in the rows' order."""
+    caveats: list[str] = []
+    if fp.family.sync == NO_SYNC:
+        caveats.append(
+            "sync none is the no-communication ceiling (every worker trains alone), "
+            "not a way to train"
+        )
+    for pr in fp.rows:
+        caveats += [c for c in pr.prediction.caveats if c not in caveats]
+    return caveats
+
+
+def _shared(caveats: list[list[str]]) -> list[str]:
+    """The caveats more than one family carries, in the order they first appear: printed once
+    at the end, not in every family's section (the held-out evidence a caveat quotes runs to a
+    paragraph, and every family extrapolating the same counts carries it)."""
+    seen: list[str] = []
+    for own in caveats:
+        seen += [c for c in own if c not in seen]
+    return [c for c in seen if sum(c in own for own in caveats) > 1]
+
+
+def _own_bullets(own: list[str], shared: list[str]) -> list[str]:
+    """A family's caveats no other family carries, then the numbers of the shared ones it
+    carries too."""
+    bullets = [c for c in own if c not in shared]
+    numbers = [f"[{n}]" for n, c in enumerate(shared, 1) if c in own]
+    if numbers:
+        bullets.append(
+            f"caveats shared with other families: {', '.join(numbers)}, under CAVEATS SHARED "
+            "at the end"
+        )
+    return bullets
+
+
+def _shared_section(
+    shared: list[str], families: list[FamilyPrediction], caveats: list[list[str]]
+) -> Section:
+    """The caveats several families carry, numbered, each naming its families unless all."""
+    sec = Section("predict-shared", "CAVEATS SHARED by the families above")
+    for n, c in enumerate(shared, 1):
+        labels = [fp.family.label for fp, own in zip(families, caveats, strict=True) if c in own]
+        whose = "" if len(labels) == len(families) else f"({', '.join(labels)}) "
+        sec.bullets.append(f"[{n}] {whose}{c}")
+    return sec
+
+
+def _family_section(i: int, fp: FamilyPrediction, cost: str, bullets: list[str]) -> Section:
     """One family's predictions: throughput and cost per (devices, batch), then the predicted
-    step's parts, then the caveats its rows carry."""
+    step's parts, then its caveats (`bullets`)."""
     fam = fp.family
     sec = Section(f"predict-{i}", f"PREDICTION (not measured): {fam.label}")
     sec.paras.append(family_terms(fam))
     rows, parts = [], []
-    caveats: list[str] = []
     unwrapped = any(pr.unwrapped for pr in fp.rows)
     for pr in fp.rows:
         p = pr.prediction
-        for c in p.caveats:
-            if c not in caveats:
-                caveats.append(c)
         price = pr.cost
         rows.append(
             [
@@ -105,13 +157,7 @@ def _family_section(i: int, fp: FamilyPrediction, cost: str) -> Section:
         headers = ["devices", batch, "step ms", "80% interval step ms", "compute ms", "comm ms"]
         headers += ["data wait ms"]
         sec.tables.append(Table(headers, parts, title="predicted ms per optimizer step"))
-    if fam.sync == NO_SYNC:
-        caveats.insert(
-            0,
-            "sync none is the no-communication ceiling (every worker trains alone), "
-            "not a way to train",
-        )
-    sec.bullets = caveats
+    sec.bullets = bullets
     return sec
 
 

@@ -238,6 +238,32 @@ def test_predict_text_shows_the_interval(tmp_path):
     assert "80% interval samples/s" in result.output and "80% interval step ms" in result.output
 
 
+def test_predict_prints_a_caveat_several_families_carry_once_and_each_family_points_to_it(
+    tmp_path,
+):
+    """ddp and sync none predicted at 16 (4x beyond the 2x check) carry the same distance
+    caveat, whose held-out evidence runs to a paragraph: it is printed once, numbered, and
+    each family's section names its number; a caveat one family alone carries stays there."""
+    from amdahl.analysis.prediction import predict_inputs
+    from amdahl.report.predict import load_model_inputs
+    from amdahl.report.prediction_document import prediction_sections
+
+    d = write_sweep(tmp_path / "s", scaling_rows(), CALIBRATION)
+    result = predict_inputs(load_model_inputs(d), [16])
+    *families, shared = prediction_sections(result)[1:]
+    assert shared.title.startswith("CAVEATS SHARED")
+    distance = [b for b in shared.bullets if "16 devices is 4x the widest measured" in b]
+    assert len(distance) == 1 and distance[0].startswith("[")
+    number = distance[0].split("]")[0] + "]"
+    for sec in families:
+        assert not any("16 devices is 4x" in b for b in sec.bullets)
+        assert any("caveats shared" in b and number in b for b in sec.bullets)
+    none = next(sec for sec in families if sec.title.endswith("none"))
+    assert any("no-communication ceiling" in b for b in none.bullets)
+    wide = CliRunner(env={"COLUMNS": "240"}).invoke(main, ["predict", str(d), "--devices", "16"])
+    assert wide.exit_code == 0 and wide.output.count("16 devices is 4x the widest") == 1
+
+
 def test_the_reports_projections_carry_the_interval_and_the_distance_words(tmp_path):
     """Measured at 1, 2 and 4 devices, the report projects each curve past 4: every projected
     row has its interval, and those beyond the one 2x check quote no check's error."""
