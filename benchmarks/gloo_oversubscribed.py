@@ -64,7 +64,7 @@ def evaluate(path: Path, cores: float, fit_to: int, n: float) -> None:
 
     from amdahl.analysis.calibration import Calibration
     from amdahl.analysis.comm import comm_model
-    from amdahl.analysis.prediction import calibration_up_to
+    from amdahl.analysis.selfcheck import calibration_up_to
 
     full = Calibration.from_dict(json.loads(path.read_text()))
     narrowed = calibration_up_to(full, fit_to)

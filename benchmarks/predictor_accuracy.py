@@ -150,7 +150,7 @@ def main() -> None:
 def evaluate(sweep_dir: Path, batches: list[int]) -> None:
     """Fit on the 1-device trials and the smallest and largest batch, print the error on the
     held-out multi-device trials beside their run-to-run spread."""
-    from amdahl.analysis.prediction import LooPoint, error_summary, leave_one_out
+    from amdahl.analysis.selfcheck import LooPoint, error_summary, leave_one_out
     from amdahl.analysis.stepmodel import fit
     from amdahl.report.predict import load_model_inputs
 
@@ -230,7 +230,7 @@ def print_wrapper(points) -> None:
 
 
 def print_summary(predicted, spreads: list[float], held: int) -> None:
-    from amdahl.analysis.prediction import error_summary, quantile
+    from amdahl.analysis.selfcheck import error_summary, quantile
 
     summary = error_summary(predicted)
     if not summary:

@@ -8,7 +8,7 @@ configurations) is part of what the model must survive. `--truth-dir` reuses a t
 measured before. `--interleaved` runs one sweep over both instead, its items repeat-major so
 drift lands on fitted and held-out points alike; the model is then fitted on the `--fit` rows
 only, with the closing calibration narrowed to the fitted device counts (its per-device-count
-fits up to the widest fitted one: prediction.calibration_up_to), so the held-out counts'
+fits up to the widest fitted one: selfcheck.calibration_up_to), so the held-out counts'
 all-reduce is extrapolated, as a user's would be whose cluster is no wider than the fitted
 counts. `--calibrated-to N` keeps the calibration's fits up to N devices instead: a user whose
 cluster holds the held-out counts but who ran trials only at the fitted ones (calibration takes
@@ -218,7 +218,7 @@ def _split(
     where it cannot be)."""
     import dataclasses
 
-    from amdahl.analysis.prediction import calibration_up_to
+    from amdahl.analysis.selfcheck import calibration_up_to
     from amdahl.report.predict import load_model_inputs
 
     if len(paths) == 2:
@@ -339,7 +339,7 @@ def _print_point(point, errors) -> None:
 
 
 def _print_summary(errors, truth_devices: list[int]) -> None:
-    from amdahl.analysis.prediction import quantile
+    from amdahl.analysis.selfcheck import quantile
 
     print(
         "\n|relative error| by held-out device count (median / p90); se: the measured medians' "

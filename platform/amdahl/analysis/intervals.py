@@ -201,7 +201,7 @@ def check_bound(c: Checked) -> float:
 
 
 class Checked(Protocol):
-    """An extrapolation check as the interval reads it (analysis/prediction.py's
+    """An extrapolation check as the interval reads it (analysis/selfcheck.py's
     `Extrapolation`): its distance and |error| figures."""
 
     @property
@@ -213,7 +213,7 @@ class Checked(Protocol):
 
 
 class LeftOut(Protocol):
-    """A leave-one-out point as the interval reads it (analysis/prediction.py's `LooPoint`)."""
+    """A leave-one-out point as the interval reads it (analysis/selfcheck.py's `LooPoint`)."""
 
     config: Config
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from amdahl.analysis.comm import CommModel
 from amdahl.analysis.configs import NO_SYNC
-from amdahl.analysis.prediction import LooPoint, PredictedRow, error_summary, project_curve
+from amdahl.analysis.prediction import PredictedRow, project_curve
 from amdahl.analysis.scaling import PROJECTION_FACTORS, Curve
+from amdahl.analysis.selfcheck import LooPoint, error_summary
 from amdahl.analysis.stepmodel import Family, StepModel
 from amdahl.report.build import Report
 from amdahl.report.diagnose import Diagnosis
@@ -235,7 +236,7 @@ def _loo_table(loo: list[LooPoint]) -> Table:
             f"{pt.error:+.1%}" if pt.error is not None else "",
             "FAILED FIT (withheld in predictions): " + "; ".join(pt.failed_fit)
             if pt.failed_fit
-            else pt.unknown,
+            else pt.unknown or pt.note,
         ]
         for pt in loo
     ]

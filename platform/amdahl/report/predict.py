@@ -13,14 +13,8 @@ from pathlib import Path
 from amdahl.analysis.configs import Config, group_configs
 from amdahl.analysis.intervals import Evidence, evidence_of
 from amdahl.analysis.memory_model import overhead_from_rows
-from amdahl.analysis.prediction import (
-    Extrapolation,
-    LooPoint,
-    SweepPrediction,
-    extrapolation_checks,
-    leave_one_out,
-    predict_inputs,
-)
+from amdahl.analysis.prediction import SweepPrediction, predict_inputs
+from amdahl.analysis.selfcheck import Extrapolation, LooPoint, extrapolation_checks, leave_one_out
 from amdahl.analysis.stepmodel import ModelInputs, StepModel, fit
 from amdahl.errors import UserError
 from amdahl.report.inputs import SweepInputs, load_inputs

@@ -9,11 +9,8 @@ Pure: imports neither ray nor torch.
 from __future__ import annotations
 
 from amdahl.analysis.configs import NO_SYNC
-from amdahl.analysis.prediction import (
-    Extrapolation,
-    FamilyPrediction,
-    SweepPrediction,
-)
+from amdahl.analysis.prediction import FamilyPrediction, SweepPrediction
+from amdahl.analysis.selfcheck import Extrapolation
 from amdahl.report.document import Section, Table, mib, ms, pct, rate, times
 from amdahl.report.model_sections import (
     BOUND_RULE,

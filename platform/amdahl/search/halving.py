@@ -431,7 +431,7 @@ def predicted_skips(
     from amdahl.analysis.comm import options_from_mapping
     from amdahl.analysis.configs import group_configs
     from amdahl.analysis.intervals import evidence_of, extrapolated_band
-    from amdahl.analysis.prediction import extrapolation_checks, leave_one_out
+    from amdahl.analysis.selfcheck import extrapolation_checks, leave_one_out
     from amdahl.analysis.stepmodel import ModelInputs, fit
 
     if search.skip_below is None or search.objective == "time_to_target":

@@ -19,8 +19,9 @@ from amdahl.analysis.calibration import Calibration
 from amdahl.analysis.comm import Link, comm_volume
 from amdahl.analysis.computefit import fit_line
 from amdahl.analysis.configs import group_configs
-from amdahl.analysis.prediction import error_summary, leave_one_out, predict_inputs
+from amdahl.analysis.prediction import predict_inputs
 from amdahl.analysis.scaling import scaling_curves
+from amdahl.analysis.selfcheck import error_summary, leave_one_out
 from amdahl.analysis.stepmodel import ModelInputs, combine, fit
 from amdahl.cli.commands import main
 from amdahl.report import write_reports

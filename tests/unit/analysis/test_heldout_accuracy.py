@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from amdahl.analysis.heldout import PREDICTORS, scored_points
-from amdahl.analysis.prediction import quantile
+from amdahl.analysis.selfcheck import quantile
 from amdahl.analysis.stepmodel import fit
 from amdahl.report.predict import load_model_inputs
 

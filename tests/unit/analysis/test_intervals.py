@@ -23,7 +23,8 @@ from amdahl.analysis.intervals import (
     interval,
     nearest_evidence,
 )
-from amdahl.analysis.prediction import Extrapolation, predict_inputs
+from amdahl.analysis.prediction import predict_inputs
+from amdahl.analysis.selfcheck import Extrapolation
 from amdahl.analysis.stepmodel import ModelInputs
 from amdahl.cli.commands import main
 from amdahl.spec.schema import OptionsSpec

@@ -24,7 +24,8 @@ from report_rows import (
 from amdahl.analysis.calibration import Calibration
 from amdahl.analysis.comm import Link, comm_volume, options_from_mapping
 from amdahl.analysis.configs import group_configs
-from amdahl.analysis.prediction import error_summary, leave_one_out, predict_inputs
+from amdahl.analysis.prediction import predict_inputs
+from amdahl.analysis.selfcheck import error_summary, leave_one_out
 from amdahl.analysis.stepmodel import ModelInputs, combine, fit
 from amdahl.cli.commands import main
 from amdahl.report import write_reports
@@ -368,6 +369,29 @@ def test_leave_one_out_leaves_out_the_sync_none_twin_too():
     assert ddp.predicted is not None and ddp.error > 0.2
 
 
+def test_a_one_device_point_whose_refit_has_one_batch_left_says_what_it_checks():
+    """Left out with its twin, a 1-device point at one of two batches leaves its 1-device
+    compute line one batch: the refit takes it proportional to the batch, so the row's error
+    checks that fallback (the report's leave-one-out table says so); with three batches, or at
+    2 devices, the refit keeps a line and the row says nothing."""
+
+    def loo_of(batches):
+        rows = []
+        for b in batches:
+            rows += [row(1, b, "none", b / (0.004 + 1e-4 * b))]
+            rows += [row(1, b, "ddp", b / (0.005 + 1e-4 * b))]
+            rows += [row(2, b, s, 2 * b / (0.006 + 1e-4 * b)) for s in ("none", "ddp")]
+        loo = leave_one_out(_inputs(conform(rows)), min_devices=1)
+        return {(p.config.devices, p.config.batch_size, p.config.sync): p for p in loo}
+
+    two = loo_of((64, 256))
+    for sync in ("none", "ddp"):
+        assert "one batch only" in two[(1, 64, sync)].note
+        assert two[(2, 64, sync)].note == ""
+    three = loo_of((64, 128, 256))
+    assert all(pt.note == "" for pt in three.values())
+
+
 def test_cli_predict_json_carries_every_prediction_with_its_terms_and_caveats(tmp_path):
     d = _sweep(tmp_path)
     result = CliRunner().invoke(main, ["predict", str(d), "--devices", "4,16", "--json"])
@@ -509,7 +533,7 @@ def test_the_calibration_measures_every_small_device_count_and_the_powers_of_two
 def test_the_extrapolation_check_narrows_a_calibration_measured_at_several_counts():
     """Calibrated at 2, 4 and 8, swept at 1, 2, 4 and 8: the check refits without 8 and with the
     calibration up to 4 only, so its error is the model's own extrapolation of both."""
-    from amdahl.analysis.prediction import beyond_measured, extrapolation_check
+    from amdahl.analysis.selfcheck import beyond_measured, extrapolation_check
 
     by = {str(q): {"alpha_s": 1e-5 * q, "bandwidth_Bps": 2e9 / q} for q in (2, 4, 8)}
     cal = Calibration.from_dict({**CALIBRATION, "devices": 8, "by_devices": by})
@@ -531,7 +555,7 @@ def test_the_extrapolation_check_is_the_refits_error_on_measured_rows():
     """On a committed fit sweep (tests/data/heldout, measured at 1, 2 and 4 devices): the
     figure `platform predict` quotes beyond the widest count is the refit's own error, fitted
     without the 4-device points and predicting them."""
-    from amdahl.analysis.prediction import extrapolation_check
+    from amdahl.analysis.selfcheck import extrapolation_check
     from amdahl.report.predict import load_model_inputs
 
     inputs = load_model_inputs(HELDOUT / "fit")
@@ -558,7 +582,7 @@ def test_a_prediction_quotes_the_check_measured_nearest_its_distance():
     error."""
     import dataclasses
 
-    from amdahl.analysis.prediction import beyond_measured, extrapolation_checks, nearest_check
+    from amdahl.analysis.selfcheck import beyond_measured, extrapolation_checks, nearest_check
     from amdahl.report.predict import load_model_inputs
 
     fit_inputs = load_model_inputs(HELDOUT / "fit")
