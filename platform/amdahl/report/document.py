@@ -36,6 +36,27 @@ class Section:
     links: list[tuple[str, str]] = field(default_factory=list)
 
 
+class Footnotes:
+    """Caveats a table's rows share, numbered once: a row's cell cites their numbers and the
+    table's notes hold their text, so a paragraph many rows carry is printed once."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def cite(self, caveats: list[str] | tuple[str, ...]) -> str:
+        """The cell citing `caveats` ("" for none), numbering the new ones."""
+        numbers = []
+        for c in caveats:
+            if c not in self.texts:
+                self.texts.append(c)
+            numbers.append(f"[{self.texts.index(c) + 1}]")
+        return f"caveats {', '.join(numbers)} below" if numbers else ""
+
+    @property
+    def notes(self) -> list[str]:
+        return [f"[{n}] {c}" for n, c in enumerate(self.texts, 1)]
+
+
 #: Columns holding text (left-aligned by the renderers); the rest hold numbers.
 TEXT_COLUMNS = frozenset(
     {"configuration", "best by", "note", "reason", "status", "verdict", "bottleneck"}

@@ -17,7 +17,7 @@ from amdahl.analysis.selfcheck import LooPoint, error_summary
 from amdahl.analysis.stepmodel import Family, StepModel
 from amdahl.report.build import Report
 from amdahl.report.diagnose import Diagnosis
-from amdahl.report.document import Section, Table, mib, ms, pct, rate, spread, times
+from amdahl.report.document import Footnotes, Section, Table, mib, ms, pct, rate, spread, times
 from amdahl.report.predict import PredictedView
 from amdahl.sweepdir.layout import SweepDir
 
@@ -276,8 +276,9 @@ def interval_cell(pr: PredictedRow) -> str:
 def _projection_table(curves: list[Curve], view: PredictedView) -> Table:
     """Each curve's last measured configuration at the Amdahl projection's device counts (or
     PROJECTION_FACTORS times its devices), as the step-time model predicts it, with its 80%
-    interval and, beyond the measured counts, how far out it is and what was checked there."""
-    rows = []
+    interval and, beyond the measured counts, how far out it is and what was checked there: the
+    caveats numbered once below the table (`Footnotes`), each row citing its own."""
+    rows, footnotes = [], Footnotes()
     for curve in curves:
         last = curve.points[-1].config
         devices = [p.devices for p in curve.projections] or [
@@ -298,15 +299,14 @@ def _projection_table(curves: list[Curve], view: PredictedView) -> Table:
                     times(pr.speedup) if pr.speedup else "n/a",
                     pct(pr.efficiency),
                     times(amdahl[pr.devices]) if pr.devices in amdahl else "",
-                    pred.unknown or "; ".join(pred.caveats),
+                    pred.unknown or footnotes.cite(pred.caveats),
                 ]
             )
     headers = ["configuration", "devices", "predicted samples/s", INTERVAL_HEADER]
     headers += ["predicted speedup", "predicted efficiency", "Amdahl fit speedup (descriptive)"]
     headers += ["note"]
-    return Table(
-        headers, rows, title="PREDICTION from the step-time model, not measured: more devices"
-    )
+    title = "PREDICTION from the step-time model, not measured: more devices"
+    return Table(headers, rows, title=title, notes=footnotes.notes)
 
 
 def links_text(comm: CommModel) -> str:
