@@ -73,7 +73,7 @@ def test_the_models_error_on_a_held_out_set_stays_within_its_ledger(name: str) -
 @pytest.mark.parametrize(
     ("quoted", "names"),
     [
-        ("SIMULATED", [f"sim-{x}" for x in "defghijklmnopq"]),
+        ("SIMULATED", [f"sim-{x}" for x in "defghijklmnopqr"]),
         ("REAL_OVERSUBSCRIBED", ["real-a", "real-b"]),
     ],
 )
