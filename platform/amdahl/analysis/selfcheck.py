@@ -77,15 +77,14 @@ def _fallback(pt: Point, kept: list[Point]) -> str:
     with both batches gets."""
     if pt.devices != 1:
         return ""
-    i = FAMILY_SETTINGS.index("sync")
-    rest = pt.family[:i] + pt.family[i + 1 :]
+    syncs = (_sync(pt.family), NO_SYNC)
     batches = {
         q.batch
         for q in kept
         if q.devices == 1
         and q.nodes == pt.nodes
-        and q.family[:i] + q.family[i + 1 :] == rest
-        and q.family[i] in (pt.family[i], NO_SYNC)
+        and _but_sync(q.family) == _but_sync(pt.family)
+        and _sync(q.family) in syncs
     }
     if len(batches) >= 2:
         return ""
@@ -102,9 +101,20 @@ def _twins(a: Point, b: Point) -> bool:
     communication term."""
     if (a.devices, a.batch, a.nodes) != (b.devices, b.batch, b.nodes) or a.family == b.family:
         return False
-    i = FAMILY_SETTINGS.index("sync")
-    same_rest = a.family[:i] + a.family[i + 1 :] == b.family[:i] + b.family[i + 1 :]
-    return same_rest and NO_SYNC in (a.family[i], b.family[i])
+    same_rest = _but_sync(a.family) == _but_sync(b.family)
+    return same_rest and NO_SYNC in (_sync(a.family), _sync(b.family))
+
+
+_SYNC = FAMILY_SETTINGS.index("sync")
+
+
+def _sync(key: tuple) -> str:
+    return key[_SYNC]
+
+
+def _but_sync(key: tuple) -> tuple:
+    """A family key without its sync: the settings a family shares with its sync-none twin."""
+    return key[:_SYNC] + key[_SYNC + 1 :]
 
 
 @dataclass(frozen=True)

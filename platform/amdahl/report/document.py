@@ -37,24 +37,26 @@ class Section:
 
 
 class Footnotes:
-    """Caveats a table's rows share, numbered once: a row's cell cites their numbers and the
-    table's notes hold their text, so a paragraph many rows carry is printed once."""
+    """Caveats numbered once, in the order first cited (`texts` may start the list): a row or
+    section cites their numbers and the notes hold their text, so a paragraph many rows carry
+    is printed once."""
 
-    def __init__(self) -> None:
-        self.texts: list[str] = []
+    def __init__(self, texts: list[str] | tuple[str, ...] = ()) -> None:
+        self.texts = list(texts)
+
+    def number(self, caveat: str) -> str:
+        """`caveat`'s number, "[n]", numbering it if new."""
+        if caveat not in self.texts:
+            self.texts.append(caveat)
+        return f"[{self.texts.index(caveat) + 1}]"
 
     def cite(self, caveats: list[str] | tuple[str, ...]) -> str:
-        """The cell citing `caveats` ("" for none), numbering the new ones."""
-        numbers = []
-        for c in caveats:
-            if c not in self.texts:
-                self.texts.append(c)
-            numbers.append(f"[{self.texts.index(c) + 1}]")
-        return f"caveats {', '.join(numbers)} below" if numbers else ""
+        """The numbers of `caveats`, "[1], [3]" ("" for none)."""
+        return ", ".join(self.number(c) for c in caveats)
 
     @property
     def notes(self) -> list[str]:
-        return [f"[{n}] {c}" for n, c in enumerate(self.texts, 1)]
+        return [f"{self.number(c)} {c}" for c in self.texts]
 
 
 #: Columns holding text (left-aligned by the renderers); the rest hold numbers.

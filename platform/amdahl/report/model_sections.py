@@ -299,7 +299,7 @@ def _projection_table(curves: list[Curve], view: PredictedView) -> Table:
                     times(pr.speedup) if pr.speedup else "n/a",
                     pct(pr.efficiency),
                     times(amdahl[pr.devices]) if pr.devices in amdahl else "",
-                    pred.unknown or footnotes.cite(pred.caveats),
+                    pred.unknown or _cited(footnotes.cite(pred.caveats)),
                 ]
             )
     headers = ["configuration", "devices", "predicted samples/s", INTERVAL_HEADER]
@@ -307,6 +307,10 @@ def _projection_table(curves: list[Curve], view: PredictedView) -> Table:
     headers += ["note"]
     title = "PREDICTION from the step-time model, not measured: more devices"
     return Table(headers, rows, title=title, notes=footnotes.notes)
+
+
+def _cited(numbers: str) -> str:
+    return f"caveats {numbers} below" if numbers else ""
 
 
 def links_text(comm: CommModel) -> str:

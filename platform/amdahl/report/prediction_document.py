@@ -11,7 +11,7 @@ from __future__ import annotations
 from amdahl.analysis.configs import NO_SYNC
 from amdahl.analysis.prediction import FamilyPrediction, SweepPrediction
 from amdahl.analysis.selfcheck import Extrapolation
-from amdahl.report.document import Section, Table, mib, ms, pct, rate, times
+from amdahl.report.document import Footnotes, Section, Table, mib, ms, pct, rate, times
 from amdahl.report.model_sections import (
     BOUND_RULE,
     INTERVAL_HEADER,
@@ -53,11 +53,12 @@ def prediction_sections(pred: SweepPrediction) -> list[Section]:
     cost = "predicted $/M samples" if pred.price > 0 else "predicted device-h/M samples"
     caveats = [_family_caveats(fp) for fp in pred.families]
     shared = _shared(caveats)
+    notes = Footnotes(shared)
     sections = [head]
     for i, (fp, own) in enumerate(zip(pred.families, caveats, strict=True)):
-        sections.append(_family_section(i, fp, cost, _own_bullets(own, shared)))
+        sections.append(_family_section(i, fp, cost, _own_bullets(own, notes)))
     if shared:
-        sections.append(_shared_section(shared, pred.families, caveats))
+        sections.append(_shared_section(notes, pred.families, caveats))
     return sections
 
 
@@ -84,28 +85,27 @@ def _shared(caveats: list[list[str]]) -> list[str]:
     return [c for c in seen if sum(c in own for own in caveats) > 1]
 
 
-def _own_bullets(own: list[str], shared: list[str]) -> list[str]:
+def _own_bullets(own: list[str], shared: Footnotes) -> list[str]:
     """A family's caveats no other family carries, then the numbers of the shared ones it
     carries too."""
-    bullets = [c for c in own if c not in shared]
-    numbers = [f"[{n}]" for n, c in enumerate(shared, 1) if c in own]
+    bullets = [c for c in own if c not in shared.texts]
+    numbers = shared.cite([c for c in own if c in shared.texts])
     if numbers:
         bullets.append(
-            f"caveats shared with other families: {', '.join(numbers)}, under CAVEATS SHARED "
-            "at the end"
+            f"caveats shared with other families: {numbers}, under CAVEATS SHARED at the end"
         )
     return bullets
 
 
 def _shared_section(
-    shared: list[str], families: list[FamilyPrediction], caveats: list[list[str]]
+    shared: Footnotes, families: list[FamilyPrediction], caveats: list[list[str]]
 ) -> Section:
     """The caveats several families carry, numbered, each naming its families unless all."""
     sec = Section("predict-shared", "CAVEATS SHARED by the families above")
-    for n, c in enumerate(shared, 1):
+    for c in shared.texts:
         labels = [fp.family.label for fp, own in zip(families, caveats, strict=True) if c in own]
         whose = "" if len(labels) == len(families) else f"({', '.join(labels)}) "
-        sec.bullets.append(f"[{n}] {whose}{c}")
+        sec.bullets.append(f"{shared.number(c)} {whose}{c}")
     return sec
 
 
